@@ -1,0 +1,119 @@
+#include "base/log.h"
+
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/status.h"
+
+namespace cloister {
+namespace {
+
+std::mutex& LogMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+std::string& Component() {
+  static std::string* c = new std::string("cloister");
+  return *c;
+}
+LogLevel& MinLevel() {
+  static LogLevel level = LogLevel::kInfo;
+  return level;
+}
+std::function<void(const std::string&)>& Sink() {
+  static auto* sink = new std::function<void(const std::string&)>();
+  return *sink;
+}
+
+const char* LevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarning: return "warning";
+    case LogLevel::kError: return "error";
+  }
+  return "info";
+}
+
+void AppendJsonString(std::string& out, std::string_view s) {
+  out.push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+}  // namespace
+
+void SetLogComponent(std::string_view component) {
+  std::lock_guard<std::mutex> lock(LogMutex());
+  Component() = std::string(component);
+}
+
+void SetMinLogLevel(LogLevel level) {
+  std::lock_guard<std::mutex> lock(LogMutex());
+  MinLevel() = level;
+}
+
+void SetLogSinkForTest(std::function<void(const std::string&)> sink) {
+  std::lock_guard<std::mutex> lock(LogMutex());
+  Sink() = std::move(sink);
+}
+
+void Log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
+  std::lock_guard<std::mutex> lock(LogMutex());
+  if (level < MinLevel()) return;
+  std::string line = "{\"ts\":";
+  AppendJsonString(line, absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()));
+  line += ",\"level\":";
+  AppendJsonString(line, LevelName(level));
+  line += ",\"component\":";
+  AppendJsonString(line, Component());
+  line += ",\"event\":";
+  AppendJsonString(line, event);
+  for (const LogField& f : fields) {
+    line.push_back(',');
+    AppendJsonString(line, f.key);
+    line.push_back(':');
+    if (f.secret) {
+      AppendJsonString(line, "[redacted]");
+    } else if (f.number) {
+      line += f.value;
+    } else {
+      AppendJsonString(line, f.value);
+    }
+  }
+  line += "}\n";
+  if (Sink()) {
+    Sink()(line);
+  } else {
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
+  }
+}
+
+namespace internal {
+void CheckFailed(const char* file, int line, const char* condition) {
+  std::fprintf(stderr, "internal invariant failed at %s:%d: %s\n", file, line, condition);
+  std::abort();
+}
+}  // namespace internal
+
+}  // namespace cloister

@@ -1,0 +1,46 @@
+// SecretBytes: a move-only buffer for keys and other secrets. Its memory is locked (mlock,
+// best effort) so it is not swapped out, wiped on destruction and on move-from, and it has
+// no printing or streaming operators, so a secret cannot reach a log by accident.
+// Not thread-safe: one owner at a time, like std::vector.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "base/bytes.h"
+
+namespace cloister {
+
+class SecretBytes {
+ public:
+  SecretBytes() = default;
+  explicit SecretBytes(size_t size);
+  explicit SecretBytes(ByteSpan data);
+  ~SecretBytes();
+
+  SecretBytes(SecretBytes&& other) noexcept;
+  SecretBytes& operator=(SecretBytes&& other) noexcept;
+  SecretBytes(const SecretBytes&) = delete;
+  SecretBytes& operator=(const SecretBytes&) = delete;
+
+  // An explicit copy, so that every duplication of a secret is visible in review.
+  SecretBytes Clone() const { return SecretBytes(span()); }
+
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::span<uint8_t> mutable_span() { return {data_, size_}; }
+  ByteSpan span() const { return {data_, size_}; }
+
+ private:
+  void Release();
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Overwrites memory in a way the compiler cannot elide.
+void SecureWipe(void* data, size_t size);
+
+}  // namespace cloister

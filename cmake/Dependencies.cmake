@@ -1,0 +1,30 @@
+# Third-party packages, all from Debian. The CUDA toolkit is optional.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+find_package(OpenSSL 3.0 REQUIRED COMPONENTS Crypto SSL)
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
+find_package(absl CONFIG REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_package(ONNX CONFIG REQUIRED)
+find_package(yaml-cpp CONFIG REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(GTest CONFIG REQUIRED)
+
+# BLAS: OpenBLAS's CBLAS interface.
+find_path(CBLAS_INCLUDE_DIR NAMES cblas.h PATH_SUFFIXES openblas openblas-pthread
+          HINTS /usr/include/x86_64-linux-gnu)
+find_library(OPENBLAS_LIBRARY NAMES openblas)
+if(NOT CBLAS_INCLUDE_DIR OR NOT OPENBLAS_LIBRARY)
+  message(FATAL_ERROR "OpenBLAS not found: apt-get install libopenblas-dev")
+endif()
+add_library(cloister_blas INTERFACE)
+target_include_directories(cloister_blas INTERFACE ${CBLAS_INCLUDE_DIR})
+target_link_libraries(cloister_blas INTERFACE ${OPENBLAS_LIBRARY})
+
+find_package(CUDAToolkit QUIET)
+if(CUDAToolkit_FOUND)
+  message(STATUS "CUDA toolkit ${CUDAToolkit_VERSION} found")
+else()
+  message(STATUS "CUDA toolkit not found: GPU executor disabled")
+endif()

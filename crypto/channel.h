@@ -1,0 +1,107 @@
+// The session channel of DESIGN.md section 4: traffic keys derived from an HPKE context,
+// per-message AES-256-GCM with a 64-bit sequence number in the nonce, associated data that
+// binds session id, direction, sequence number, message kind, request id and model handle,
+// and an anti-replay window on the receiving side.
+//
+// Both ends (the SDK and the enclave) use this file, so the wire rules live in one place.
+// Not thread-safe: a ChannelSender or ChannelReceiver has one owner; callers lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "base/bytes.h"
+#include "base/secret_bytes.h"
+#include "crypto/aead.h"
+#include "crypto/hpke.h"
+
+namespace cloister::crypto {
+
+enum class Direction : uint8_t { kClientToEnclave = 1, kEnclaveToClient = 2 };
+
+// What a sealed message is for; part of the associated data, so a message sealed for one
+// call cannot be replayed as another.
+enum class MessageKind : uint8_t {
+  kWelcome = 1,
+  kInfer = 2,
+  kLoadModel = 3,
+  kListModels = 4,
+  kDeleteModel = 5,
+};
+
+inline constexpr size_t kSessionIdSize = 16;
+inline constexpr size_t kReplayWindow = 1024;
+
+struct ChannelKeys {
+  Bytes session_id;  // 16 bytes, public
+  SecretBytes client_to_enclave_key, client_to_enclave_nonce;  // 32 + 12
+  SecretBytes enclave_to_client_key, enclave_to_client_nonce;  // 32 + 12
+};
+
+// Derives the traffic keys from the HPKE exporter (labels "cloister/v1 session id",
+// "cloister/v1 c2e key", "cloister/v1 c2e nonce", "cloister/v1 e2c key", "cloister/v1 e2c nonce").
+absl::StatusOr<ChannelKeys> DeriveChannelKeys(const HpkeContext& context);
+
+// The handshake transcript that the tenant's identity key signs (length-prefixed fields
+// after the label "cloister/v1 session transcript").
+Bytes SessionTranscript(ByteSpan evidence_digest, ByteSpan enclave_hpke_public_key,
+                        ByteSpan enclave_signing_public_key, ByteSpan client_identity_public_key,
+                        ByteSpan hpke_enc, ByteSpan client_nonce, std::string_view tenant_id);
+
+// The HPKE info string for opening a session to attested evidence.
+Bytes SessionHpkeInfo(ByteSpan evidence_digest);
+
+struct MessageHeader {
+  MessageKind kind;
+  std::string request_id;
+  std::string model_handle;
+};
+
+// Associated data: label || session id || direction || seq || kind || request id || handle.
+Bytes MessageAad(ByteSpan session_id, Direction direction, uint64_t sequence,
+                 const MessageHeader& header);
+
+// Seals messages in one direction; sequence numbers start at 0 and never repeat.
+class ChannelSender {
+ public:
+  ChannelSender(ByteSpan session_id, Direction direction, ByteSpan key, ByteSpan nonce_base);
+  // Returns the ciphertext and the sequence number used. ResourceExhausted once the
+  // sequence space (2^63) is used up.
+  absl::StatusOr<std::pair<uint64_t, Bytes>> Seal(const MessageHeader& header, ByteSpan plaintext);
+  uint64_t next_sequence() const { return next_sequence_; }
+
+ private:
+  Bytes session_id_;
+  Direction direction_;
+  std::unique_ptr<Aead> aead_;
+  SecretBytes nonce_base_;
+  uint64_t next_sequence_ = 0;
+};
+
+// Opens messages in one direction and refuses replays: a sequence number seen before, or
+// older than the window, is refused with PermissionDenied("replayed message ...").
+// A message that fails authentication changes no state.
+class ChannelReceiver {
+ public:
+  ChannelReceiver(ByteSpan session_id, Direction direction, ByteSpan key, ByteSpan nonce_base);
+  absl::StatusOr<Bytes> Open(uint64_t sequence, const MessageHeader& header, ByteSpan ciphertext);
+  // Opens without consuming the sequence number (used to check before queueing).
+  uint64_t highest_sequence() const { return highest_; }
+
+ private:
+  Bytes session_id_;
+  Direction direction_;
+  std::unique_ptr<Aead> aead_;
+  SecretBytes nonce_base_;
+  bool any_ = false;
+  uint64_t highest_ = 0;
+  std::vector<uint64_t> window_;  // bitmap of kReplayWindow bits below highest_
+};
+
+// Nonce for sequence `seq`: nonce_base XOR (seq as 96-bit big-endian).
+Bytes SequenceNonce(ByteSpan nonce_base, uint64_t sequence);
+
+}  // namespace cloister::crypto

@@ -1,0 +1,21 @@
+// HKDF (RFC 5869), Extract and Expand as separate steps, over HMAC from hash.h.
+// Thread-safe: pure functions.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "base/bytes.h"
+#include "base/secret_bytes.h"
+#include "crypto/hash.h"
+
+namespace cloister::crypto {
+
+// PRK = HMAC-Hash(salt, ikm); an empty salt means HashSize zero bytes.
+SecretBytes HkdfExtract(HashAlg alg, ByteSpan salt, ByteSpan ikm);
+// OKM of `length` bytes; InvalidArgument if length > 255 * HashSize or the PRK is shorter
+// than HashSize.
+absl::StatusOr<SecretBytes> HkdfExpand(HashAlg alg, ByteSpan prk, ByteSpan info, size_t length);
+// Extract then Expand.
+absl::StatusOr<SecretBytes> Hkdf(HashAlg alg, ByteSpan salt, ByteSpan ikm, ByteSpan info,
+                                 size_t length);
+
+}  // namespace cloister::crypto
