@@ -1,10 +1,13 @@
 // AEADs with 96-bit nonces and 128-bit tags appended to the ciphertext (RFC 5116 layout):
 // AES-128-GCM and AES-256-GCM over OpenSSL, ChaCha20-Poly1305 (IETF) over libsodium.
 // Any other nonce or tag size is refused by the API before any crypto runs.
-// An Aead object holds its key; Seal/Open are const and safe to call from several threads.
+// An Aead object holds its key (wiped on destruction); Seal/Open are const and safe to call from
+// several threads. The AES-GCM implementation keeps one keyed OpenSSL context per object and
+// reuses it, so one owner sealing many chunks pays no allocation or key setup per call.
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "absl/status/statusor.h"
 #include "base/bytes.h"
@@ -26,13 +29,16 @@ class Aead {
 
   // Returns ciphertext || tag.
   virtual absl::StatusOr<Bytes> Seal(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext) const = 0;
-  // Writes ciphertext || tag (plaintext.size() + 16 bytes) into `out`; no allocation.
+  // Writes ciphertext || tag into `out`, which must be exactly plaintext.size() + 16 bytes
+  // (else InvalidArgument); no allocation. `out` may start at plaintext.data() (in place) but
+  // must not otherwise overlap it.
   virtual absl::Status SealInto(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext,
                                 std::span<uint8_t> out) const = 0;
-  // Returns the plaintext, or a DataLoss/InvalidArgument error when authentication fails
-  // ("authentication failed") or the input is shorter than a tag.
+  // Returns the plaintext. DataLoss("... authentication failed ...") when the tag does not
+  // verify; InvalidArgument for a wrong nonce size or an input shorter than a tag.
   virtual absl::StatusOr<Bytes> Open(ByteSpan nonce, ByteSpan aad, ByteSpan ciphertext) const = 0;
-  // Writes the plaintext (ciphertext.size() - 16 bytes) into `out`; on failure `out` is wiped.
+  // Writes the plaintext into `out`, which must be exactly ciphertext.size() - 16 bytes (else
+  // InvalidArgument); in place as for SealInto. On failure `out` is wiped.
   virtual absl::Status OpenInto(ByteSpan nonce, ByteSpan aad, ByteSpan ciphertext,
                                 std::span<uint8_t> out) const = 0;
   virtual AeadAlg alg() const = 0;

@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "base/bytes.h"
@@ -36,7 +38,7 @@ inline constexpr size_t kSessionIdSize = 16;
 inline constexpr size_t kReplayWindow = 1024;
 
 struct ChannelKeys {
-  Bytes session_id;  // 16 bytes, public
+  Bytes session_id;                                            // 16 bytes, public
   SecretBytes client_to_enclave_key, client_to_enclave_nonce;  // 32 + 12
   SecretBytes enclave_to_client_key, enclave_to_client_nonce;  // 32 + 12
 };
@@ -51,7 +53,8 @@ Bytes SessionTranscript(ByteSpan evidence_digest, ByteSpan enclave_hpke_public_k
                         ByteSpan enclave_signing_public_key, ByteSpan client_identity_public_key,
                         ByteSpan hpke_enc, ByteSpan client_nonce, std::string_view tenant_id);
 
-// The HPKE info string for opening a session to attested evidence.
+// The HPKE info string for opening a session to attested evidence: the label
+// "cloister/v1 session hpke info" followed by the length-prefixed digest.
 Bytes SessionHpkeInfo(ByteSpan evidence_digest);
 
 struct MessageHeader {
@@ -60,18 +63,23 @@ struct MessageHeader {
   std::string model_handle;
 };
 
-// Associated data: label || session id || direction || seq || kind || request id || handle.
+// Associated data: the label "cloister/v1 message" || session id (length-prefixed) ||
+// direction (1 byte) || seq (8 bytes, big-endian) || kind (1 byte) || request id and model
+// handle (each length-prefixed). Length prefixes are 4-byte big-endian (AppendLengthPrefixed).
 Bytes MessageAad(ByteSpan session_id, Direction direction, uint64_t sequence,
                  const MessageHeader& header);
 
 // Seals messages in one direction; sequence numbers start at 0 and never repeat.
 class ChannelSender {
  public:
+  // `session_id` (16 bytes), `key` (32) and `nonce_base` (12) come from DeriveChannelKeys;
+  // other sizes are a programming error (CLOISTER_CHECK).
   ChannelSender(ByteSpan session_id, Direction direction, ByteSpan key, ByteSpan nonce_base);
   // Returns the ciphertext and the sequence number used. ResourceExhausted once the
   // sequence space (2^63) is used up.
   absl::StatusOr<std::pair<uint64_t, Bytes>> Seal(const MessageHeader& header, ByteSpan plaintext);
   uint64_t next_sequence() const { return next_sequence_; }
+  void SetNextSequenceForTest(uint64_t sequence) { next_sequence_ = sequence; }
 
  private:
   Bytes session_id_;
@@ -86,19 +94,33 @@ class ChannelSender {
 // A message that fails authentication changes no state.
 class ChannelReceiver {
  public:
+  // Same preconditions as ChannelSender.
   ChannelReceiver(ByteSpan session_id, Direction direction, ByteSpan key, ByteSpan nonce_base);
+  // Checks the sequence number against the window, authenticates and decrypts, and only then
+  // records the sequence number as received. Errors: PermissionDenied for a replay,
+  // InvalidArgument for a sequence number >= 2^63, DataLoss when authentication fails.
   absl::StatusOr<Bytes> Open(uint64_t sequence, const MessageHeader& header, ByteSpan ciphertext);
-  // Opens without consuming the sequence number (used to check before queueing).
+  // Opens without consuming the sequence number (used to check before queueing): the same
+  // checks and result as Open, but no state changes, so a later Open still accepts it.
+  absl::StatusOr<Bytes> Peek(uint64_t sequence, const MessageHeader& header,
+                             ByteSpan ciphertext) const;
+  // OK if `sequence` would not be refused as a replay; no crypto, no state change.
+  absl::Status CheckSequence(uint64_t sequence) const;
+  // The highest sequence number accepted so far (0 before the first message).
   uint64_t highest_sequence() const { return highest_; }
 
  private:
+  void MarkReceived(uint64_t sequence);
+
   Bytes session_id_;
   Direction direction_;
   std::unique_ptr<Aead> aead_;
   SecretBytes nonce_base_;
-  bool any_ = false;
+  bool any_ = false;  // whether any message has been accepted
   uint64_t highest_ = 0;
-  std::vector<uint64_t> window_;  // bitmap of kReplayWindow bits below highest_
+  // kReplayWindow bits: bit i (word i / 64, bit i % 64) is set when sequence highest_ - i has
+  // been accepted; bit 0 is set whenever any_ is.
+  std::vector<uint64_t> window_;
 };
 
 // Nonce for sequence `seq`: nonce_base XOR (seq as 96-bit big-endian).

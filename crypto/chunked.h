@@ -2,6 +2,10 @@
 // commitment), used for model files. Spec: shared/specs/chunked-encryption.md.
 // Encryptor and decryptor are streaming, not thread-safe, one owner at a time.
 // The decryptor releases only authenticated chunks; its errors are sticky.
+// Errors: InvalidArgument for a key, salt or nonce of the wrong size (before any crypto);
+// DataLoss for a header that does not match the key and context, a chunk that does not
+// authenticate, or a truncated message; FailedPrecondition for a call after Finish; OutOfRange
+// past 2^38 chunks.
 #pragma once
 
 #include <memory>
@@ -66,6 +70,6 @@ absl::StatusOr<Bytes> ChunkedDecrypt(ByteSpan key, ByteSpan context, ByteSpan ci
 // For the known-answer tests: the per-message AEAD key and base nonce derived from the key,
 // salt and context (spec section 3).
 absl::StatusOr<std::pair<SecretBytes, Bytes>> ChunkedDeriveForTest(ByteSpan key, ByteSpan salt,
-                                                                    ByteSpan context);
+                                                                   ByteSpan context);
 
 }  // namespace cloister::crypto

@@ -9,6 +9,7 @@ namespace cloister::crypto {
 void RandomFill(std::span<uint8_t> out) {
   static const bool initialized = sodium_init() >= 0;
   CLOISTER_CHECK(initialized);
+  if (out.empty()) return;  // an empty span may have a null data pointer
   randombytes_buf(out.data(), out.size());
 }
 
