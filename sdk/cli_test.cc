@@ -1,0 +1,387 @@
+// Tests of the `cloister` command line that need no server: usage, flags, environment
+// fallbacks, keygen, the checks on local input that run before any connection, output
+// formatting, and the exit status when the server cannot be reached. The commands that talk
+// to an enclave are covered by client_test.cc (in-process peer) and the lead's end-to-end tests.
+#include "sdk/cli.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "attest/policy.h"
+#include "attest/sim/sim_tee.h"
+#include "base/file.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdk/identity.h"
+#include "sdk/npy.h"
+
+namespace cloister::sdk {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct CliRun {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "cli_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::string command = "rm -rf '" + dir_ + "'";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+  }
+
+  CliRun Run(std::vector<std::string> args) {
+    std::ostringstream out, err;
+    CliIo io{out, err, env_, false};
+    int code = RunCli(args, io);
+    CliRun run{code, out.str(), err.str()};
+    // Every failure is exactly one line on stderr starting "cloister: ".
+    if (code != kExitOk && !run.err.empty() && args.size() > 0) {
+      EXPECT_THAT(run.err, StartsWith("cloister: "));
+      EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+    }
+    return run;
+  }
+
+  std::string WriteText(const std::string& name, const std::string& text, int mode = 0600) {
+    std::string path = dir_ + "/" + name;
+    EXPECT_TRUE(WriteFileAtomic(path, text, mode).ok());
+    return path;
+  }
+
+  std::string WriteNpy(const std::string& name, const NpyArray& array) {
+    std::string path = dir_ + "/" + name;
+    EXPECT_TRUE(WriteNpyFile(path, array).ok());
+    return path;
+  }
+
+  // A token file, an identity key and a development policy that loads, so that a command
+  // gets as far as connecting.
+  void WriteConnectionFiles() {
+    token_ = WriteText("token", "s3cret-token\n");
+    key_ = dir_ + "/tenant.key";
+    ASSERT_TRUE(TenantIdentity::Generate().Save(key_).ok());
+    std::string sim_dir = dir_ + "/sim";
+    ASSERT_TRUE(attest::EnsureSimRoots(sim_dir).ok());
+    policy_ = dir_ + "/policy.yaml";
+    ASSERT_TRUE(attest::WriteDevPolicy(policy_, sim_dir, Bytes(48, 0xab)).ok());
+  }
+
+  std::vector<std::string> Connection(const std::string& server = "127.0.0.1:1") {
+    return {"--server", server,  "--tenant", "demo", "--token-file", token_,
+            "--policy", policy_, "--key",    key_,   "--timeout",    "5"};
+  }
+
+  std::string dir_;
+  std::map<std::string, std::string> env_;
+  std::string token_, key_, policy_;
+};
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(CliTest, HelpAndUsage) {
+  CliRun help = Run({"--help"});
+  EXPECT_EQ(help.exit_code, kExitOk);
+  EXPECT_THAT(help.out, HasSubstr("subcommands:"));
+  EXPECT_THAT(help.out, HasSubstr("CLOISTER_TOKEN_FILE"));
+  EXPECT_EQ(Run({"-h"}).exit_code, kExitOk);
+
+  CliRun none = Run({});
+  EXPECT_EQ(none.exit_code, kExitUsage);
+  EXPECT_THAT(none.err, HasSubstr("usage: cloister"));
+
+  for (const char* sub : {"keygen", "attest", "upload", "models", "infer", "delete"}) {
+    SCOPED_TRACE(sub);
+    CliRun run = Run({sub, "--help"});
+    EXPECT_EQ(run.exit_code, kExitOk);
+    EXPECT_THAT(run.out, StartsWith(absl::StrCat("usage: cloister ", sub)));
+    CliRun via_help = Run({"help", sub});
+    EXPECT_EQ(via_help.exit_code, kExitOk);
+    EXPECT_EQ(via_help.out, run.out);
+  }
+}
+
+TEST_F(CliTest, BadUsageExitsWithTwo) {
+  CliRun unknown = Run({"frobnicate"});
+  EXPECT_EQ(unknown.exit_code, kExitUsage);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown subcommand 'frobnicate'"));
+
+  CliRun bad_flag = Run({"models", "--colour"});
+  EXPECT_EQ(bad_flag.exit_code, kExitUsage);
+  EXPECT_THAT(bad_flag.err, HasSubstr("unknown flag --colour for `cloister models`"));
+
+  // A flag of another subcommand is not accepted.
+  EXPECT_EQ(Run({"models", "--input", "x=y.npy"}).exit_code, kExitUsage);
+  CliRun no_value = Run({"upload", "--model"});
+  EXPECT_EQ(no_value.exit_code, kExitUsage);
+  EXPECT_THAT(no_value.err, HasSubstr("flag --model needs a value"));
+  CliRun twice = Run({"upload", "--name", "a", "--name=b"});
+  EXPECT_EQ(twice.exit_code, kExitUsage);
+  EXPECT_THAT(twice.err, HasSubstr("given more than once"));
+  CliRun bool_value = Run({"attest", "--json=yes"});
+  EXPECT_EQ(bool_value.exit_code, kExitUsage);
+  EXPECT_THAT(bool_value.err, HasSubstr("takes no value"));
+  CliRun positional = Run({"models", "extra"});
+  EXPECT_EQ(positional.exit_code, kExitUsage);
+  EXPECT_THAT(positional.err, HasSubstr("unexpected argument 'extra'"));
+}
+
+TEST_F(CliTest, KeygenWritesKeyAndRefusesOverwrite) {
+  std::string path = dir_ + "/tenant.key";
+  CliRun run = Run({"keygen", "--key", path});
+  ASSERT_EQ(run.exit_code, kExitOk) << run.err;
+  auto identity = TenantIdentity::Load(path);
+  ASSERT_TRUE(identity.ok()) << identity.status();
+  EXPECT_THAT(run.out, HasSubstr("public key: " + identity->public_key_hex()));
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  CliRun again = Run({"keygen", "--key", path, "--json"});
+  EXPECT_EQ(again.exit_code, kExitRefused);
+  EXPECT_THAT(again.err, HasSubstr("refusing to overwrite"));
+  EXPECT_EQ(again.out, "");
+  // The first key is untouched.
+  EXPECT_EQ(TenantIdentity::Load(path)->public_key(), identity->public_key());
+}
+
+TEST_F(CliTest, KeygenJsonAndEnvironmentFallback) {
+  std::string path = dir_ + "/env.key";
+  env_["CLOISTER_KEY"] = path;
+  CliRun run = Run({"keygen", "--json"});
+  ASSERT_EQ(run.exit_code, kExitOk) << run.err;
+  auto identity = TenantIdentity::Load(path);
+  ASSERT_TRUE(identity.ok());
+  EXPECT_EQ(run.out, absl::StrCat("{\"key\":\"", path, "\",\"public_key\":\"",
+                                  identity->public_key_hex(), "\"}\n"));
+  // The flag wins over the environment.
+  std::string other = dir_ + "/flag.key";
+  EXPECT_EQ(Run({"keygen", "--key", other}).exit_code, kExitOk);
+  EXPECT_TRUE(FileExists(other));
+
+  env_.clear();
+  CliRun missing = Run({"keygen"});
+  EXPECT_EQ(missing.exit_code, kExitUsage);
+  EXPECT_THAT(missing.err, HasSubstr("pass --key or set CLOISTER_KEY"));
+}
+
+TEST_F(CliTest, InferChecksInputsBeforeConnecting) {
+  CliRun no_model = Run({"infer", "--input", "x=a.npy"});
+  EXPECT_EQ(no_model.exit_code, kExitUsage);
+  EXPECT_THAT(no_model.err, HasSubstr("needs --model"));
+
+  CliRun no_input = Run({"infer", "--model", "m"});
+  EXPECT_EQ(no_input.exit_code, kExitUsage);
+  EXPECT_THAT(no_input.err, HasSubstr("at least one --input"));
+
+  for (const char* spec : {"x", "=a.npy", "x="}) {
+    CliRun bad_spec = Run({"infer", "--model", "m", "--input", spec});
+    EXPECT_EQ(bad_spec.exit_code, kExitUsage) << spec;
+    EXPECT_THAT(bad_spec.err, HasSubstr("NAME=FILE.npy"));
+  }
+
+  std::string missing = dir_ + "/missing.npy";
+  CliRun missing_file = Run({"infer", "--model", "m", "--input", "x=" + missing});
+  EXPECT_EQ(missing_file.exit_code, kExitUsage);
+  EXPECT_THAT(missing_file.err, HasSubstr(missing));
+
+  // A version 1.0 header that announces 16 bytes but holds fewer.
+  std::string malformed =
+      WriteText("bad.npy", std::string("\x93NUMPY\x01\x00\x10\x00{'descr'", 18), 0644);
+  CliRun malformed_run = Run({"infer", "--model", "m", "--input", "x=" + malformed});
+  EXPECT_EQ(malformed_run.exit_code, kExitUsage);
+  EXPECT_THAT(malformed_run.err, HasSubstr(malformed + ": "));
+
+  std::string good = WriteNpy("good.npy", NpyArray{"FP32", {2}, Bytes(8, 0)});
+  CliRun duplicate = Run({"infer", "--model", "m", "--input", "x=" + good, "--input", "x=" + good});
+  EXPECT_EQ(duplicate.exit_code, kExitUsage);
+  EXPECT_THAT(duplicate.err, HasSubstr("input 'x' given more than once"));
+
+  CliRun both =
+      Run({"infer", "--model", "m", "--input", "x=" + good, "--json", "--output-dir", dir_});
+  EXPECT_EQ(both.exit_code, kExitUsage);
+  EXPECT_THAT(both.err, HasSubstr("exclude each other"));
+}
+
+TEST_F(CliTest, MissingConnectionSettingsAreUsageErrors) {
+  std::string good = WriteNpy("good.npy", NpyArray{"INT64", {1}, Bytes(8, 0)});
+  std::vector<std::string> infer = {"infer", "--model", "m", "--input", "x=" + good, "--json"};
+  CliRun no_tenant = Run(infer);
+  EXPECT_EQ(no_tenant.exit_code, kExitUsage);
+  EXPECT_THAT(no_tenant.err, HasSubstr("no tenant id given: pass --tenant or set CLOISTER_TENANT"));
+
+  env_["CLOISTER_TENANT"] = "demo";
+  CliRun no_token = Run(infer);
+  EXPECT_EQ(no_token.exit_code, kExitUsage);
+  EXPECT_THAT(no_token.err, HasSubstr("no token file given"));
+
+  env_["CLOISTER_TOKEN_FILE"] = dir_ + "/no-token";
+  CliRun no_policy = Run(infer);
+  EXPECT_EQ(no_policy.exit_code, kExitUsage);
+  EXPECT_THAT(no_policy.err, HasSubstr("no attestation policy given"));
+
+  env_["CLOISTER_POLICY"] = dir_ + "/no-policy.yaml";
+  CliRun unreadable_token = Run(infer);
+  EXPECT_EQ(unreadable_token.exit_code, kExitUsage);
+  EXPECT_THAT(unreadable_token.err, HasSubstr("cannot read token file"));
+
+  env_["CLOISTER_TOKEN_FILE"] = WriteText("empty-token", "  \n");
+  CliRun empty_token = Run(infer);
+  EXPECT_EQ(empty_token.exit_code, kExitUsage);
+  EXPECT_THAT(empty_token.err, HasSubstr("is empty"));
+
+  env_["CLOISTER_TOKEN_FILE"] = WriteText("token", "abc\n");
+  CliRun no_policy_file = Run(infer);
+  EXPECT_EQ(no_policy_file.exit_code, kExitUsage);
+  EXPECT_THAT(no_policy_file.err, HasSubstr("no-policy.yaml"));
+
+  env_["CLOISTER_POLICY"] = WriteText("policy.yaml", "name: [unclosed\n", 0644);
+  CliRun bad_policy = Run(infer);
+  EXPECT_EQ(bad_policy.exit_code, kExitUsage);
+  EXPECT_THAT(bad_policy.err, HasSubstr("policy.yaml"));
+
+  CliRun bad_timeout = Run({"models", "--timeout", "soon"});
+  EXPECT_EQ(bad_timeout.exit_code, kExitUsage);
+}
+
+TEST_F(CliTest, KeyProblemsAreUsageErrors) {
+  WriteConnectionFiles();
+  std::vector<std::string> args = Concat({"models"}, Connection());
+  ASSERT_EQ(::chmod(key_.c_str(), 0644), 0);
+  CliRun open_key = Run(args);
+  EXPECT_EQ(open_key.exit_code, kExitUsage);
+  EXPECT_THAT(open_key.err, HasSubstr("chmod 600"));
+
+  std::string garbage = WriteText("garbage.key", "not a key\n");
+  std::vector<std::string> with_garbage = {"models", "--server",     "127.0.0.1:1", "--tenant",
+                                           "demo",   "--token-file", token_,        "--policy",
+                                           policy_,  "--key",        garbage};
+  CliRun bad_key = Run(with_garbage);
+  EXPECT_EQ(bad_key.exit_code, kExitUsage);
+  EXPECT_THAT(bad_key.err, HasSubstr("not a cloister identity key"));
+}
+
+TEST_F(CliTest, UploadChecksModelFileBeforeConnecting) {
+  WriteConnectionFiles();
+  CliRun missing =
+      Run(Concat({"upload", "--model", dir_ + "/none.onnx", "--name", "m"}, Connection()));
+  EXPECT_EQ(missing.exit_code, kExitUsage);
+  EXPECT_THAT(missing.err, HasSubstr("none.onnx"));
+  CliRun directory = Run(Concat({"upload", "--model", dir_, "--name", "m"}, Connection()));
+  EXPECT_EQ(directory.exit_code, kExitUsage);
+  EXPECT_THAT(directory.err, HasSubstr("not a regular file"));
+  CliRun no_name = Run(Concat({"upload", "--model", token_}, Connection()));
+  EXPECT_EQ(no_name.exit_code, kExitUsage);
+}
+
+TEST_F(CliTest, UnreachableServerIsARefusal) {
+  WriteConnectionFiles();
+  CliRun attest = Run(Concat({"attest", "--json"}, Connection()));
+  EXPECT_EQ(attest.exit_code, kExitRefused);
+  EXPECT_THAT(attest.err, HasSubstr("cannot reach cloisterd at 127.0.0.1:1"));
+  EXPECT_EQ(attest.out, "");
+
+  std::string input = WriteNpy("in.npy", NpyArray{"UINT8", {3}, Bytes{1, 2, 3}});
+  CliRun infer = Run(Concat({"infer", "--model", "m", "--input", "x=" + input}, Connection()));
+  EXPECT_EQ(infer.exit_code, kExitRefused);
+  EXPECT_THAT(infer.err, HasSubstr("cannot reach cloisterd"));
+}
+
+TEST(CliFormatTest, SanitizesOutputNames) {
+  EXPECT_EQ(SanitizeOutputName("logits"), "logits");
+  EXPECT_EQ(SanitizeOutputName("Plus214_Output_0"), "Plus214_Output_0");
+  EXPECT_EQ(SanitizeOutputName("a/b"), "a_b");
+  EXPECT_EQ(SanitizeOutputName("../../etc/passwd"), "___.._etc_passwd");
+  EXPECT_EQ(SanitizeOutputName(".hidden"), "_hidden");
+  EXPECT_EQ(SanitizeOutputName(".."), "__");
+  EXPECT_EQ(SanitizeOutputName("out:0 x"), "out_0_x");
+  EXPECT_EQ(SanitizeOutputName(""), "output");
+  EXPECT_EQ(SanitizeOutputName("v1.2-final"), "v1.2-final");
+}
+
+cloister::api::v1::Tensor MakeTensor(const std::string& datatype, std::vector<int64_t> shape,
+                                     Bytes raw) {
+  return ToTensor("t", NpyArray{datatype, std::move(shape), std::move(raw)});
+}
+
+template <typename T>
+Bytes RawOf(std::initializer_list<T> values) {
+  Bytes raw;
+  for (T value : values) {
+    uint8_t bytes[sizeof(T)];
+    std::memcpy(bytes, &value, sizeof(T));
+    raw.insert(raw.end(), bytes, bytes + sizeof(T));
+  }
+  return raw;
+}
+
+TEST(CliFormatTest, TensorsToJson) {
+  auto fp32 = TensorToJson(MakeTensor("FP32", {2, 2}, RawOf<float>({1.5f, -2.f, 0.1f, 1e30f})));
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_EQ(*fp32,
+            "{\"name\":\"t\",\"datatype\":\"FP32\",\"shape\":[2,2],"
+            "\"data\":[1.5,-2,0.100000001,1.00000002e+30]}");
+
+  auto fp64 = TensorToJson(MakeTensor("FP64", {2}, RawOf<double>({0.1, -0.0})));
+  ASSERT_TRUE(fp64.ok());
+  EXPECT_THAT(*fp64, HasSubstr("\"data\":[0.10000000000000001,-0]"));
+
+  // FP16: 1.0, -2.0, the smallest subnormal, +infinity, NaN.
+  auto fp16 = TensorToJson(
+      MakeTensor("FP16", {5}, RawOf<uint16_t>({0x3c00, 0xc000, 0x0001, 0x7c00, 0x7e00})));
+  ASSERT_TRUE(fp16.ok());
+  EXPECT_THAT(*fp16, HasSubstr("\"data\":[1,-2,5.9605e-08,null,null]"));
+
+  auto int64 = TensorToJson(
+      MakeTensor("INT64", {2}, RawOf<int64_t>({std::numeric_limits<int64_t>::min(), 42})));
+  ASSERT_TRUE(int64.ok());
+  EXPECT_THAT(*int64, HasSubstr("\"data\":[-9223372036854775808,42]"));
+
+  auto uint64 = TensorToJson(
+      MakeTensor("UINT64", {1}, RawOf<uint64_t>({std::numeric_limits<uint64_t>::max()})));
+  ASSERT_TRUE(uint64.ok());
+  EXPECT_THAT(*uint64, HasSubstr("\"data\":[18446744073709551615]"));
+
+  auto small = TensorToJson(MakeTensor("INT8", {3}, Bytes{0xff, 0x7f, 0x80}));
+  ASSERT_TRUE(small.ok());
+  EXPECT_THAT(*small, HasSubstr("\"data\":[-1,127,-128]"));
+
+  auto boolean = TensorToJson(MakeTensor("BOOL", {1, 2}, Bytes{1, 0}));
+  ASSERT_TRUE(boolean.ok());
+  EXPECT_THAT(*boolean, HasSubstr("\"shape\":[1,2],\"data\":[true,false]"));
+
+  auto scalar = TensorToJson(MakeTensor("UINT16", {}, RawOf<uint16_t>({65535})));
+  ASSERT_TRUE(scalar.ok());
+  EXPECT_THAT(*scalar, HasSubstr("\"shape\":[],\"data\":[65535]"));
+
+  cloister::api::v1::Tensor named = MakeTensor("INT32", {0}, {});
+  named.set_name("we\"ird\n");
+  auto escaped = TensorToJson(named);
+  ASSERT_TRUE(escaped.ok());
+  EXPECT_EQ(*escaped,
+            "{\"name\":\"we\\\"ird\\n\",\"datatype\":\"INT32\",\"shape\":[0],\"data\":[]}");
+
+  EXPECT_FALSE(TensorToJson(MakeTensor("FP32", {2}, Bytes(7))).ok());
+}
+
+}  // namespace
+}  // namespace cloister::sdk

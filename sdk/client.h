@@ -1,0 +1,143 @@
+// The tenant client: attests the enclave behind a `cloisterd`, opens an end-to-end encrypted
+// session to it (docs/PROTOCOL.md sections 2 and 3), and uploads models, lists and deletes
+// them and runs inference through that session (sections 4 and 5). The host relays only
+// ciphertext; every reply is a sealed ReplyEnvelope, so errors come from the enclave itself
+// and a non-OK code in it becomes an absl::Status with that code and message.
+//
+// Connection: gRPC over an insecure channel for now (meant for loopback and development; the
+// session is encrypted end to end regardless, but the API token travels in the clear).
+//
+// Threading: a Client is thread-safe. Several threads may call Infer (and the other methods)
+// at once; sealing and opening take a short lock, the RPCs themselves run unlocked, and
+// replies may arrive in any order. A session that is about to expire (time or message
+// limit) is replaced by a new one, after attesting again, before the next call.
+// Ownership: the Client owns its gRPC channel, identity key and session keys.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "attest/policy.h"
+#include "attest/verifier.h"
+#include "base/bytes.h"
+#include "base/clock.h"
+#include "cloister/api/v1/api.grpc.pb.h"
+#include "cloister/api/v1/api.pb.h"
+#include "cloister/attest/v1/evidence.pb.h"
+#include "crypto/channel.h"
+#include "sdk/identity.h"
+
+namespace cloister::sdk {
+
+inline constexpr char kDefaultServer[] = "127.0.0.1:7700";
+// Ciphertext bytes per UploadModel data message.
+inline constexpr size_t kUploadMessageSize = size_t{1} << 20;
+
+struct ClientOptions {
+  std::string server = kDefaultServer;  // host:port of cloisterd
+  std::string tenant_id;
+  std::string token;  // the tenant's API token (not a file name)
+
+  // The attestation policy: `policy` when set, otherwise the file at `policy_path`.
+  std::optional<cloister::attest::v1::Policy> policy;
+  std::string policy_path;
+
+  // The identity key: `identity` when set, otherwise the file at `identity_key_path`.
+  // Attest() needs neither.
+  std::shared_ptr<const TenantIdentity> identity;
+  std::string identity_key_path;
+
+  // Ask for hardware evidence collected over our own nonce (slow) instead of the enclave's
+  // cached evidence countersigned over our nonce (fast). Implied when the policy sets
+  // require_fresh_evidence.
+  bool fresh_evidence = false;
+  // Deadline for each unary RPC (and the scheduling deadline sent with Infer).
+  absl::Duration call_timeout = absl::Seconds(60);
+  // The time attestation is checked at; nullptr means the real clock. Not owned.
+  const Clock* clock = nullptr;
+};
+
+// Called after each upload message with the ciphertext bytes sent so far and in total.
+using UploadProgress = std::function<void(uint64_t sent_size, uint64_t total_size)>;
+
+// Only attests: fetches evidence with a fresh random nonce and verifies it against the
+// policy. Returns the verdict whether it passes or fails; an error status means no verdict
+// could be reached: InvalidArgument/NotFound for a bad policy file, the gRPC error when
+// cloisterd cannot be reached or refuses the call, FailedPrecondition("attestation failed:
+// ...") when the evidence cannot even be parsed.
+absl::StatusOr<attest::Verdict> Attest(const ClientOptions& options);
+
+class Client {
+ public:
+  // Attests and opens a session. FailedPrecondition("attestation failed: <failed checks>")
+  // when the verdict is fail; `verdict_out`, when given, receives the verdict whenever
+  // verification ran (pass or fail). Other errors: the identity key or policy cannot be
+  // loaded, cloisterd is unreachable or refuses (its gRPC status), or the enclave refuses
+  // the session.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options,
+                                                         attest::Verdict* verdict_out = nullptr);
+  ~Client();
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The verdict of the most recent attestation: the one that admitted the current session,
+  // or, when replacing an expiring session failed attestation, that failing verdict.
+  attest::Verdict verdict() const;
+  const std::string& tenant_id() const { return options_.tenant_id; }
+  const Bytes& identity_public_key() const { return identity_->public_key(); }
+  // The current session id (16 bytes).
+  Bytes session_id() const;
+
+  // Encrypts the model file at `path` with a fresh key and uploads it under `name`; the
+  // enclave decrypts, checks and loads it and answers with its description. NotFound or
+  // PermissionDenied when the file cannot be read, InvalidArgument for an empty name, the
+  // enclave's status when it refuses the model.
+  absl::StatusOr<cloister::api::v1::ModelInfo> UploadModel(const std::string& path,
+                                                           const std::string& name,
+                                                           const UploadProgress& progress = {});
+  // The models this identity owns.
+  absl::StatusOr<std::vector<cloister::api::v1::ModelInfo>> ListModels();
+  // Deletes a model this identity owns (NotFound from the enclave when there is none).
+  absl::Status DeleteModel(const std::string& name);
+  // Runs `name` on `inputs`; `outputs` names the outputs wanted (empty: all of them).
+  absl::StatusOr<std::vector<cloister::api::v1::Tensor>> Infer(
+      const std::string& name, std::vector<cloister::api::v1::Tensor> inputs,
+      const std::vector<std::string>& outputs = {});
+
+ private:
+  struct Session;
+  Client(ClientOptions options, std::shared_ptr<const TenantIdentity> identity,
+         cloister::attest::v1::Policy policy,
+         std::unique_ptr<cloister::api::v1::Cloister::Stub> stub);
+
+  // Attests and opens a new session; stores the verdict even when attestation fails.
+  absl::StatusOr<std::shared_ptr<Session>> OpenSession(attest::Verdict* verdict_out);
+  // The current session, replaced first when it is expired or about to be.
+  absl::StatusOr<std::shared_ptr<Session>> CurrentSession();
+  // Seals `request`, runs one unary RPC and opens the sealed ReplyEnvelope into `reply`.
+  absl::Status SealedUnaryCall(crypto::MessageKind kind, const std::string& model_handle,
+                               const google::protobuf::Message& request,
+                               google::protobuf::Message& reply);
+
+  const ClientOptions options_;
+  const std::shared_ptr<const TenantIdentity> identity_;
+  const cloister::attest::v1::Policy policy_;
+  const std::unique_ptr<cloister::api::v1::Cloister::Stub> stub_;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  attest::Verdict verdict_ ABSL_GUARDED_BY(mu_);
+  // Serializes session replacement so concurrent callers attest once, not once each.
+  absl::Mutex reopen_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+};
+
+}  // namespace cloister::sdk
