@@ -1,0 +1,27 @@
+// The enclave side of the host <-> enclave boundary: reads frames from the host's socket,
+// parses each once into a HostToEnclave (this is the only code that touches host bytes),
+// runs it on a small pool of threads so a long batch does not hold up other calls, and
+// writes each reply as one frame with the call's id.
+//
+// Thread-safe: Serve() owns the socket; replies are written under a mutex.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cloister/boundary/v1/boundary.pb.h"
+
+namespace cloister::enclave {
+
+using CallHandler =
+    std::function<boundary::v1::EnclaveToHost(const boundary::v1::HostToEnclave&)>;
+
+// Parses one frame from the host. InvalidArgument for bytes that are not a HostToEnclave.
+absl::StatusOr<boundary::v1::HostToEnclave> ParseHostFrame(const std::string& frame);
+
+// Serves calls on `fd` until the host closes it (returns OK) or the socket fails.
+absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads);
+
+}  // namespace cloister::enclave

@@ -1,0 +1,497 @@
+#include "enclave/enclave.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "attest/binding.h"
+#include "attest/policy.h"
+#include "attest/sim/sim_tee.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "crypto/hpke.h"
+#include "crypto/keys.h"
+#include "crypto/model_handle.h"
+#include "crypto/random.h"
+
+namespace cloister::enclave {
+
+using boundary::v1::EnclaveToHost;
+using boundary::v1::HostToEnclave;
+
+namespace {
+
+constexpr size_t kNonceSize = 32;
+constexpr size_t kMaxBatchItems = 1024;
+constexpr size_t kMaxFreshDigests = 64;
+constexpr uint64_t kMaxTensorSize = uint64_t{1} << 31;
+
+void SetStatus(EnclaveToHost& reply, const absl::Status& status) {
+  reply.mutable_status()->set_code(static_cast<int>(status.code()));
+  reply.mutable_status()->set_message(std::string(status.message()));
+}
+
+// Converts one request tensor to a runtime tensor, checking every size the client gave.
+absl::StatusOr<runtime::Tensor> FromProto(const api::v1::Tensor& proto) {
+  auto dtype = runtime::DataTypeFromKServe(proto.datatype());
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", proto.name(), "': unsupported datatype '", proto.datatype(), "'"));
+  }
+  if (proto.shape_size() > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", proto.name(), "': rank over 16"));
+  }
+  std::vector<int64_t> shape;
+  uint64_t count = 1;
+  for (int64_t d : proto.shape()) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", proto.name(), "': negative dimension"));
+    }
+    if (d != 0 && count > kMaxTensorSize / static_cast<uint64_t>(d)) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", proto.name(), "': shape too large"));
+    }
+    count *= static_cast<uint64_t>(d);
+    shape.push_back(d);
+  }
+  uint64_t size = count * runtime::ElementSize(*dtype);
+  if (size != proto.raw().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", proto.name(), "': shape needs ", size,
+                                                   " bytes but ", proto.raw().size(), " were sent"));
+  }
+  ASSIGN_OR_RETURN(runtime::Tensor tensor, runtime::Tensor::Create(*dtype, shape));
+  if (size > 0) std::memcpy(tensor.raw_data(), proto.raw().data(), size);
+  return tensor;
+}
+
+void ToProto(const std::string& name, const runtime::Tensor& tensor, api::v1::Tensor* proto) {
+  proto->set_name(name);
+  proto->set_datatype(std::string(runtime::KServeName(tensor.dtype())));
+  for (int64_t d : tensor.shape()) proto->add_shape(d);
+  proto->set_raw(static_cast<const char*>(tensor.raw_data()), tensor.size());
+}
+
+using NamedTensors = std::vector<std::pair<std::string, runtime::Tensor>>;
+
+// Rows [begin, begin+rows) of `tensor` along axis 0.
+absl::StatusOr<runtime::Tensor> SliceRows(const runtime::Tensor& tensor, int64_t begin, int64_t rows) {
+  std::vector<int64_t> shape = tensor.shape();
+  int64_t total = shape[0];
+  shape[0] = rows;
+  ASSIGN_OR_RETURN(runtime::Tensor out, runtime::Tensor::Create(tensor.dtype(), shape));
+  size_t row_size = total == 0 ? 0 : tensor.size() / total;
+  if (out.size() > 0) {
+    std::memcpy(out.raw_data(), static_cast<const uint8_t*>(tensor.raw_data()) + begin * row_size,
+                rows * row_size);
+  }
+  return out;
+}
+
+// True when every request has the same input names, types and shapes except along axis 0,
+// so the requests can run as one batch.
+bool SameRowShapes(const std::vector<NamedTensors>& requests) {
+  const NamedTensors& first = requests[0];
+  for (const auto& [name, tensor] : first) {
+    if (tensor.rank() == 0) return false;
+  }
+  for (size_t r = 1; r < requests.size(); ++r) {
+    const NamedTensors& other = requests[r];
+    if (other.size() != first.size()) return false;
+    for (size_t i = 0; i < first.size(); ++i) {
+      const auto& a = first[i].second;
+      const auto& b = other[i].second;
+      if (first[i].first != other[i].first || a.dtype() != b.dtype() || a.rank() != b.rank()) return false;
+      for (int d = 1; d < a.rank(); ++d) {
+        if (a.dim(d) != b.dim(d)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options) {
+  std::unique_ptr<Enclave> enclave(new Enclave());
+  enclave->options_ = std::move(options);
+  EnclaveOptions& opts = enclave->options_;
+  if (opts.measurement.size() != 48) return absl::InvalidArgumentError("measurement must be 48 bytes");
+
+  RETURN_IF_ERROR(attest::EnsureSimRoots(opts.sim_dir));
+  if (!opts.dev_policy_out.empty()) {
+    RETURN_IF_ERROR(attest::WriteDevPolicy(opts.dev_policy_out, opts.sim_dir, opts.measurement));
+  }
+
+  crypto::X25519KeyPair hpke = crypto::GenerateX25519();
+  crypto::Ed25519KeyPair signing = crypto::GenerateEd25519();
+  enclave->keys_.hpke_private_key = std::move(hpke.private_key);
+  enclave->keys_.hpke_public_key = hpke.public_key;
+  enclave->keys_.signing_seed = std::move(signing.seed);
+  enclave->keys_.signing_public_key = signing.public_key;
+
+  ASSIGN_OR_RETURN(enclave->collector_, attest::MakeSimCollector(opts.sim_dir, opts.measurement));
+  Bytes nonce = crypto::RandomBytes(kNonceSize);
+  ASSIGN_OR_RETURN(auto bundle, enclave->collector_->Collect(nonce, enclave->keys_.hpke_public_key,
+                                                              enclave->keys_.signing_public_key));
+  bundle.set_collected_at_unix(absl::ToUnixSeconds(opts.clock->Now()));
+  enclave->evidence_ = bundle.SerializeAsString();
+  enclave->evidence_digest_ = attest::EvidenceDigest(enclave->evidence_);
+  enclave->evidence_digest_hex_ = HexEncode(enclave->evidence_digest_);
+
+  ASSIGN_OR_RETURN(SecretBytes sealing_key,
+                   attest::SimSealingKey(opts.sim_dir, opts.measurement,
+                                         AsBytes("cloister/v1 model sealing")));
+  enclave->sessions_ =
+      std::make_unique<SessionManager>(&enclave->keys_, opts.clock, opts.session_limits);
+  enclave->models_ = std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options,
+                                                  opts.model_limits);
+  Log(LogLevel::kInfo, "enclave_ready",
+      {{"measurement", HexEncode(opts.measurement)}, {"evidence", enclave->evidence_digest_hex_}});
+  return enclave;
+}
+
+EnclaveToHost Enclave::Handle(const HostToEnclave& call) {
+  EnclaveToHost reply;
+  reply.set_call_id(call.call_id());
+  absl::Status status;
+  switch (call.call_case()) {
+    case HostToEnclave::kGetEvidence: {
+      auto r = GetEvidence(call.get_evidence());
+      if (r.ok()) *reply.mutable_get_evidence() = std::move(*r);
+      status = r.status();
+      break;
+    }
+    case HostToEnclave::kOpenSession: {
+      auto r = OpenSession(call.open_session());
+      if (r.ok()) *reply.mutable_open_session() = std::move(*r);
+      status = r.status();
+      break;
+    }
+    case HostToEnclave::kLoadModel: {
+      auto r = LoadModel(call.load_model());
+      if (r.ok()) *reply.mutable_load_model() = std::move(*r);
+      status = r.status();
+      break;
+    }
+    case HostToEnclave::kReloadModel: {
+      const auto& reload = call.reload_model();
+      status = models_->Reload(reload.model_handle(), AsBytes(reload.wrapped_model_key()),
+                               AsBytes(reload.model_ciphertext()));
+      if (status.ok()) reply.mutable_reload_model();
+      break;
+    }
+    case HostToEnclave::kListModels: {
+      auto r = ListModels(call.list_models());
+      if (r.ok()) *reply.mutable_list_models() = std::move(*r);
+      status = r.status();
+      break;
+    }
+    case HostToEnclave::kDeleteModel: {
+      auto r = DeleteModel(call.delete_model());
+      if (r.ok()) *reply.mutable_delete_model() = std::move(*r);
+      status = r.status();
+      break;
+    }
+    case HostToEnclave::kInferBatch: {
+      auto r = InferBatch(call.infer_batch());
+      if (r.ok()) *reply.mutable_infer_batch() = std::move(*r);
+      status = r.status();
+      break;
+    }
+    case HostToEnclave::CALL_NOT_SET:
+      status = absl::InvalidArgumentError("boundary call carries no known call");
+      break;
+  }
+  SetStatus(reply, status);
+  if (!status.ok()) {
+    Log(LogLevel::kWarning, "call_refused",
+        {{"call", static_cast<int>(call.call_case())},
+         {"code", absl::StatusCodeToString(status.code())},
+         {"reason", std::string(status.message())}});
+  }
+  return reply;
+}
+
+absl::StatusOr<boundary::v1::GetEvidenceResult> Enclave::GetEvidence(
+    const boundary::v1::GetEvidenceCall& call) {
+  if (call.nonce().size() != kNonceSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("evidence nonce is ", call.nonce().size(), " bytes, not 32"));
+  }
+  attest::v1::ChallengeResponse response;
+  if (call.fresh()) {
+    ASSIGN_OR_RETURN(auto bundle, collector_->Collect(AsBytes(call.nonce()), keys_.hpke_public_key,
+                                                      keys_.signing_public_key));
+    bundle.set_collected_at_unix(absl::ToUnixSeconds(options_.clock->Now()));
+    std::string serialized = bundle.SerializeAsString();
+    Bytes digest = attest::EvidenceDigest(serialized);
+    {
+      std::lock_guard<std::mutex> lock(fresh_mu_);
+      fresh_digests_.push_back(digest);
+      while (fresh_digests_.size() > kMaxFreshDigests) fresh_digests_.pop_front();
+    }
+    response.set_bundle(std::move(serialized));
+    response.set_fresh(true);
+    ASSIGN_OR_RETURN(Bytes signature,
+                     crypto::Ed25519Sign(keys_.signing_seed.span(),
+                                         attest::ChallengeMessage(digest, AsBytes(call.nonce()))));
+    response.set_nonce_signature(ToString(signature));
+  } else {
+    response.set_bundle(evidence_);
+    ASSIGN_OR_RETURN(Bytes signature,
+                     crypto::Ed25519Sign(keys_.signing_seed.span(),
+                                         attest::ChallengeMessage(evidence_digest_,
+                                                                  AsBytes(call.nonce()))));
+    response.set_nonce_signature(ToString(signature));
+  }
+  boundary::v1::GetEvidenceResult result;
+  result.set_challenge_response(response.SerializeAsString());
+  return result;
+}
+
+bool Enclave::IsKnownEvidence(ByteSpan digest) {
+  if (ConstantTimeEquals(digest, evidence_digest_)) return true;
+  std::lock_guard<std::mutex> lock(fresh_mu_);
+  for (const Bytes& d : fresh_digests_) {
+    if (ConstantTimeEquals(digest, d)) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<boundary::v1::OpenSessionResult> Enclave::OpenSession(
+    const boundary::v1::OpenSessionCall& call) {
+  if (!IsKnownEvidence(AsBytes(call.evidence_digest()))) {
+    return absl::FailedPreconditionError(
+        "open session: evidence digest is not this enclave's current evidence; attest again");
+  }
+  return sessions_->Open(call.tenant_id(), AsBytes(call.hpke_enc()), AsBytes(call.sealed_hello()),
+                         AsBytes(call.evidence_digest()));
+}
+
+absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
+    const boundary::v1::LoadModelCall& call) {
+  const auto& item = call.request();
+  ASSIGN_OR_RETURN(auto opened,
+                   sessions_->OpenItem(item, crypto::MessageKind::kLoadModel, call.tenant_id()));
+  boundary::v1::LoadModelResult result;
+  api::v1::LoadModelRequest request;
+  absl::StatusOr<ModelStore::LoadResult> loaded =
+      absl::InvalidArgumentError("malformed load request");
+  if (request.ParseFromArray(opened.plaintext.data(), static_cast<int>(opened.plaintext.size()))) {
+    loaded = models_->Load(opened.session->identity_public_key(), item.model_handle(), request,
+                           AsBytes(call.model_ciphertext()));
+  }
+  SecureWipe(opened.plaintext.data(), opened.plaintext.size());
+  if (!request.model_key().empty()) {
+    SecureWipe(request.mutable_model_key()->data(), request.model_key().size());
+  }
+  api::v1::ReplyEnvelope envelope;
+  if (loaded.ok()) {
+    api::v1::LoadModelReply body;
+    *body.mutable_model() = loaded->info;
+    envelope = MakeEnvelope(absl::OkStatus(), body.SerializeAsString());
+    result.set_wrapped_model_key(ToString(loaded->wrapped_key));
+    Log(LogLevel::kInfo, "model_loaded", {{"tenant", call.tenant_id()}, {"handle", item.model_handle()}});
+  } else {
+    // Sealed to the client with the reason; no wrapped key, so the host stores nothing.
+    envelope = MakeEnvelope(loaded.status());
+  }
+  *result.mutable_reply() =
+      sessions_->SealReply(*opened.session, item, crypto::MessageKind::kLoadModel, envelope);
+  return result;
+}
+
+absl::StatusOr<boundary::v1::SealedCallResult> Enclave::ListModels(
+    const boundary::v1::SealedCallMessage& call) {
+  ASSIGN_OR_RETURN(auto opened, sessions_->OpenItem(call.request(), crypto::MessageKind::kListModels,
+                                                    call.tenant_id()));
+  api::v1::ListModelsReply body;
+  for (auto& info : models_->List(opened.session->identity_public_key())) {
+    *body.add_models() = std::move(info);
+  }
+  boundary::v1::SealedCallResult result;
+  *result.mutable_reply() =
+      sessions_->SealReply(*opened.session, call.request(), crypto::MessageKind::kListModels,
+                           MakeEnvelope(absl::OkStatus(), body.SerializeAsString()));
+  return result;
+}
+
+absl::StatusOr<boundary::v1::SealedCallResult> Enclave::DeleteModel(
+    const boundary::v1::SealedCallMessage& call) {
+  ASSIGN_OR_RETURN(auto opened, sessions_->OpenItem(call.request(),
+                                                    crypto::MessageKind::kDeleteModel,
+                                                    call.tenant_id()));
+  api::v1::DeleteModelRequest request;
+  boundary::v1::SealedCallResult result;
+  absl::Status status;
+  if (!request.ParseFromArray(opened.plaintext.data(), static_cast<int>(opened.plaintext.size()))) {
+    status = absl::InvalidArgumentError("malformed delete request");
+  } else {
+    auto handle = models_->Delete(request.name(), opened.session->identity_public_key());
+    status = handle.status();
+    if (handle.ok()) {
+      result.set_model_deleted(true);
+      result.set_deleted_handle(*handle);
+      Log(LogLevel::kInfo, "model_deleted", {{"tenant", call.tenant_id()}, {"handle", *handle}});
+    }
+  }
+  *result.mutable_reply() =
+      sessions_->SealReply(*opened.session, call.request(), crypto::MessageKind::kDeleteModel,
+                           MakeEnvelope(status, api::v1::DeleteModelReply().SerializeAsString()));
+  return result;
+}
+
+absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
+    const boundary::v1::InferBatchCall& call) {
+  if (call.items_size() == 0) return absl::InvalidArgumentError("empty inference batch");
+  if (static_cast<size_t>(call.items_size()) > kMaxBatchItems) {
+    return absl::InvalidArgumentError(absl::StrCat("batch of ", call.items_size(),
+                                                   " requests exceeds ", kMaxBatchItems));
+  }
+  // A batch holds one tenant's requests for one model: refuse the whole batch otherwise.
+  for (const auto& item : call.items()) {
+    if (item.model_handle() != call.model_handle()) {
+      return absl::InvalidArgumentError("refused: batch mixes requests for different models");
+    }
+    auto session = sessions_->Find(AsBytes(item.session_id()));
+    if (session.ok() && (*session)->tenant_id() != call.tenant_id()) {
+      return absl::PermissionDeniedError("refused: batch mixes requests of different tenants");
+    }
+  }
+  absl::Time start = absl::Now();
+  const size_t count = call.items_size();
+  boundary::v1::InferBatchResult result;
+  std::vector<boundary::v1::SealedReplyItem> replies(count);
+  std::vector<std::shared_ptr<Session>> sessions(count);
+  std::vector<absl::Status> outcome(count);
+  std::vector<NamedTensors> inputs(count);
+  std::vector<std::vector<std::string>> requested(count);
+  std::shared_ptr<const StoredModel> model;
+
+  for (size_t i = 0; i < count; ++i) {
+    const auto& item = call.items(i);
+    auto opened = sessions_->OpenItem(item, crypto::MessageKind::kInfer, call.tenant_id());
+    if (!opened.ok()) {
+      // Not sealed: the session or message did not authenticate, so there is no key to
+      // answer under. The host relays this status.
+      replies[i].set_request_id(item.request_id());
+      replies[i].mutable_status()->set_code(static_cast<int>(opened.status().code()));
+      replies[i].mutable_status()->set_message(std::string(opened.status().message()));
+      outcome[i] = opened.status();
+      continue;
+    }
+    sessions[i] = opened->session;
+    auto found = models_->Get(call.model_handle(), sessions[i]->identity_public_key());
+    api::v1::InferRequestPayload payload;
+    if (!found.ok()) {
+      outcome[i] = found.status();
+    } else if (!payload.ParseFromArray(opened->plaintext.data(),
+                                       static_cast<int>(opened->plaintext.size()))) {
+      outcome[i] = absl::InvalidArgumentError("malformed inference request");
+    } else {
+      model = *found;
+      for (const auto& t : payload.inputs()) {
+        auto tensor = FromProto(t);
+        if (!tensor.ok()) {
+          outcome[i] = tensor.status();
+          break;
+        }
+        inputs[i].emplace_back(t.name(), std::move(*tensor));
+      }
+      requested[i].assign(payload.outputs().begin(), payload.outputs().end());
+    }
+    SecureWipe(opened->plaintext.data(), opened->plaintext.size());
+  }
+
+  // Run: all valid requests with the same row shapes together, otherwise one by one.
+  std::vector<size_t> runnable;
+  for (size_t i = 0; i < count; ++i) {
+    if (sessions[i] && outcome[i].ok()) runnable.push_back(i);
+  }
+  std::vector<NamedTensors> outputs(count);
+  bool batched = false;
+  if (runnable.size() > 1) {
+    std::vector<NamedTensors> group;
+    for (size_t i : runnable) group.push_back(std::move(inputs[i]));
+    bool same_requested = true;
+    for (size_t i : runnable) same_requested &= requested[i] == requested[runnable[0]];
+    if (same_requested && SameRowShapes(group)) {
+      // Concatenate along axis 0.
+      NamedTensors merged;
+      std::vector<int64_t> rows;
+      for (const auto& g : group) rows.push_back(g[0].second.dim(0));
+      int64_t total_rows = 0;
+      for (int64_t r : rows) total_rows += r;
+      bool ok = true;
+      for (size_t k = 0; k < group[0].size() && ok; ++k) {
+        std::vector<int64_t> shape = group[0][k].second.shape();
+        shape[0] = total_rows;
+        auto merged_tensor = runtime::Tensor::Create(group[0][k].second.dtype(), shape);
+        if (!merged_tensor.ok()) {
+          ok = false;
+          break;
+        }
+        size_t offset = 0;
+        for (const auto& g : group) {
+          const auto& t = g[k].second;
+          if (t.size() > 0) std::memcpy(static_cast<uint8_t*>(merged_tensor->raw_data()) + offset, t.raw_data(), t.size());
+          offset += t.size();
+        }
+        merged.emplace_back(group[0][k].first, std::move(*merged_tensor));
+      }
+      if (ok) {
+        auto run = model->model->Run(merged, requested[runnable[0]]);
+        if (run.ok()) {
+          bool splittable = true;
+          for (const auto& [name, t] : *run) splittable &= t.rank() > 0 && t.dim(0) == total_rows;
+          if (splittable) {
+            int64_t begin = 0;
+            for (size_t g = 0; g < runnable.size() && splittable; ++g) {
+              for (const auto& [name, t] : *run) {
+                auto part = SliceRows(t, begin, rows[g]);
+                if (!part.ok()) {
+                  splittable = false;
+                  break;
+                }
+                outputs[runnable[g]].emplace_back(name, std::move(*part));
+              }
+              begin += rows[g];
+            }
+            batched = splittable;
+          }
+        }
+      }
+    }
+    // Put the inputs back for the one-by-one path.
+    for (size_t g = 0; g < runnable.size(); ++g) inputs[runnable[g]] = std::move(group[g]);
+    if (!batched) {
+      for (size_t i : runnable) outputs[i].clear();
+    }
+  }
+  if (!batched) {
+    for (size_t i : runnable) {
+      auto run = model->model->Run(inputs[i], requested[i]);
+      if (run.ok()) {
+        outputs[i] = std::move(*run);
+      } else {
+        outcome[i] = run.status();
+      }
+    }
+  }
+
+  for (size_t i = 0; i < count; ++i) {
+    if (!sessions[i]) continue;
+    std::string body;
+    if (outcome[i].ok()) {
+      api::v1::InferReplyPayload reply_payload;
+      for (const auto& [name, tensor] : outputs[i]) ToProto(name, tensor, reply_payload.add_outputs());
+      body = reply_payload.SerializeAsString();
+    }
+    replies[i] = sessions_->SealReply(*sessions[i], call.items(i), crypto::MessageKind::kInfer,
+                                      MakeEnvelope(outcome[i], body));
+    SecureWipe(body.data(), body.size());
+  }
+  for (auto& reply : replies) *result.add_replies() = std::move(reply);
+  result.set_execution_ns(absl::ToInt64Nanoseconds(absl::Now() - start));
+  return result;
+}
+
+}  // namespace cloister::enclave

@@ -1,0 +1,72 @@
+// The trusted enclave worker's request handler: one Handle() per boundary call
+// (docs/PROTOCOL.md). It owns the enclave's keys, its attested evidence, the sessions and the
+// model store, and re-checks everything the host hands in: that sessions belong to the tenant
+// the host names, that a batch holds one tenant's requests for one model, sizes and sequence
+// numbers. Bad input gets an error and changes nothing.
+//
+// Thread-safe: Handle() may run on several threads at once.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "attest/collector.h"
+#include "base/clock.h"
+#include "cloister/boundary/v1/boundary.pb.h"
+#include "enclave/models/model_store.h"
+#include "enclave/session/session_manager.h"
+
+#if defined(CLOISTER_HOST_SIDE)
+#error "enclave/ headers must not be included by host/ code: use EnclaveClient and the boundary protocol"
+#endif
+
+namespace cloister::enclave {
+
+struct EnclaveOptions {
+  std::string sim_dir;             // simulated TEE roots and device keys
+  std::string dev_policy_out;      // when set, write the development policy here
+  Bytes measurement;               // SHA-384 of this enclave binary
+  runtime::LoadOptions load_options;
+  SessionLimits session_limits;
+  ModelStoreLimits model_limits;
+  Clock* clock = Clock::Real();
+};
+
+class Enclave {
+ public:
+  // Generates the enclave keys, collects evidence over a fresh nonce, derives the sealing key.
+  static absl::StatusOr<std::unique_ptr<Enclave>> Create(EnclaveOptions options);
+
+  boundary::v1::EnclaveToHost Handle(const boundary::v1::HostToEnclave& call);
+
+  const std::string& evidence_digest_hex() const { return evidence_digest_hex_; }
+
+ private:
+  Enclave() = default;
+
+  absl::StatusOr<boundary::v1::GetEvidenceResult> GetEvidence(const boundary::v1::GetEvidenceCall&);
+  absl::StatusOr<boundary::v1::OpenSessionResult> OpenSession(const boundary::v1::OpenSessionCall&);
+  absl::StatusOr<boundary::v1::LoadModelResult> LoadModel(const boundary::v1::LoadModelCall&);
+  absl::StatusOr<boundary::v1::SealedCallResult> ListModels(const boundary::v1::SealedCallMessage&);
+  absl::StatusOr<boundary::v1::SealedCallResult> DeleteModel(const boundary::v1::SealedCallMessage&);
+  absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(const boundary::v1::InferBatchCall&);
+
+  bool IsKnownEvidence(ByteSpan digest);
+
+  EnclaveOptions options_;
+  EnclaveKeys keys_;
+  std::unique_ptr<attest::EvidenceCollector> collector_;
+  std::string evidence_;  // serialized EvidenceBundle over the enclave's own nonce
+  Bytes evidence_digest_;
+  std::string evidence_digest_hex_;
+  std::mutex fresh_mu_;
+  std::deque<Bytes> fresh_digests_ ABSL_GUARDED_BY(fresh_mu_);  // recent fresh evidence
+  std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<ModelStore> models_;
+};
+
+}  // namespace cloister::enclave

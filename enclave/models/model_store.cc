@@ -1,0 +1,249 @@
+#include "enclave/models/model_store.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "crypto/aead.h"
+#include "crypto/chunked.h"
+#include "crypto/hash.h"
+#include "crypto/model_handle.h"
+#include "crypto/random.h"
+
+namespace cloister::enclave {
+namespace {
+
+constexpr std::string_view kWrapLabel = "cloister/v1 wrapped model key";
+
+Bytes WrapAad(const std::string& handle) {
+  Bytes aad = ToBytes(kWrapLabel);
+  AppendLengthPrefixed(aad, AsBytes(handle));
+  return aad;
+}
+
+// Reads a 4-byte big-endian length-prefixed field from `in` at `pos`.
+absl::StatusOr<ByteSpan> ReadField(ByteSpan in, size_t& pos) {
+  if (in.size() - pos < 4) return absl::DataLossError("wrapped model key is truncated");
+  uint32_t size = uint32_t{in[pos]} << 24 | in[pos + 1] << 16 | in[pos + 2] << 8 | in[pos + 3];
+  pos += 4;
+  if (in.size() - pos < size) return absl::DataLossError("wrapped model key is truncated");
+  ByteSpan field = in.subspan(pos, size);
+  pos += size;
+  return field;
+}
+
+std::string DataTypeName(runtime::DataType type) { return std::string(runtime::KServeName(type)); }
+
+api::v1::ModelInfo DescribeModel(const StoredModel& model) {
+  api::v1::ModelInfo info;
+  info.set_name(model.name);
+  info.set_handle(model.handle);
+  info.set_size(model.size);
+  for (const auto& spec : model.model->inputs()) {
+    auto* t = info.add_inputs();
+    t->set_name(spec.name);
+    t->set_datatype(DataTypeName(spec.dtype));
+    for (int64_t d : spec.shape) t->add_shape(d);
+  }
+  for (const auto& spec : model.model->outputs()) {
+    auto* t = info.add_outputs();
+    t->set_name(spec.name);
+    t->set_datatype(DataTypeName(spec.dtype));
+    for (int64_t d : spec.shape) t->add_shape(d);
+  }
+  return info;
+}
+
+}  // namespace
+
+ModelStore::ModelStore(SecretBytes sealing_key, runtime::LoadOptions load_options,
+                       ModelStoreLimits limits)
+    : sealing_key_(std::move(sealing_key)), load_options_(load_options), limits_(limits) {}
+
+absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
+    ByteSpan owner, const std::string& handle, const std::string& name, ByteSpan key,
+    ByteSpan digest, uint64_t size, ByteSpan ciphertext) {
+  if (key.size() != crypto::kChunkedKeySize) {
+    return absl::InvalidArgumentError("model key must be 32 bytes");
+  }
+  if (digest.size() != 32) return absl::InvalidArgumentError("model digest must be SHA-256 (32 bytes)");
+  if (size > limits_.max_model_size) {
+    return absl::InvalidArgumentError(absl::StrCat("model of ", size, " bytes exceeds the limit of ",
+                                                   limits_.max_model_size));
+  }
+  if (ciphertext.size() != crypto::ChunkedCiphertextSize(size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model upload is ", ciphertext.size(), " bytes but a model of ", size,
+                     " bytes encrypts to ", crypto::ChunkedCiphertextSize(size),
+                     " (truncated or padded upload)"));
+  }
+  ASSIGN_OR_RETURN(auto decryptor,
+                   crypto::ChunkedDecryptor::Create(key, crypto::ModelEncryptionContext(handle)));
+  // The plaintext model lives only in this buffer while it is parsed, then is wiped.
+  SecretBytes plaintext(size);
+  std::vector<uint8_t> chunk_out;
+  size_t written = 0;
+  auto drain = [&]() {
+    std::memcpy(plaintext.data() + written, chunk_out.data(), chunk_out.size());
+    written += chunk_out.size();
+    SecureWipe(chunk_out.data(), chunk_out.size());
+    chunk_out.clear();
+  };
+  constexpr size_t kStep = crypto::kChunkedCipherChunkSize * 64;
+  for (size_t pos = 0; pos < ciphertext.size(); pos += kStep) {
+    size_t n = std::min(kStep, ciphertext.size() - pos);
+    absl::Status st = decryptor->Update(ciphertext.subspan(pos, n), chunk_out);
+    if (written + chunk_out.size() > size) return absl::InvalidArgumentError("model is larger than declared");
+    drain();
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model upload does not decrypt (tampered or wrong key): ", st.message()));
+    }
+  }
+  absl::Status st = decryptor->Finish(chunk_out);
+  if (written + chunk_out.size() > size) return absl::InvalidArgumentError("model is larger than declared");
+  drain();
+  if (!st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model upload does not decrypt (tampered or truncated): ", st.message()));
+  }
+  if (written != size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model decrypted to ", written, " bytes, not the declared ", size));
+  }
+  if (!ConstantTimeEquals(crypto::Sha256(plaintext.span()), digest)) {
+    return absl::InvalidArgumentError("model digest does not match the uploaded bytes");
+  }
+  auto model = runtime::Model::Load(plaintext.span(), load_options_);
+  if (!model.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model refused: ", model.status().message()));
+  }
+  auto stored = std::make_shared<StoredModel>();
+  stored->handle = handle;
+  stored->name = name;
+  stored->owner = Bytes(owner.begin(), owner.end());
+  stored->size = size;
+  stored->model = std::move(*model);
+  stored->info = DescribeModel(*stored);
+  return stored;
+}
+
+absl::StatusOr<Bytes> ModelStore::Wrap(const StoredModel& model, ByteSpan key, ByteSpan digest) {
+  SecretBytes plain;
+  {
+    Bytes fields;
+    AppendLengthPrefixed(fields, model.owner);
+    AppendLengthPrefixed(fields, AsBytes(model.name));
+    AppendLengthPrefixed(fields, key);
+    AppendLengthPrefixed(fields, digest);
+    AppendBigEndian(fields, model.size, 8);
+    plain = SecretBytes(fields);
+    SecureWipe(fields.data(), fields.size());
+  }
+  ASSIGN_OR_RETURN(auto aead, crypto::Aead::Create(crypto::AeadAlg::kAes256Gcm, sealing_key_.span()));
+  Bytes nonce = crypto::RandomBytes(crypto::kAeadNonceSize);
+  ASSIGN_OR_RETURN(Bytes sealed, aead->Seal(nonce, WrapAad(model.handle), plain.span()));
+  Bytes wrapped = nonce;
+  Append(wrapped, sealed);
+  return wrapped;
+}
+
+absl::StatusOr<ModelStore::LoadResult> ModelStore::Load(ByteSpan owner, const std::string& handle,
+                                                        const api::v1::LoadModelRequest& request,
+                                                        ByteSpan ciphertext) {
+  if (request.name().empty() || request.name().size() > 256) {
+    return absl::InvalidArgumentError("model name must be 1 to 256 bytes");
+  }
+  if (crypto::ModelHandle(owner, request.name()) != handle) {
+    return absl::InvalidArgumentError("model handle does not match the owner and model name");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (models_.count(handle)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("model '", request.name(), "' already exists; delete it first"));
+    }
+    if (models_.size() >= limits_.max_models) {
+      return absl::ResourceExhaustedError("the enclave holds its maximum number of models");
+    }
+  }
+  ASSIGN_OR_RETURN(auto stored,
+                   Decrypt(owner, handle, request.name(), AsBytes(request.model_key()),
+                           AsBytes(request.plaintext_sha256()), request.plaintext_size(), ciphertext));
+  ASSIGN_OR_RETURN(Bytes wrapped, Wrap(*stored, AsBytes(request.model_key()),
+                                       AsBytes(request.plaintext_sha256())));
+  LoadResult result{stored->info, std::move(wrapped)};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!models_.emplace(handle, std::move(stored)).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("model '", request.name(), "' already exists; delete it first"));
+  }
+  return result;
+}
+
+absl::Status ModelStore::Reload(const std::string& handle, ByteSpan wrapped_key,
+                                ByteSpan ciphertext) {
+  if (!crypto::IsValidModelHandle(handle)) return absl::InvalidArgumentError("malformed model handle");
+  if (wrapped_key.size() < crypto::kAeadNonceSize + crypto::kAeadTagSize) {
+    return absl::InvalidArgumentError("wrapped model key is truncated");
+  }
+  ASSIGN_OR_RETURN(auto aead, crypto::Aead::Create(crypto::AeadAlg::kAes256Gcm, sealing_key_.span()));
+  auto opened = aead->Open(wrapped_key.first(crypto::kAeadNonceSize), WrapAad(handle),
+                           wrapped_key.subspan(crypto::kAeadNonceSize));
+  if (!opened.ok()) {
+    return absl::PermissionDeniedError(
+        "wrapped model key does not open (another enclave measurement, sealing key or handle)");
+  }
+  SecretBytes plain(*opened);
+  SecureWipe(opened->data(), opened->size());
+  size_t pos = 0;
+  ByteSpan fields = plain.span();
+  ASSIGN_OR_RETURN(ByteSpan owner, ReadField(fields, pos));
+  ASSIGN_OR_RETURN(ByteSpan name, ReadField(fields, pos));
+  ASSIGN_OR_RETURN(ByteSpan key, ReadField(fields, pos));
+  ASSIGN_OR_RETURN(ByteSpan digest, ReadField(fields, pos));
+  if (fields.size() - pos != 8) return absl::DataLossError("wrapped model key is malformed");
+  uint64_t size = 0;
+  for (int i = 0; i < 8; ++i) size = size << 8 | fields[pos + i];
+  std::string model_name = ToString(name);
+  if (crypto::ModelHandle(owner, model_name) != handle) {
+    return absl::PermissionDeniedError("wrapped model key belongs to another handle");
+  }
+  ASSIGN_OR_RETURN(auto stored, Decrypt(owner, handle, model_name, key, digest, size, ciphertext));
+  std::lock_guard<std::mutex> lock(mu_);
+  models_[handle] = std::move(stored);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const StoredModel>> ModelStore::Get(const std::string& handle,
+                                                                   ByteSpan owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(handle);
+  if (it == models_.end() || !ConstantTimeEquals(it->second->owner, owner)) {
+    return absl::NotFoundError("model not found");
+  }
+  return it->second;
+}
+
+std::vector<api::v1::ModelInfo> ModelStore::List(ByteSpan owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<api::v1::ModelInfo> out;
+  for (const auto& [handle, model] : models_) {
+    if (ConstantTimeEquals(model->owner, owner)) out.push_back(model->info);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ModelStore::Delete(const std::string& name, ByteSpan owner) {
+  std::string handle = crypto::ModelHandle(owner, name);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(handle);
+  if (it == models_.end() || !ConstantTimeEquals(it->second->owner, owner)) {
+    return absl::NotFoundError("model not found");
+  }
+  models_.erase(it);
+  return handle;
+}
+
+}  // namespace cloister::enclave

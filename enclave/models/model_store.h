@@ -1,0 +1,78 @@
+// The enclave's model store (docs/PROTOCOL.md section 4): decrypts uploaded models chunk by
+// chunk, checks size and digest, loads them into the runtime, records their owner (the
+// identity key of the uploading session), and wraps each model key under the sealing key so
+// the untrusted host can persist it and a restarted enclave can reload the model.
+//
+// Ownership is the only access rule: Get/List/Delete with another identity key behave exactly
+// as if the model did not exist, so nothing leaks about other tenants' models.
+// Thread-safe: the table is guarded by a mutex; loaded models are immutable and shared.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "base/bytes.h"
+#include "base/secret_bytes.h"
+#include "cloister/api/v1/api.pb.h"
+#include "enclave/runtime/model.h"
+
+namespace cloister::enclave {
+
+struct StoredModel {
+  std::string handle;
+  std::string name;
+  Bytes owner;  // Ed25519 identity public key
+  uint64_t size = 0;
+  std::unique_ptr<const runtime::Model> model;
+  api::v1::ModelInfo info;
+};
+
+struct ModelStoreLimits {
+  uint64_t max_model_size = uint64_t{512} << 20;
+  size_t max_models = 1024;
+};
+
+class ModelStore {
+ public:
+  ModelStore(SecretBytes sealing_key, runtime::LoadOptions load_options, ModelStoreLimits limits = {});
+
+  struct LoadResult {
+    api::v1::ModelInfo info;
+    Bytes wrapped_key;
+  };
+  // Loads a newly uploaded model for `owner` under `handle` (which must be the handle of
+  // owner and name). Refuses, changing nothing: a wrong handle, a bad key size, a ciphertext
+  // that does not decrypt or is truncated, a size or digest mismatch, a model the runtime
+  // refuses, a name already in use by the same owner.
+  absl::StatusOr<LoadResult> Load(ByteSpan owner, const std::string& handle,
+                                  const api::v1::LoadModelRequest& request, ByteSpan ciphertext);
+
+  // Reloads a model from its wrapped key and stored ciphertext (after a restart).
+  absl::Status Reload(const std::string& handle, ByteSpan wrapped_key, ByteSpan ciphertext);
+
+  // The model under `handle` if `owner` owns it; NotFound("model not found") otherwise.
+  absl::StatusOr<std::shared_ptr<const StoredModel>> Get(const std::string& handle, ByteSpan owner);
+  std::vector<api::v1::ModelInfo> List(ByteSpan owner);
+  // Deletes `owner`'s model `name`; returns its handle. NotFound if there is none.
+  absl::StatusOr<std::string> Delete(const std::string& name, ByteSpan owner);
+
+ private:
+  absl::StatusOr<std::shared_ptr<StoredModel>> Decrypt(ByteSpan owner, const std::string& handle,
+                                                       const std::string& name, ByteSpan key,
+                                                       ByteSpan digest, uint64_t size,
+                                                       ByteSpan ciphertext);
+  absl::StatusOr<Bytes> Wrap(const StoredModel& model, ByteSpan key, ByteSpan digest);
+
+  const SecretBytes sealing_key_;
+  const runtime::LoadOptions load_options_;
+  const ModelStoreLimits limits_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const StoredModel>> models_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cloister::enclave

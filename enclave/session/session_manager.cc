@@ -1,0 +1,181 @@
+#include "enclave/session/session_manager.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "crypto/hpke.h"
+#include "crypto/keys.h"
+
+namespace cloister::enclave {
+
+using boundary::v1::SealedItem;
+using boundary::v1::SealedReplyItem;
+
+Session::Session(crypto::ChannelKeys keys, std::string tenant_id, Bytes identity_public_key,
+                 absl::Time expires_at)
+    : id_(keys.session_id),
+      tenant_id_(std::move(tenant_id)),
+      identity_public_key_(std::move(identity_public_key)),
+      expires_at_(expires_at),
+      receiver_(keys.session_id, crypto::Direction::kClientToEnclave,
+                keys.client_to_enclave_key.span(), keys.client_to_enclave_nonce.span()),
+      sender_(keys.session_id, crypto::Direction::kEnclaveToClient,
+              keys.enclave_to_client_key.span(), keys.enclave_to_client_nonce.span()) {}
+
+absl::StatusOr<Bytes> Session::Open(uint64_t sequence, const crypto::MessageHeader& header,
+                                    ByteSpan ciphertext, uint64_t max_messages) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (received_ >= max_messages) {
+    return absl::FailedPreconditionError("session message limit reached; open a new session");
+  }
+  ASSIGN_OR_RETURN(Bytes plaintext, receiver_.Open(sequence, header, ciphertext));
+  ++received_;
+  return plaintext;
+}
+
+absl::StatusOr<std::pair<uint64_t, Bytes>> Session::Seal(const crypto::MessageHeader& header,
+                                                         ByteSpan plaintext) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sender_.Seal(header, plaintext);
+}
+
+SessionManager::SessionManager(const EnclaveKeys* keys, Clock* clock, SessionLimits limits)
+    : keys_(keys), clock_(clock), limits_(limits) {}
+
+absl::StatusOr<boundary::v1::OpenSessionResult> SessionManager::Open(
+    const std::string& tenant_id, ByteSpan hpke_enc, ByteSpan sealed_hello,
+    ByteSpan evidence_digest) {
+  if (tenant_id.empty()) return absl::InvalidArgumentError("open session: empty tenant id");
+  if (hpke_enc.size() != crypto::kX25519KeySize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("open session: HPKE encapsulated key is ", hpke_enc.size(), " bytes, not 32"));
+  }
+  Bytes info = crypto::SessionHpkeInfo(evidence_digest);
+  auto context = crypto::HpkeSetupReceiver(crypto::kSessionSuite, hpke_enc,
+                                           keys_->hpke_private_key.span(), info);
+  if (!context.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("open session: bad HPKE encapsulation: ", context.status().message()));
+  }
+  auto hello_bytes = (*context)->Open(AsBytes(tenant_id), sealed_hello);
+  if (!hello_bytes.ok()) {
+    return absl::PermissionDeniedError(
+        "open session: sealed hello does not authenticate (wrong enclave key, evidence or tenant)");
+  }
+  api::v1::SessionHello hello;
+  if (!hello.ParseFromArray(hello_bytes->data(), static_cast<int>(hello_bytes->size()))) {
+    return absl::InvalidArgumentError("open session: malformed hello");
+  }
+  if (hello.tenant_id() != tenant_id) {
+    return absl::PermissionDeniedError("open session: hello names another tenant than the caller");
+  }
+  if (hello.identity_public_key().size() != crypto::kEd25519PublicKeySize) {
+    return absl::InvalidArgumentError("open session: identity key must be 32 bytes (Ed25519)");
+  }
+  Bytes identity(hello.identity_public_key().begin(), hello.identity_public_key().end());
+  Bytes transcript = crypto::SessionTranscript(
+      evidence_digest, keys_->hpke_public_key, keys_->signing_public_key, identity, hpke_enc,
+      AsBytes(hello.client_nonce()), tenant_id);
+  if (!crypto::Ed25519Verify(identity, transcript, AsBytes(hello.transcript_signature())).ok()) {
+    return absl::PermissionDeniedError(
+        "open session: transcript signature does not verify with the identity key");
+  }
+  ASSIGN_OR_RETURN(crypto::ChannelKeys keys, crypto::DeriveChannelKeys(**context));
+  absl::Time expires = clock_->Now() + limits_.lifetime;
+  auto session = std::make_shared<Session>(std::move(keys), tenant_id, identity, expires);
+
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    DropExpiredLocked();
+    if (sessions_.size() >= limits_.max_sessions) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "open session: the enclave holds its maximum of ", limits_.max_sessions, " sessions"));
+    }
+    if (sessions_.count(session->id())) {
+      return absl::AlreadyExistsError("open session: session already open (replayed hello)");
+    }
+    sessions_[session->id()] = session;
+  }
+
+  api::v1::Welcome welcome;
+  welcome.set_session_id(ToString(session->id()));
+  welcome.set_expires_at_unix(absl::ToUnixSeconds(expires));
+  welcome.set_max_messages(limits_.max_messages);
+  crypto::MessageHeader header{crypto::MessageKind::kWelcome, "", ""};
+  ASSIGN_OR_RETURN(auto sealed, session->Seal(header, AsBytes(welcome.SerializeAsString())));
+
+  boundary::v1::OpenSessionResult result;
+  result.set_session_id(ToString(session->id()));
+  result.set_sequence(sealed.first);
+  result.set_sealed_welcome(ToString(sealed.second));
+  Log(LogLevel::kInfo, "session_opened",
+      {{"tenant", tenant_id}, {"session", HexEncode(session->id()).substr(0, 8)}});
+  return result;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(ByteSpan session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(Bytes(session_id.begin(), session_id.end()));
+  if (it == sessions_.end() || it->second->expires_at() <= clock_->Now()) {
+    if (it != sessions_.end()) sessions_.erase(it);
+    return absl::NotFoundError("unknown or expired session; open a new session");
+  }
+  return it->second;
+}
+
+absl::StatusOr<SessionManager::Opened> SessionManager::OpenItem(const SealedItem& item,
+                                                                crypto::MessageKind kind,
+                                                                const std::string& tenant_id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(AsBytes(item.session_id())));
+  if (session->tenant_id() != tenant_id) {
+    // The host vouched for another tenant: refuse exactly as an unknown session.
+    return absl::NotFoundError("unknown or expired session; open a new session");
+  }
+  crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
+  ASSIGN_OR_RETURN(Bytes plaintext, session->Open(item.sequence(), header,
+                                                  AsBytes(item.ciphertext()), limits_.max_messages));
+  return Opened{std::move(session), std::move(plaintext)};
+}
+
+SealedReplyItem SessionManager::SealReply(Session& session, const SealedItem& item,
+                                          crypto::MessageKind kind,
+                                          const api::v1::ReplyEnvelope& envelope) {
+  SealedReplyItem reply;
+  reply.set_request_id(item.request_id());
+  crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
+  auto sealed = session.Seal(header, AsBytes(envelope.SerializeAsString()));
+  if (!sealed.ok()) {
+    reply.mutable_status()->set_code(static_cast<int>(sealed.status().code()));
+    reply.mutable_status()->set_message(std::string(sealed.status().message()));
+    return reply;
+  }
+  reply.set_sequence(sealed->first);
+  reply.set_ciphertext(ToString(sealed->second));
+  return reply;
+}
+
+size_t SessionManager::session_count() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sessions_.size();
+}
+
+void SessionManager::DropExpiredLocked() {
+  absl::Time now = clock_->Now();
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second->expires_at() <= now) {
+      it = sessions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+api::v1::ReplyEnvelope MakeEnvelope(const absl::Status& status, const std::string& body) {
+  api::v1::ReplyEnvelope envelope;
+  envelope.set_code(static_cast<int>(status.code()));
+  envelope.set_message(std::string(status.message()));
+  if (status.ok()) envelope.set_body(body);
+  return envelope;
+}
+
+}  // namespace cloister::enclave

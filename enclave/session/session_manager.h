@@ -1,0 +1,112 @@
+// Sessions inside the enclave (docs/PROTOCOL.md section 3): opens sealed hellos against the
+// enclave's HPKE key and current evidence, checks the tenant's transcript signature, keeps the
+// per-session channel state (sequence numbers, replay window, expiry) and seals replies.
+//
+// Thread-safe: the session table is guarded by a mutex; each Session guards its own channel
+// state, so calls on different sessions run in parallel.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/bytes.h"
+#include "base/clock.h"
+#include "base/secret_bytes.h"
+#include "cloister/api/v1/api.pb.h"
+#include "cloister/boundary/v1/boundary.pb.h"
+#include "crypto/channel.h"
+
+namespace cloister::enclave {
+
+struct SessionLimits {
+  absl::Duration lifetime = absl::Hours(1);
+  uint64_t max_messages = uint64_t{1} << 32;
+  size_t max_sessions = 4096;
+};
+
+class Session {
+ public:
+  Session(crypto::ChannelKeys keys, std::string tenant_id, Bytes identity_public_key,
+          absl::Time expires_at);
+
+  const Bytes& id() const { return id_; }
+  const std::string& tenant_id() const { return tenant_id_; }
+  const Bytes& identity_public_key() const { return identity_public_key_; }
+  absl::Time expires_at() const { return expires_at_; }
+
+  // Opens a client-to-enclave message. PermissionDenied for replays, DataLoss-free: a message
+  // that fails authentication changes nothing.
+  absl::StatusOr<Bytes> Open(uint64_t sequence, const crypto::MessageHeader& header,
+                             ByteSpan ciphertext, uint64_t max_messages);
+  // Seals an enclave-to-client message; returns (sequence, ciphertext).
+  absl::StatusOr<std::pair<uint64_t, Bytes>> Seal(const crypto::MessageHeader& header,
+                                                  ByteSpan plaintext);
+
+ private:
+  const Bytes id_;
+  const std::string tenant_id_;
+  const Bytes identity_public_key_;
+  const absl::Time expires_at_;
+  std::mutex mu_;
+  crypto::ChannelReceiver receiver_ ABSL_GUARDED_BY(mu_);
+  crypto::ChannelSender sender_ ABSL_GUARDED_BY(mu_);
+  uint64_t received_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The enclave's long-term session keys, as attested in its evidence.
+struct EnclaveKeys {
+  SecretBytes hpke_private_key;
+  Bytes hpke_public_key;
+  SecretBytes signing_seed;
+  Bytes signing_public_key;
+};
+
+class SessionManager {
+ public:
+  SessionManager(const EnclaveKeys* keys, Clock* clock, SessionLimits limits = {});
+
+  // Opens a session for `tenant_id` (as the host authenticated it) over evidence whose digest
+  // the caller has checked is current. Errors name what was wrong: bad HPKE ciphertext, tenant
+  // mismatch, bad transcript signature, too many sessions.
+  absl::StatusOr<boundary::v1::OpenSessionResult> Open(const std::string& tenant_id,
+                                                       ByteSpan hpke_enc, ByteSpan sealed_hello,
+                                                       ByteSpan evidence_digest);
+
+  // Finds a live session. NotFound("unknown or expired session; open a new session") otherwise.
+  absl::StatusOr<std::shared_ptr<Session>> Find(ByteSpan session_id);
+
+  struct Opened {
+    std::shared_ptr<Session> session;
+    Bytes plaintext;
+  };
+  // Opens one sealed item of `kind` for `tenant_id`: the session must exist, belong to that
+  // tenant, and the message must authenticate and not be a replay.
+  absl::StatusOr<Opened> OpenItem(const boundary::v1::SealedItem& item, crypto::MessageKind kind,
+                                  const std::string& tenant_id);
+
+  // Seals a ReplyEnvelope for `item` (same request id and model handle, kind of the call).
+  boundary::v1::SealedReplyItem SealReply(Session& session, const boundary::v1::SealedItem& item,
+                                          crypto::MessageKind kind,
+                                          const api::v1::ReplyEnvelope& envelope);
+
+  size_t session_count();
+
+ private:
+  void DropExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const EnclaveKeys* keys_;
+  Clock* clock_;
+  const SessionLimits limits_;
+  std::mutex mu_;
+  std::map<Bytes, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+// Wraps a status or a reply body into the envelope sealed back to the client.
+api::v1::ReplyEnvelope MakeEnvelope(const absl::Status& status, const std::string& body = {});
+
+}  // namespace cloister::enclave

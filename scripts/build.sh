@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configures and builds Cloister in ./build (the "default" preset). Pass extra CMake
+# arguments after the script name, e.g. -DCLOISTER_BUILD_TESTS=OFF.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake --preset default "$@" >/dev/null
+cmake --build --preset default -j "$(nproc)"

@@ -1,0 +1,413 @@
+// The enclave's checks, exercised in-process through the boundary calls exactly as cloisterd
+// sends them, with a client built from the same crypto the SDK uses. These are the refusals
+// the host (or anyone in the middle) can provoke: replays, flipped bits, tampered or truncated
+// models, another tenant's or identity's session, batches that mix tenants or models, and a
+// wrapped model key under another measurement.
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "attest/binding.h"
+#include "attest/policy.h"
+#include "attest/verifier.h"
+#include "base/file.h"
+#include "crypto/channel.h"
+#include "crypto/chunked.h"
+#include "crypto/hash.h"
+#include "crypto/hpke.h"
+#include "crypto/keys.h"
+#include "crypto/model_handle.h"
+#include "crypto/random.h"
+#include "enclave/enclave.h"
+#include "gtest/gtest.h"
+#include "tests/support/process.h"
+#include "tests/support/tensor_files.h"
+
+namespace cloister::testing {
+namespace {
+
+using boundary::v1::EnclaveToHost;
+using boundary::v1::HostToEnclave;
+using boundary::v1::SealedItem;
+
+const std::string kShared = CLOISTER_SHARED_DIR;
+const std::string kClsModel = kShared + "/models/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx";
+const std::string kClsData = kShared + "/models/testdata/ch_ppocr_mobile_v2.0_cls";
+
+Bytes TestMeasurement(std::string_view label) { return crypto::Sha384(AsBytes(label)); }
+
+// A tenant's side of a session, built from the same primitives as the SDK.
+class TestClient {
+ public:
+  TestClient(enclave::Enclave* enclave, std::string tenant, const attest::v1::Policy& policy)
+      : enclave_(enclave), tenant_(std::move(tenant)), identity_(crypto::GenerateEd25519()) {
+    Bytes nonce = crypto::RandomBytes(32);
+    HostToEnclave call;
+    call.mutable_get_evidence()->set_nonce(ToString(nonce));
+    EnclaveToHost reply = enclave_->Handle(call);
+    EXPECT_EQ(reply.status().code(), 0) << reply.status().message();
+    attest::v1::ChallengeResponse challenge;
+    EXPECT_TRUE(challenge.ParseFromString(reply.get_evidence().challenge_response()));
+    auto verdict = attest::VerifyChallenge(challenge, nonce, policy, absl::Now());
+    EXPECT_TRUE(verdict.ok() && verdict->pass) << (verdict.ok() ? verdict->FailedSummary() : "");
+    verdict_ = *verdict;
+  }
+
+  ::testing::AssertionResult Open() {
+    auto setup = crypto::HpkeSetupSender(crypto::kSessionSuite, verdict_.enclave_hpke_public_key,
+                                         crypto::SessionHpkeInfo(verdict_.evidence_digest));
+    if (!setup.ok()) return ::testing::AssertionFailure() << setup.status();
+    Bytes client_nonce = crypto::RandomBytes(32);
+    Bytes transcript = crypto::SessionTranscript(
+        verdict_.evidence_digest, verdict_.enclave_hpke_public_key,
+        verdict_.enclave_signing_public_key, identity_.public_key, setup->enc, client_nonce, tenant_);
+    api::v1::SessionHello hello;
+    hello.set_tenant_id(tenant_);
+    hello.set_identity_public_key(ToString(identity_.public_key));
+    hello.set_client_nonce(ToString(client_nonce));
+    hello.set_transcript_signature(ToString(*crypto::Ed25519Sign(identity_.seed.span(), transcript)));
+    auto sealed = setup->context->Seal(AsBytes(tenant_), AsBytes(hello.SerializeAsString()));
+    HostToEnclave call;
+    auto* open = call.mutable_open_session();
+    open->set_tenant_id(tenant_);
+    open->set_hpke_enc(ToString(setup->enc));
+    open->set_sealed_hello(ToString(*sealed));
+    open->set_evidence_digest(ToString(verdict_.evidence_digest));
+    EnclaveToHost reply = enclave_->Handle(call);
+    if (reply.status().code() != 0) return ::testing::AssertionFailure() << reply.status().message();
+    auto keys = crypto::DeriveChannelKeys(*setup->context);
+    if (!keys.ok()) return ::testing::AssertionFailure() << keys.status();
+    session_id_ = keys->session_id;
+    sender_ = std::make_unique<crypto::ChannelSender>(session_id_, crypto::Direction::kClientToEnclave,
+                                                      keys->client_to_enclave_key.span(),
+                                                      keys->client_to_enclave_nonce.span());
+    receiver_ = std::make_unique<crypto::ChannelReceiver>(
+        session_id_, crypto::Direction::kEnclaveToClient, keys->enclave_to_client_key.span(),
+        keys->enclave_to_client_nonce.span());
+    auto welcome = receiver_->Open(reply.open_session().sequence(),
+                                   {crypto::MessageKind::kWelcome, "", ""},
+                                   AsBytes(reply.open_session().sealed_welcome()));
+    if (!welcome.ok()) return ::testing::AssertionFailure() << welcome.status();
+    return ::testing::AssertionSuccess();
+  }
+
+  SealedItem Seal(crypto::MessageKind kind, const std::string& handle,
+                  const google::protobuf::Message& body) {
+    std::string request_id = HexEncode(crypto::RandomBytes(8));
+    auto sealed = sender_->Seal({kind, request_id, handle}, AsBytes(body.SerializeAsString()));
+    SealedItem item;
+    item.set_session_id(ToString(session_id_));
+    item.set_request_id(request_id);
+    item.set_model_handle(handle);
+    item.set_sequence(sealed->first);
+    item.set_ciphertext(ToString(sealed->second));
+    return item;
+  }
+
+  // Opens a sealed reply; returns the envelope's status, and the body through `body`.
+  absl::Status OpenReply(crypto::MessageKind kind, const SealedItem& request,
+                         const boundary::v1::SealedReplyItem& reply, std::string* body = nullptr) {
+    if (reply.status().code() != 0) {
+      return absl::Status(static_cast<absl::StatusCode>(reply.status().code()),
+                          absl::StrCat("unsealed: ", reply.status().message()));
+    }
+    auto plain = receiver_->Open(reply.sequence(), {kind, request.request_id(), request.model_handle()},
+                                 AsBytes(reply.ciphertext()));
+    if (!plain.ok()) return plain.status();
+    api::v1::ReplyEnvelope envelope;
+    if (!envelope.ParseFromArray(plain->data(), plain->size())) return absl::DataLossError("envelope");
+    if (body) *body = envelope.body();
+    return absl::Status(static_cast<absl::StatusCode>(envelope.code()), envelope.message());
+  }
+
+  std::string Handle(const std::string& name) const {
+    return crypto::ModelHandle(identity_.public_key, name);
+  }
+
+  // Builds a LoadModelCall for `model_bytes`, letting the test damage the ciphertext.
+  HostToEnclave LoadCall(const std::string& name, const std::string& model_bytes,
+                         const std::function<void(Bytes&)>& damage = {}) {
+    std::string handle = Handle(name);
+    SecretBytes key = crypto::RandomSecret(32);
+    auto ciphertext = crypto::ChunkedEncrypt(key.span(), crypto::ModelEncryptionContext(handle),
+                                             AsBytes(model_bytes));
+    EXPECT_TRUE(ciphertext.ok());
+    if (damage) damage(*ciphertext);
+    api::v1::LoadModelRequest request;
+    request.set_name(name);
+    request.set_model_key(ToString(key.span()));
+    request.set_plaintext_sha256(ToString(crypto::Sha256(AsBytes(model_bytes))));
+    request.set_plaintext_size(model_bytes.size());
+    HostToEnclave call;
+    auto* load = call.mutable_load_model();
+    load->set_tenant_id(tenant_);
+    *load->mutable_request() = Seal(crypto::MessageKind::kLoadModel, handle, request);
+    load->set_model_ciphertext(ToString(*ciphertext));
+    return call;
+  }
+
+  SealedItem InferItem(const std::string& name, int set) {
+    auto input = ReadTensorProtoFile(absl::StrCat(kClsData, "/test_data_set_", set, "/input_0.pb"));
+    api::v1::InferRequestPayload payload;
+    auto* t = payload.add_inputs();
+    t->set_name("x");
+    t->set_datatype(input->datatype);
+    for (int64_t d : input->shape) t->add_shape(d);
+    t->set_raw(ToString(input->data));
+    return Seal(crypto::MessageKind::kInfer, Handle(name), payload);
+  }
+
+  const std::string& tenant() const { return tenant_; }
+  const attest::Verdict& verdict() const { return verdict_; }
+
+ private:
+  enclave::Enclave* enclave_;
+  std::string tenant_;
+  crypto::Ed25519KeyPair identity_;
+  attest::Verdict verdict_;
+  Bytes session_id_;
+  std::unique_ptr<crypto::ChannelSender> sender_;
+  std::unique_ptr<crypto::ChannelReceiver> receiver_;
+};
+
+class EnclaveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("cloister-enclave-test");
+    enclave_ = MakeEnclave(TestMeasurement("enclave under test"));
+    ASSERT_NE(enclave_, nullptr);
+    auto policy = attest::LoadPolicyFile(dir_ + "/dev-policy.yaml");
+    ASSERT_TRUE(policy.ok()) << policy.status();
+    policy_ = *policy;
+    auto model = ReadFile(kClsModel);
+    ASSERT_TRUE(model.ok());
+    model_bytes_ = *model;
+  }
+
+  std::unique_ptr<enclave::Enclave> MakeEnclave(Bytes measurement) {
+    enclave::EnclaveOptions options;
+    options.sim_dir = dir_ + "/sim";
+    options.dev_policy_out = dir_ + "/dev-policy.yaml";
+    options.measurement = std::move(measurement);
+    auto made = enclave::Enclave::Create(std::move(options));
+    EXPECT_TRUE(made.ok()) << made.status();
+    return made.ok() ? std::move(*made) : nullptr;
+  }
+
+  std::unique_ptr<TestClient> Client(const std::string& tenant) {
+    auto client = std::make_unique<TestClient>(enclave_.get(), tenant, policy_);
+    EXPECT_TRUE(client->Open());
+    return client;
+  }
+
+  // Uploads the classifier as `name`; returns the host's copy of the call and result.
+  boundary::v1::LoadModelResult Upload(TestClient& client, const std::string& name) {
+    HostToEnclave call = client.LoadCall(name, model_bytes_);
+    EnclaveToHost reply = enclave_->Handle(call);
+    EXPECT_EQ(reply.status().code(), 0) << reply.status().message();
+    EXPECT_TRUE(client.OpenReply(crypto::MessageKind::kLoadModel, call.load_model().request(),
+                                 reply.load_model().reply()).ok());
+    EXPECT_FALSE(reply.load_model().wrapped_model_key().empty());
+    last_upload_ = call;
+    return reply.load_model();
+  }
+
+  EnclaveToHost InferBatch(const std::string& tenant, const std::string& handle,
+                           const std::vector<SealedItem>& items) {
+    HostToEnclave call;
+    auto* batch = call.mutable_infer_batch();
+    batch->set_tenant_id(tenant);
+    batch->set_model_handle(handle);
+    for (const auto& item : items) *batch->add_items() = item;
+    return enclave_->Handle(call);
+  }
+
+  std::string dir_;
+  std::unique_ptr<enclave::Enclave> enclave_;
+  attest::v1::Policy policy_;
+  std::string model_bytes_;
+  HostToEnclave last_upload_;
+};
+
+TEST_F(EnclaveTest, BatchedInferenceMatchesReferenceOutputs) {
+  auto client = Client("alpha");
+  Upload(*client, "cls");
+  std::vector<SealedItem> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
+  EnclaveToHost reply = InferBatch("alpha", client->Handle("cls"), items);
+  ASSERT_EQ(reply.status().code(), 0) << reply.status().message();
+  ASSERT_EQ(reply.infer_batch().replies_size(), 2);
+  for (int set = 0; set < 2; ++set) {
+    std::string body;
+    ASSERT_TRUE(client->OpenReply(crypto::MessageKind::kInfer, items[set],
+                                  reply.infer_batch().replies(set), &body).ok());
+    api::v1::InferReplyPayload payload;
+    ASSERT_TRUE(payload.ParseFromString(body));
+    ASSERT_EQ(payload.outputs_size(), 1);
+    auto expected = ReadTensorProtoFile(absl::StrCat(kClsData, "/test_data_set_", set, "/output_0.pb"));
+    sdk::NpyArray actual{payload.outputs(0).datatype(),
+                         {payload.outputs(0).shape().begin(), payload.outputs(0).shape().end()},
+                         Bytes(payload.outputs(0).raw().begin(), payload.outputs(0).raw().end())};
+    EXPECT_EQ(CompareArrays(actual, *expected), "") << "set " << set;
+  }
+}
+
+TEST_F(EnclaveTest, ReplayedRequestIsRefused) {
+  auto client = Client("alpha");
+  Upload(*client, "cls");
+  SealedItem item = client->InferItem("cls", 0);
+  EnclaveToHost first = InferBatch("alpha", client->Handle("cls"), {item});
+  ASSERT_TRUE(client->OpenReply(crypto::MessageKind::kInfer, item, first.infer_batch().replies(0)).ok());
+  EnclaveToHost replay = InferBatch("alpha", client->Handle("cls"), {item});
+  absl::Status st = client->OpenReply(crypto::MessageKind::kInfer, item, replay.infer_batch().replies(0));
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+  EXPECT_NE(st.message().find("replay"), std::string::npos) << st;
+}
+
+TEST_F(EnclaveTest, BitFlippedRequestIsRefusedAndChangesNothing) {
+  auto client = Client("alpha");
+  Upload(*client, "cls");
+  SealedItem item = client->InferItem("cls", 0);
+  for (size_t bit : {0ul, 1000ul, item.ciphertext().size() * 8 - 1}) {
+    SealedItem flipped = item;
+    (*flipped.mutable_ciphertext())[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    EnclaveToHost reply = InferBatch("alpha", client->Handle("cls"), {flipped});
+    ASSERT_EQ(reply.status().code(), 0);
+    EXPECT_NE(reply.infer_batch().replies(0).status().code(), 0) << "bit " << bit;
+  }
+  // Changing the request id or the sequence number breaks authentication too.
+  SealedItem other_id = item;
+  other_id.set_request_id("someone-else");
+  EXPECT_NE(InferBatch("alpha", client->Handle("cls"), {other_id}).infer_batch().replies(0).status().code(), 0);
+  // The untouched message still opens: the failures changed no state.
+  EnclaveToHost reply = InferBatch("alpha", client->Handle("cls"), {item});
+  EXPECT_TRUE(client->OpenReply(crypto::MessageKind::kInfer, item, reply.infer_batch().replies(0)).ok());
+}
+
+TEST_F(EnclaveTest, TamperedOrTruncatedModelIsRefusedWithoutWrappedKey) {
+  auto client = Client("alpha");
+  struct Case {
+    const char* what;
+    std::function<void(Bytes&)> damage;
+  };
+  std::vector<Case> cases = {
+      {"flipped chunk byte", [](Bytes& c) { c[crypto::kChunkedHeaderSize + 100] ^= 1; }},
+      {"flipped commitment", [](Bytes& c) { c[30] ^= 1; }},
+      {"truncated", [](Bytes& c) { c.resize(c.size() - 5000); }},
+      {"last chunk dropped", [](Bytes& c) { c.resize(c.size() - (c.size() - 56) % 16400); }},
+  };
+  for (const auto& test_case : cases) {
+    HostToEnclave call = client->LoadCall("cls", model_bytes_, test_case.damage);
+    EnclaveToHost reply = enclave_->Handle(call);
+    ASSERT_EQ(reply.status().code(), 0) << test_case.what;
+    EXPECT_TRUE(reply.load_model().wrapped_model_key().empty()) << test_case.what;
+    absl::Status st = client->OpenReply(crypto::MessageKind::kLoadModel, call.load_model().request(),
+                                        reply.load_model().reply());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << test_case.what << ": " << st;
+  }
+  // Nothing was loaded: the name is still free.
+  Upload(*client, "cls");
+}
+
+TEST_F(EnclaveTest, AnotherIdentityCannotUseListOrDeleteTheModel) {
+  auto owner = Client("alpha");
+  auto intruder = Client("alpha");  // same tenant, another identity key
+  Upload(*owner, "cls");
+  // The intruder addresses the owner's model handle directly.
+  SealedItem item = intruder->InferItem("cls", 0);
+  item = intruder->Seal(crypto::MessageKind::kInfer, owner->Handle("cls"), api::v1::InferRequestPayload());
+  EnclaveToHost reply = InferBatch("alpha", owner->Handle("cls"), {item});
+  absl::Status st = intruder->OpenReply(crypto::MessageKind::kInfer, item, reply.infer_batch().replies(0));
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  EXPECT_EQ(st.message(), "model not found");
+
+  api::v1::DeleteModelRequest del;
+  del.set_name("cls");
+  HostToEnclave call;
+  call.mutable_delete_model()->set_tenant_id("alpha");
+  *call.mutable_delete_model()->mutable_request() =
+      intruder->Seal(crypto::MessageKind::kDeleteModel, "", del);
+  EnclaveToHost deleted = enclave_->Handle(call);
+  EXPECT_FALSE(deleted.delete_model().model_deleted());
+  st = intruder->OpenReply(crypto::MessageKind::kDeleteModel, call.delete_model().request(),
+                           deleted.delete_model().reply());
+  EXPECT_EQ(st.message(), "model not found");
+
+  HostToEnclave list;
+  list.mutable_list_models()->set_tenant_id("alpha");
+  *list.mutable_list_models()->mutable_request() =
+      intruder->Seal(crypto::MessageKind::kListModels, "", api::v1::ListModelsRequest());
+  EnclaveToHost listed = enclave_->Handle(list);
+  std::string body;
+  ASSERT_TRUE(intruder->OpenReply(crypto::MessageKind::kListModels, list.list_models().request(),
+                                  listed.list_models().reply(), &body).ok());
+  api::v1::ListModelsReply models;
+  ASSERT_TRUE(models.ParseFromString(body));
+  EXPECT_EQ(models.models_size(), 0);
+}
+
+TEST_F(EnclaveTest, HostCannotMixTenantsOrModelsInABatch) {
+  auto alpha = Client("alpha");
+  auto beta = Client("beta");
+  Upload(*alpha, "cls");
+  SealedItem a = alpha->InferItem("cls", 0);
+  SealedItem b = beta->Seal(crypto::MessageKind::kInfer, alpha->Handle("cls"), api::v1::InferRequestPayload());
+  EnclaveToHost mixed = InferBatch("alpha", alpha->Handle("cls"), {a, b});
+  EXPECT_EQ(mixed.status().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_NE(mixed.status().message().find("different tenants"), std::string::npos);
+  EXPECT_EQ(mixed.infer_batch().replies_size(), 0);
+
+  SealedItem other_model = alpha->InferItem("other", 0);
+  EnclaveToHost two_models = InferBatch("alpha", alpha->Handle("cls"), {a, other_model});
+  EXPECT_EQ(two_models.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+
+  // The host naming another tenant for a session is refused like an unknown session.
+  EnclaveToHost wrong_tenant = InferBatch("beta", alpha->Handle("cls"), {a});
+  EXPECT_EQ(wrong_tenant.status().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  // And the genuine request still runs (a is unused so far).
+  EnclaveToHost ok = InferBatch("alpha", alpha->Handle("cls"), {a});
+  EXPECT_TRUE(alpha->OpenReply(crypto::MessageKind::kInfer, a, ok.infer_batch().replies(0)).ok());
+}
+
+TEST_F(EnclaveTest, RestartedEnclaveReloadsOnlyWithTheSameMeasurement) {
+  auto client = Client("alpha");
+  boundary::v1::LoadModelResult loaded = Upload(*client, "cls");
+  HostToEnclave reload;
+  reload.mutable_reload_model()->set_model_handle(client->Handle("cls"));
+  reload.mutable_reload_model()->set_wrapped_model_key(loaded.wrapped_model_key());
+  reload.mutable_reload_model()->set_model_ciphertext(last_upload_.load_model().model_ciphertext());
+
+  auto same = MakeEnclave(TestMeasurement("enclave under test"));
+  EXPECT_EQ(same->Handle(reload).status().code(), 0);
+
+  auto changed = MakeEnclave(TestMeasurement("a modified enclave"));
+  EnclaveToHost refused = changed->Handle(reload);
+  EXPECT_EQ(refused.status().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+
+  // A wrapped key moved to another handle does not open either.
+  HostToEnclave moved = reload;
+  moved.mutable_reload_model()->set_model_handle(std::string(32, 'a'));
+  EXPECT_NE(same->Handle(moved).status().code(), 0);
+}
+
+TEST_F(EnclaveTest, SessionOverStaleEvidenceOrWithBadSignatureIsRefused) {
+  TestClient client(enclave_.get(), "alpha", policy_);
+  // A hello sealed to the right key but for evidence the enclave never produced.
+  auto setup = crypto::HpkeSetupSender(crypto::kSessionSuite, client.verdict().enclave_hpke_public_key,
+                                       crypto::SessionHpkeInfo(Bytes(32, 7)));
+  HostToEnclave call;
+  call.mutable_open_session()->set_tenant_id("alpha");
+  call.mutable_open_session()->set_hpke_enc(ToString(setup->enc));
+  call.mutable_open_session()->set_sealed_hello("x");
+  call.mutable_open_session()->set_evidence_digest(ToString(Bytes(32, 7)));
+  EnclaveToHost reply = enclave_->Handle(call);
+  EXPECT_EQ(reply.status().code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  // Garbage where the hello should be, over the real evidence.
+  call.mutable_open_session()->set_evidence_digest(ToString(client.verdict().evidence_digest));
+  reply = enclave_->Handle(call);
+  EXPECT_NE(reply.status().code(), 0);
+  // An unparseable boundary call.
+  EXPECT_NE(enclave_->Handle(HostToEnclave()).status().code(), 0);
+}
+
+}  // namespace
+}  // namespace cloister::testing

@@ -1,0 +1,153 @@
+#include "tests/support/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace cloister::testing {
+namespace {
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            const std::string& out_path, const std::string& err_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : env) merged[k] = v;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = argv;
+  std::vector<char*> argp;
+  for (auto& s : args) argp.push_back(s.data());
+  argp.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argp[0], &actions, nullptr, argp.data(), envp.data()) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+// Waits for `pid` up to `timeout`; returns the exit code, or -1 (and kills) on timeout/signal.
+int WaitFor(pid_t pid, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  int status = 0;
+  while (true) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (absl::Now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string MakeTempDir(const std::string& prefix) {
+  const char* base = std::getenv("TMPDIR");
+  std::string templ = std::string(base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
+  char* made = ::mkdtemp(templ.data());
+  return made ? std::string(made) : std::string();
+}
+
+RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+              absl::Duration timeout) {
+  std::string dir = MakeTempDir("cloister-run");
+  RunResult result;
+  pid_t pid = Spawn(argv, env, dir + "/out", dir + "/err");
+  if (pid < 0) {
+    result.err = "cannot start " + argv[0];
+    return result;
+  }
+  result.exit_code = WaitFor(pid, timeout);
+  result.out = ReadWholeFile(dir + "/out");
+  result.err = ReadWholeFile(dir + "/err");
+  std::remove((dir + "/out").c_str());
+  std::remove((dir + "/err").c_str());
+  ::rmdir(dir.c_str());
+  return result;
+}
+
+Process::Process(std::vector<std::string> argv, std::string log_dir,
+                 std::map<std::string, std::string> env)
+    : out_path_(log_dir + "/stdout.log"), err_path_(log_dir + "/stderr.log") {
+  pid_ = Spawn(argv, env, out_path_, err_path_);
+}
+
+Process::~Process() {
+  if (Running()) Stop(SIGKILL, absl::Seconds(5));
+}
+
+bool Process::Running() {
+  if (pid_ < 0 || exited_) return false;
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    exited_ = true;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return false;
+  }
+  return true;
+}
+
+std::string Process::WaitForStdout(const std::string& text, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::string out = Stdout();
+    auto pos = out.find(text);
+    if (pos != std::string::npos) {
+      auto end = out.find('\n', pos);
+      if (end != std::string::npos) {
+        auto begin = out.rfind('\n', pos);
+        begin = begin == std::string::npos ? 0 : begin + 1;
+        return out.substr(begin, end - begin);
+      }
+    }
+    if (!Running()) return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return "";
+}
+
+int Process::Stop(int signal, absl::Duration timeout) {
+  if (!Running()) return exit_code_;
+  ::kill(pid_, signal);
+  exit_code_ = WaitFor(pid_, timeout);
+  exited_ = true;
+  return exit_code_;
+}
+
+std::string Process::Stdout() const { return ReadWholeFile(out_path_); }
+std::string Process::Stderr() const { return ReadWholeFile(err_path_); }
+
+}  // namespace cloister::testing
