@@ -22,7 +22,8 @@ namespace {
 
 constexpr size_t kNonceSize = 32;
 constexpr size_t kMaxBatchItems = 1024;
-constexpr size_t kMaxFreshDigests = 64;
+constexpr size_t kMaxRecentDigests = 64;
+constexpr absl::Duration kEvidenceRefresh = absl::Hours(1);
 constexpr uint64_t kMaxTensorSize = uint64_t{1} << 31;
 
 void SetStatus(EnclaveToHost& reply, const absl::Status& status) {
@@ -128,13 +129,7 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   enclave->keys_.signing_public_key = signing.public_key;
 
   ASSIGN_OR_RETURN(enclave->collector_, attest::MakeSimCollector(opts.sim_dir, opts.measurement));
-  Bytes nonce = crypto::RandomBytes(kNonceSize);
-  ASSIGN_OR_RETURN(auto bundle, enclave->collector_->Collect(nonce, enclave->keys_.hpke_public_key,
-                                                              enclave->keys_.signing_public_key));
-  bundle.set_collected_at_unix(absl::ToUnixSeconds(opts.clock->Now()));
-  enclave->evidence_ = bundle.SerializeAsString();
-  enclave->evidence_digest_ = attest::EvidenceDigest(enclave->evidence_);
-  enclave->evidence_digest_hex_ = HexEncode(enclave->evidence_digest_);
+  ASSIGN_OR_RETURN(auto evidence, enclave->CurrentEvidence());
 
   ASSIGN_OR_RETURN(SecretBytes sealing_key,
                    attest::SimSealingKey(opts.sim_dir, opts.measurement,
@@ -144,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   enclave->models_ = std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options,
                                                   opts.model_limits);
   Log(LogLevel::kInfo, "enclave_ready",
-      {{"measurement", HexEncode(opts.measurement)}, {"evidence", enclave->evidence_digest_hex_}});
+      {{"measurement", HexEncode(opts.measurement)}, {"evidence", HexEncode(evidence.second)}});
   return enclave;
 }
 
@@ -210,6 +205,27 @@ EnclaveToHost Enclave::Handle(const HostToEnclave& call) {
   return reply;
 }
 
+absl::StatusOr<std::string> Enclave::CollectSerialized(ByteSpan nonce) {
+  ASSIGN_OR_RETURN(auto bundle,
+                   collector_->Collect(nonce, keys_.hpke_public_key, keys_.signing_public_key));
+  bundle.set_collected_at_unix(absl::ToUnixSeconds(options_.clock->Now()));
+  return bundle.SerializeAsString();
+}
+
+absl::StatusOr<std::pair<std::string, Bytes>> Enclave::CurrentEvidence() {
+  std::lock_guard<std::mutex> lock(evidence_mu_);
+  absl::Time now = options_.clock->Now();
+  if (evidence_.empty() || now - evidence_time_ >= kEvidenceRefresh) {
+    ASSIGN_OR_RETURN(std::string serialized, CollectSerialized(crypto::RandomBytes(kNonceSize)));
+    if (!evidence_digest_.empty()) recent_digests_.push_back(evidence_digest_);
+    while (recent_digests_.size() > kMaxRecentDigests) recent_digests_.pop_front();
+    evidence_ = std::move(serialized);
+    evidence_digest_ = attest::EvidenceDigest(evidence_);
+    evidence_time_ = now;
+  }
+  return std::make_pair(evidence_, evidence_digest_);
+}
+
 absl::StatusOr<boundary::v1::GetEvidenceResult> Enclave::GetEvidence(
     const boundary::v1::GetEvidenceCall& call) {
   if (call.nonce().size() != kNonceSize) {
@@ -217,40 +233,33 @@ absl::StatusOr<boundary::v1::GetEvidenceResult> Enclave::GetEvidence(
         absl::StrCat("evidence nonce is ", call.nonce().size(), " bytes, not 32"));
   }
   attest::v1::ChallengeResponse response;
+  std::string bundle;
+  Bytes digest;
   if (call.fresh()) {
-    ASSIGN_OR_RETURN(auto bundle, collector_->Collect(AsBytes(call.nonce()), keys_.hpke_public_key,
-                                                      keys_.signing_public_key));
-    bundle.set_collected_at_unix(absl::ToUnixSeconds(options_.clock->Now()));
-    std::string serialized = bundle.SerializeAsString();
-    Bytes digest = attest::EvidenceDigest(serialized);
-    {
-      std::lock_guard<std::mutex> lock(fresh_mu_);
-      fresh_digests_.push_back(digest);
-      while (fresh_digests_.size() > kMaxFreshDigests) fresh_digests_.pop_front();
-    }
-    response.set_bundle(std::move(serialized));
-    response.set_fresh(true);
-    ASSIGN_OR_RETURN(Bytes signature,
-                     crypto::Ed25519Sign(keys_.signing_seed.span(),
-                                         attest::ChallengeMessage(digest, AsBytes(call.nonce()))));
-    response.set_nonce_signature(ToString(signature));
+    ASSIGN_OR_RETURN(bundle, CollectSerialized(AsBytes(call.nonce())));
+    digest = attest::EvidenceDigest(bundle);
+    std::lock_guard<std::mutex> lock(evidence_mu_);
+    recent_digests_.push_back(digest);
+    while (recent_digests_.size() > kMaxRecentDigests) recent_digests_.pop_front();
   } else {
-    response.set_bundle(evidence_);
-    ASSIGN_OR_RETURN(Bytes signature,
-                     crypto::Ed25519Sign(keys_.signing_seed.span(),
-                                         attest::ChallengeMessage(evidence_digest_,
-                                                                  AsBytes(call.nonce()))));
-    response.set_nonce_signature(ToString(signature));
+    ASSIGN_OR_RETURN(std::tie(bundle, digest), CurrentEvidence());
   }
+  // The signature covers the digest of exactly the bytes sent.
+  ASSIGN_OR_RETURN(Bytes signature,
+                   crypto::Ed25519Sign(keys_.signing_seed.span(),
+                                       attest::ChallengeMessage(digest, AsBytes(call.nonce()))));
+  response.set_bundle(std::move(bundle));
+  response.set_fresh(call.fresh());
+  response.set_nonce_signature(ToString(signature));
   boundary::v1::GetEvidenceResult result;
   result.set_challenge_response(response.SerializeAsString());
   return result;
 }
 
 bool Enclave::IsKnownEvidence(ByteSpan digest) {
+  std::lock_guard<std::mutex> lock(evidence_mu_);
   if (ConstantTimeEquals(digest, evidence_digest_)) return true;
-  std::lock_guard<std::mutex> lock(fresh_mu_);
-  for (const Bytes& d : fresh_digests_) {
+  for (const Bytes& d : recent_digests_) {
     if (ConstantTimeEquals(digest, d)) return true;
   }
   return false;

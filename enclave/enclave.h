@@ -43,7 +43,6 @@ class Enclave {
 
   boundary::v1::EnclaveToHost Handle(const boundary::v1::HostToEnclave& call);
 
-  const std::string& evidence_digest_hex() const { return evidence_digest_hex_; }
 
  private:
   Enclave() = default;
@@ -56,15 +55,21 @@ class Enclave {
   absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(const boundary::v1::InferBatchCall&);
 
   bool IsKnownEvidence(ByteSpan digest);
+  // Collects evidence over `nonce` and serializes it with the collection time.
+  absl::StatusOr<std::string> CollectSerialized(ByteSpan nonce);
+  // The cached evidence and its digest, recollected over a new nonce when older than
+  // kEvidenceRefresh, so clients with a maximum evidence age keep accepting it.
+  absl::StatusOr<std::pair<std::string, Bytes>> CurrentEvidence();
 
   EnclaveOptions options_;
   EnclaveKeys keys_;
   std::unique_ptr<attest::EvidenceCollector> collector_;
-  std::string evidence_;  // serialized EvidenceBundle over the enclave's own nonce
-  Bytes evidence_digest_;
-  std::string evidence_digest_hex_;
-  std::mutex fresh_mu_;
-  std::deque<Bytes> fresh_digests_ ABSL_GUARDED_BY(fresh_mu_);  // recent fresh evidence
+  std::mutex evidence_mu_;
+  std::string evidence_ ABSL_GUARDED_BY(evidence_mu_);  // serialized EvidenceBundle
+  Bytes evidence_digest_ ABSL_GUARDED_BY(evidence_mu_);
+  absl::Time evidence_time_ ABSL_GUARDED_BY(evidence_mu_);
+  // Digests sessions may still open against: earlier cached evidence and recent fresh evidence.
+  std::deque<Bytes> recent_digests_ ABSL_GUARDED_BY(evidence_mu_);
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<ModelStore> models_;
 };

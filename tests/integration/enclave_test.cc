@@ -39,7 +39,8 @@ Bytes TestMeasurement(std::string_view label) { return crypto::Sha384(AsBytes(la
 // A tenant's side of a session, built from the same primitives as the SDK.
 class TestClient {
  public:
-  TestClient(enclave::Enclave* enclave, std::string tenant, const attest::v1::Policy& policy)
+  TestClient(enclave::Enclave* enclave, std::string tenant, const attest::v1::Policy& policy,
+             absl::Time at = absl::Now())
       : enclave_(enclave), tenant_(std::move(tenant)), identity_(crypto::GenerateEd25519()) {
     Bytes nonce = crypto::RandomBytes(32);
     HostToEnclave call;
@@ -48,7 +49,7 @@ class TestClient {
     EXPECT_EQ(reply.status().code(), 0) << reply.status().message();
     attest::v1::ChallengeResponse challenge;
     EXPECT_TRUE(challenge.ParseFromString(reply.get_evidence().challenge_response()));
-    auto verdict = attest::VerifyChallenge(challenge, nonce, policy, absl::Now());
+    auto verdict = attest::VerifyChallenge(challenge, nonce, policy, at);
     EXPECT_TRUE(verdict.ok() && verdict->pass) << (verdict.ok() ? verdict->FailedSummary() : "");
     verdict_ = *verdict;
   }
@@ -189,6 +190,7 @@ class EnclaveTest : public ::testing::Test {
     options.sim_dir = dir_ + "/sim";
     options.dev_policy_out = dir_ + "/dev-policy.yaml";
     options.measurement = std::move(measurement);
+    options.clock = &clock_;
     auto made = enclave::Enclave::Create(std::move(options));
     EXPECT_TRUE(made.ok()) << made.status();
     return made.ok() ? std::move(*made) : nullptr;
@@ -222,6 +224,7 @@ class EnclaveTest : public ::testing::Test {
     return enclave_->Handle(call);
   }
 
+  FakeClock clock_{absl::Now()};
   std::string dir_;
   std::unique_ptr<enclave::Enclave> enclave_;
   attest::v1::Policy policy_;
@@ -407,6 +410,15 @@ TEST_F(EnclaveTest, SessionOverStaleEvidenceOrWithBadSignatureIsRefused) {
   EXPECT_NE(reply.status().code(), 0);
   // An unparseable boundary call.
   EXPECT_NE(enclave_->Handle(HostToEnclave()).status().code(), 0);
+}
+
+TEST_F(EnclaveTest, EvidenceIsRefreshedAndOlderEvidenceStillOpensSessions) {
+  TestClient before(enclave_.get(), "alpha", policy_, clock_.Now());
+  clock_.Advance(absl::Hours(2));
+  TestClient after(enclave_.get(), "alpha", policy_, clock_.Now());
+  EXPECT_NE(before.verdict().evidence_digest, after.verdict().evidence_digest);
+  EXPECT_TRUE(after.Open());
+  EXPECT_TRUE(before.Open());  // a client that attested just before the refresh
 }
 
 }  // namespace
