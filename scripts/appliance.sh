@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh -DCLOISTER_BUILD_TESTS=OFF
-exec ./build/host/cloisterd "$@"
+exec ./build/bin/cloisterd "$@"

@@ -78,7 +78,7 @@ class ApplianceTest : public ::testing::Test {
     args.insert(args.begin(), CLOISTER_CLI_BINARY);
     auto env = Env();
     for (auto& [k, v] : extra_env) env[k] = v;
-    return Run(args, env, absl::Seconds(120));
+    return testing::Run(args, env, absl::Seconds(120));
   }
   // Writes the reference input of set N as .npy and returns its path.
   std::string InputNpy(int set) {
