@@ -1,0 +1,302 @@
+#include "host/config/daemon_config.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/bytes.h"
+#include "base/file.h"
+#include "base/status.h"
+#include "host/common/ids.h"
+#include "yaml-cpp/yaml.h"
+
+namespace cloister::host {
+namespace {
+
+// Builds "FILE:LINE: FIELD: what" messages for one config file.
+class ConfigErrors {
+ public:
+  explicit ConfigErrors(absl::string_view file_name) : file_name_(file_name) {}
+
+  absl::Status At(const YAML::Node& node, absl::string_view field, absl::string_view what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_name_, ":", node.Mark().line + 1, ": ", field, ": ", what));
+  }
+  absl::Status AtLine(int line, absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(file_name_, ":", line + 1, ": ", what));
+  }
+  const std::string& file_name() const { return file_name_; }
+
+ private:
+  std::string file_name_;
+};
+
+absl::string_view TypeName(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return "a scalar";
+    case YAML::NodeType::Undefined:
+      return "nothing";
+  }
+  return "something else";
+}
+
+absl::StatusOr<std::string> ReadString(const ConfigErrors& errors, const YAML::Node& node,
+                                       absl::string_view field) {
+  if (!node.IsScalar()) {
+    return errors.At(node, field, absl::StrCat("expected a string, got ", TypeName(node)));
+  }
+  if (node.Scalar().empty()) return errors.At(node, field, "must not be empty");
+  return node.Scalar();
+}
+
+absl::StatusOr<int64_t> ReadInteger(const ConfigErrors& errors, const YAML::Node& node,
+                                    absl::string_view field, int64_t min, int64_t max) {
+  int64_t value;
+  if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &value)) {
+    return errors.At(node, field,
+                     absl::StrCat("expected an integer, got ",
+                                  node.IsScalar() ? absl::StrCat("'", node.Scalar(), "'")
+                                                  : std::string(TypeName(node))));
+  }
+  if (value < min || value > max) {
+    return errors.At(node, field, absl::StrCat(value, " is outside ", min, "..", max));
+  }
+  return value;
+}
+
+absl::StatusOr<double> ReadNumber(const ConfigErrors& errors, const YAML::Node& node,
+                                  absl::string_view field, double min, double max) {
+  double value;
+  if (!node.IsScalar() || !absl::SimpleAtod(node.Scalar(), &value)) {
+    return errors.At(node, field,
+                     absl::StrCat("expected a number, got ",
+                                  node.IsScalar() ? absl::StrCat("'", node.Scalar(), "'")
+                                                  : std::string(TypeName(node))));
+  }
+  if (!(value >= min && value <= max)) {
+    return errors.At(node, field, absl::StrCat(node.Scalar(), " is outside ", min, "..", max));
+  }
+  return value;
+}
+
+absl::Status ParseBatching(const ConfigErrors& errors, const YAML::Node& node,
+                           DaemonConfig& config) {
+  if (!node.IsMap()) {
+    return errors.At(node, "batching", absl::StrCat("expected a map, got ", TypeName(node)));
+  }
+  for (const auto& entry : node) {
+    std::string key = entry.first.Scalar();
+    if (key == "max_batch_size") {
+      ASSIGN_OR_RETURN(int64_t value,
+                       ReadInteger(errors, entry.second, "batching.max_batch_size", 1, 1024));
+      config.max_batch_size = static_cast<int>(value);
+    } else if (key == "max_queue_delay_ms") {
+      ASSIGN_OR_RETURN(double value,
+                       ReadNumber(errors, entry.second, "batching.max_queue_delay_ms", 0, 10000));
+      config.max_queue_delay = absl::Microseconds(static_cast<int64_t>(value * 1000));
+    } else {
+      return errors.At(entry.first, "batching", absl::StrCat("unknown field '", key, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTenants(const ConfigErrors& errors, const YAML::Node& node,
+                          DaemonConfig& config) {
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsSequence()) {
+    return errors.At(node, "tenants", absl::StrCat("expected a list, got ", TypeName(node)));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node& item = node[i];
+    std::string where = absl::StrCat("tenants[", i, "]");
+    if (!item.IsMap()) {
+      return errors.At(item, where, absl::StrCat("expected a map, got ", TypeName(item)));
+    }
+    TenantCredential tenant;
+    bool has_id = false;
+    bool has_hash = false;
+    for (const auto& entry : item) {
+      std::string key = entry.first.Scalar();
+      if (key == "id") {
+        ASSIGN_OR_RETURN(tenant.tenant_id, ReadString(errors, entry.second, where + ".id"));
+        if (!IsValidTenantId(tenant.tenant_id)) {
+          return errors.At(entry.second, where + ".id", CheckTenantId(tenant.tenant_id).message());
+        }
+        has_id = true;
+      } else if (key == "token_sha256") {
+        ASSIGN_OR_RETURN(std::string hex,
+                         ReadString(errors, entry.second, where + ".token_sha256"));
+        absl::StatusOr<Bytes> hash = HexDecode(hex);
+        if (!hash.ok() || hash->size() != 32) {
+          return errors.At(entry.second, where + ".token_sha256",
+                           "expected 64 hex digits (the SHA-256 of the tenant's API token)");
+        }
+        tenant.token_sha256 = *std::move(hash);
+        has_hash = true;
+      } else {
+        return errors.At(entry.first, where, absl::StrCat("unknown field '", key, "'"));
+      }
+    }
+    if (!has_id) return errors.At(item, where, "missing field 'id'");
+    if (!has_hash) return errors.At(item, where, "missing field 'token_sha256'");
+    for (const TenantCredential& other : config.tenants) {
+      if (other.tenant_id == tenant.tenant_id) {
+        return errors.At(item, where + ".id",
+                         absl::StrCat("tenant '", tenant.tenant_id, "' is listed twice"));
+      }
+    }
+    config.tenants.push_back(std::move(tenant));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckListenAddress(absl::string_view listen) {
+  size_t colon = listen.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", listen, "' is not HOST:PORT"));
+  }
+  absl::string_view host = listen.substr(0, colon);
+  absl::string_view port_text = listen.substr(colon + 1);
+  if (absl::StrContains(host, ':') && !(absl::StartsWith(host, "[") && absl::EndsWith(host, "]"))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", listen, "': put an IPv6 host in brackets, [::1]:7700"));
+  }
+  int port;
+  if (port_text.empty() || !absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535 ||
+      port_text.find_first_not_of("0123456789") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", listen, "' has no port in 0..65535"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ListenHost(absl::string_view listen) {
+  size_t colon = listen.rfind(':');
+  return std::string(colon == absl::string_view::npos ? listen : listen.substr(0, colon));
+}
+
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text,
+                                               absl::string_view file_name) {
+  ConfigErrors errors(file_name);
+  DaemonConfig config;
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::ParserException& e) {
+    return errors.AtLine(e.mark.line, absl::StrCat("YAML syntax error: ", e.msg));
+  }
+  if (root.IsNull() || !root.IsDefined()) return config;
+  if (!root.IsMap()) {
+    return errors.AtLine(root.Mark().line,
+                         absl::StrCat("expected a map of settings, got ", TypeName(root)));
+  }
+  try {
+    for (const auto& entry : root) {
+      if (!entry.first.IsScalar()) return errors.At(entry.first, "(key)", "expected a field name");
+      std::string key = entry.first.Scalar();
+      const YAML::Node& value = entry.second;
+      if (key == "listen") {
+        ASSIGN_OR_RETURN(config.listen, ReadString(errors, value, "listen"));
+        absl::Status valid = CheckListenAddress(config.listen);
+        if (!valid.ok()) return errors.At(value, "listen", valid.message());
+      } else if (key == "data_dir") {
+        ASSIGN_OR_RETURN(config.data_dir, ReadString(errors, value, "data_dir"));
+      } else if (key == "enclave_binary") {
+        ASSIGN_OR_RETURN(config.enclave_binary, ReadString(errors, value, "enclave_binary"));
+      } else if (key == "batching") {
+        RETURN_IF_ERROR(ParseBatching(errors, value, config));
+      } else if (key == "tenants") {
+        RETURN_IF_ERROR(ParseTenants(errors, value, config));
+      } else {
+        return errors.AtLine(entry.first.Mark().line, absl::StrCat("unknown field '", key, "'"));
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return errors.AtLine(e.mark.line, e.msg);
+  }
+  return config;
+}
+
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path, 1 << 20);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read config: ", text.status().message()));
+  }
+  return ParseDaemonConfig(*text, path);
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) {
+  CommandLine command_line;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      command_line.help = true;
+      continue;
+    }
+    if (!absl::StartsWith(arg, "--")) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    absl::string_view name = arg;
+    std::optional<std::string> value;
+    size_t equals = arg.find('=');
+    if (equals != absl::string_view::npos) {
+      name = arg.substr(0, equals);
+      value = std::string(arg.substr(equals + 1));
+    }
+    std::optional<std::string>* target = nullptr;
+    if (name == "--config") {
+      target = &command_line.config_path;
+    } else if (name == "--listen") {
+      target = &command_line.listen;
+    } else if (name == "--data-dir") {
+      target = &command_line.data_dir;
+    } else if (name == "--enclave-binary") {
+      target = &command_line.enclave_binary;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
+    }
+    if (!value.has_value()) {
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(absl::StrCat("flag ", name, " needs a value"));
+      }
+      value = argv[++i];
+    }
+    if (value->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("flag ", name, " needs a value"));
+    }
+    *target = std::move(value);
+  }
+  return command_line;
+}
+
+absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const CommandLine& command_line) {
+  DaemonConfig config;
+  if (command_line.config_path.has_value()) {
+    ASSIGN_OR_RETURN(config, LoadDaemonConfig(*command_line.config_path));
+  }
+  if (command_line.listen.has_value()) {
+    absl::Status valid = CheckListenAddress(*command_line.listen);
+    if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat("--listen: ", valid.message()));
+    config.listen = *command_line.listen;
+  }
+  if (command_line.data_dir.has_value()) config.data_dir = *command_line.data_dir;
+  if (command_line.enclave_binary.has_value()) {
+    config.enclave_binary = *command_line.enclave_binary;
+  }
+  return config;
+}
+
+}  // namespace cloister::host

@@ -1,0 +1,68 @@
+// cloisterd's settings: the command line and the small YAML config file (`--config FILE`).
+// This is the early schema (the full operator schema comes later):
+//
+//   listen: "127.0.0.1:7700"           # HOST:PORT; port 0 picks a free port
+//   data_dir: ./cloister-data          # created 0700
+//   enclave_binary: /path/cloister-enclave   # default: next to the cloisterd executable
+//   batching:
+//     max_batch_size: 8                # 1..1024
+//     max_queue_delay_ms: 2            # 0..10000, fractions allowed
+//   tenants:                           # absent or empty: the development tenant "demo"
+//     - id: acme
+//       token_sha256: <64 hex digits>  # SHA-256 of the tenant's API token
+//
+// Errors name the file, the line and the field (unknown fields and wrong types included).
+// Flags override the file. Thread-safe: pure functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "host/tenants/tenant_registry.h"
+
+namespace cloister::host {
+
+inline constexpr char kCloisterdUsage[] =
+    "usage: cloisterd [--config FILE] [--listen HOST:PORT] [--data-dir DIR] "
+    "[--enclave-binary PATH]";
+
+struct DaemonConfig {
+  std::string listen = "127.0.0.1:7700";
+  std::string data_dir = "./cloister-data";
+  std::string enclave_binary;  // empty: cloister-enclave beside the cloisterd executable
+  int max_batch_size = 8;
+  absl::Duration max_queue_delay = absl::Milliseconds(2);
+  std::vector<TenantCredential> tenants;  // empty: the development tenant
+};
+
+// Parses config text; `file_name` is only used in error messages. Empty text gives defaults.
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text,
+                                               absl::string_view file_name);
+// Reads and parses a config file.
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path);
+
+struct CommandLine {
+  std::optional<std::string> config_path;
+  std::optional<std::string> listen;
+  std::optional<std::string> data_dir;
+  std::optional<std::string> enclave_binary;
+  bool help = false;
+};
+
+// Parses `--flag VALUE` and `--flag=VALUE` forms. InvalidArgument with a one-line message for an
+// unknown flag, a missing value or a stray argument.
+absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv);
+
+// The effective settings: the config file (if any) with the flags applied on top, validated.
+absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const CommandLine& command_line);
+
+// HOST:PORT with a port in 0..65535 (an IPv6 host in brackets). InvalidArgument otherwise.
+absl::Status CheckListenAddress(absl::string_view listen);
+// The HOST part of a valid HOST:PORT.
+std::string ListenHost(absl::string_view listen);
+
+}  // namespace cloister::host

@@ -1,0 +1,265 @@
+// cloisterd: the untrusted host broker (DESIGN.md sections 2 and 8). It authenticates tenants,
+// queues and batches their sealed requests, keeps model ciphertext at rest and relays
+// everything to one enclave worker; it never sees plaintext.
+//
+// Start-up: settings (flags over --config), data dir (0700), tenants (the development tenant
+// "demo" with its token in DATA_DIR/demo.token unless the config lists tenants), the enclave
+// worker (waits until it answers a GetEvidenceCall), reload of every stored model, the gRPC
+// server, then exactly one line on stdout: "cloisterd listening on HOST:PORT".
+// SIGTERM or SIGINT: stop accepting, finish in-flight calls (with a deadline), stop the worker,
+// exit 0. Exit 1 if start-up fails or the worker dies; exit 2 for bad usage or config.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/bytes.h"
+#include "base/file.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "crypto/hash.h"
+#include "crypto/random.h"
+#include "host/config/daemon_config.h"
+#include "host/enclave_client/process_enclave_client.h"
+#include "host/scheduler/scheduler.h"
+#include "host/server/cloister_service.h"
+#include "host/server/grpc_server.h"
+#include "host/storage/file_blob_store.h"
+#include "host/tenants/tenant_registry.h"
+
+namespace cloister::host {
+namespace {
+
+constexpr absl::Duration kEnclaveReadyTimeout = absl::Seconds(120);
+constexpr absl::Duration kReloadTimeout = absl::Seconds(300);
+constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+constexpr int kMaxGrpcMessageSize = (64 << 20) + (1 << 20);  // a sealed call plus framing
+
+// Sends GetEvidenceCalls until one succeeds: the worker answers once it has written its
+// simulated roots and development policy.
+absl::Status WaitForEnclave(EnclaveClient& enclave, const std::atomic<bool>& worker_exited) {
+  absl::Time give_up = absl::Now() + kEnclaveReadyTimeout;
+  absl::Status last;
+  while (absl::Now() < give_up) {
+    boundary::v1::HostToEnclave call;
+    call.mutable_get_evidence()->set_nonce(ToString(crypto::RandomBytes(32)));
+    absl::StatusOr<boundary::v1::EnclaveToHost> reply =
+        CallAndWait(enclave, std::move(call), give_up - absl::Now());
+    if (reply.ok()) return absl::OkStatus();
+    last = reply.status();
+    if (worker_exited.load() || absl::IsUnavailable(last)) return last;
+    Log(LogLevel::kInfo, "waiting_for_enclave", {{"error", last.ToString()}});
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("enclave worker not ready after ",
+                                                  absl::FormatDuration(kEnclaveReadyTimeout), ": ",
+                                                  last.ToString()));
+}
+
+// Hands every stored model back to the enclave. A model that fails is logged and skipped; only
+// a dead worker stops start-up.
+absl::Status ReloadStoredModels(BlobStore& blobs, EnclaveClient& enclave) {
+  ASSIGN_OR_RETURN(std::vector<StoredModel> models, blobs.List());
+  int reloaded = 0;
+  for (const StoredModel& model : models) {
+    auto skip = [&](const absl::Status& why) {
+      Log(LogLevel::kWarning, "model_reload_failed",
+          {{"tenant", model.tenant_id}, {"handle", model.handle}, {"error", why.ToString()}});
+    };
+    absl::StatusOr<std::string> ciphertext = blobs.ReadCiphertext(model.tenant_id, model.handle);
+    if (!ciphertext.ok()) {
+      skip(ciphertext.status());
+      continue;
+    }
+    if (HexEncode(crypto::Sha256(AsBytes(*ciphertext))) != model.ciphertext_sha256) {
+      skip(absl::DataLossError("stored ciphertext does not match its recorded SHA-256"));
+      continue;
+    }
+    absl::StatusOr<std::string> wrapped_key = blobs.ReadWrappedKey(model.tenant_id, model.handle);
+    if (!wrapped_key.ok()) {
+      skip(wrapped_key.status());
+      continue;
+    }
+    boundary::v1::HostToEnclave call;
+    boundary::v1::ReloadModelCall* reload = call.mutable_reload_model();
+    reload->set_model_handle(model.handle);
+    reload->set_wrapped_model_key(*std::move(wrapped_key));
+    reload->set_model_ciphertext(*std::move(ciphertext));
+    absl::StatusOr<boundary::v1::EnclaveToHost> reply =
+        CallAndWait(enclave, std::move(call), kReloadTimeout);
+    if (!reply.ok()) {
+      if (absl::IsUnavailable(reply.status())) return reply.status();
+      skip(reply.status());
+      continue;
+    }
+    ++reloaded;
+    Log(LogLevel::kInfo, "model_reloaded", {{"tenant", model.tenant_id}, {"handle", model.handle}});
+  }
+  Log(LogLevel::kInfo, "models_reloaded",
+      {{"reloaded", reloaded}, {"stored", static_cast<long long>(models.size())}});
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& status) {
+  Log(LogLevel::kError, "startup_failed", {{"error", status.ToString()}});
+  std::fprintf(stderr, "cloisterd: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+int Run(const DaemonConfig& config) {
+  // Signals are taken synchronously by the main thread (sigtimedwait below); every thread
+  // started from here on inherits the blocked mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string enclave_binary = config.enclave_binary;
+  if (enclave_binary.empty()) {
+    absl::StatusOr<std::string> path = DefaultEnclaveBinaryPath();
+    if (!path.ok()) return Fail(path.status());
+    enclave_binary = *path;
+  }
+  // Checked before anything is created, so a wrong path leaves no trace.
+  if (::access(enclave_binary.c_str(), X_OK) != 0) {
+    return Fail(absl::NotFoundError(absl::StrCat("enclave worker binary ", enclave_binary,
+                                                 " is missing or not executable; set "
+                                                 "--enclave-binary or enclave_binary")));
+  }
+
+  std::error_code ec;
+  std::string data_dir = std::filesystem::absolute(config.data_dir, ec).lexically_normal();
+  if (ec) data_dir = config.data_dir;
+  if (!data_dir.empty() && data_dir.size() > 1 && data_dir.back() == '/') data_dir.pop_back();
+  // Create the data dir 0700; an existing one keeps its mode (it may be shared, like /tmp),
+  // with a warning if other users can read it.
+  struct stat data_dir_stat;
+  if (::stat(data_dir.c_str(), &data_dir_stat) == 0) {
+    if (!S_ISDIR(data_dir_stat.st_mode)) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(data_dir, " is not a directory")));
+    }
+    if ((data_dir_stat.st_mode & 077) != 0) {
+      Log(LogLevel::kWarning, "data_dir_not_private",
+          {{"data_dir", data_dir}, {"advice", "chmod 700 it: it holds the tenant token"}});
+    }
+  } else if (absl::Status status = MakeDirs(data_dir, 0700); !status.ok()) {
+    return Fail(status);
+  }
+
+  std::vector<TenantCredential> tenants = config.tenants;
+  if (tenants.empty()) {
+    std::string token_path = absl::StrCat(data_dir, "/demo.token");
+    absl::StatusOr<std::string> token = LoadOrCreateDevToken(token_path);
+    if (!token.ok()) return Fail(token.status());
+    tenants.push_back({kDevTenantId, TokenHash(*token)});
+    Log(LogLevel::kInfo, "development_tenant",
+        {{"tenant", kDevTenantId}, {"token_file", token_path}});
+  }
+  absl::StatusOr<std::unique_ptr<TenantRegistry>> registry =
+      TenantRegistry::Create(std::move(tenants));
+  if (!registry.ok()) return Fail(registry.status());
+
+  std::atomic<bool> worker_exited{false};
+  ProcessEnclaveOptions enclave_options;
+  enclave_options.binary_path = enclave_binary;
+  enclave_options.data_dir = data_dir;
+  enclave_options.on_exit = [&worker_exited](const absl::Status&) { worker_exited.store(true); };
+  absl::StatusOr<std::unique_ptr<ProcessEnclaveClient>> enclave =
+      ProcessEnclaveClient::Start(std::move(enclave_options));
+  if (!enclave.ok()) return Fail(enclave.status());
+
+  if (absl::Status status = WaitForEnclave(**enclave, worker_exited); !status.ok()) {
+    return Fail(status);
+  }
+  absl::StatusOr<std::unique_ptr<FileBlobStore>> blobs =
+      FileBlobStore::Open(absl::StrCat(data_dir, "/models"));
+  if (!blobs.ok()) return Fail(blobs.status());
+  if (absl::Status status = ReloadStoredModels(**blobs, **enclave); !status.ok()) {
+    return Fail(status);
+  }
+
+  SchedulerOptions scheduler_options;
+  scheduler_options.max_batch_size = config.max_batch_size;
+  scheduler_options.max_queue_delay = config.max_queue_delay;
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(enclave->get(), scheduler_options);
+  if (!scheduler.ok()) return Fail(scheduler.status());
+
+  auto service = std::make_unique<CloisterService>(
+      registry->get(), enclave->get(), scheduler->get(), blobs->get(), ServiceOptions());
+  absl::StatusOr<RunningServer> server =
+      StartGrpcServer(service.get(), config.listen, kMaxGrpcMessageSize);
+  if (!server.ok()) return Fail(server.status());
+
+  std::string address = absl::StrCat(ListenHost(config.listen), ":", server->port);
+  Log(LogLevel::kInfo, "listening", {{"address", address}, {"data_dir", data_dir}});
+  std::printf("cloisterd listening on %s\n", address.c_str());
+  std::fflush(stdout);
+
+  int exit_code = 0;
+  while (true) {
+    struct timespec wait = {0, 200 * 1000 * 1000};
+    int signal_number = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (signal_number > 0) {
+      Log(LogLevel::kInfo, "shutting_down", {{"signal", signal_number}});
+      break;
+    }
+    if (worker_exited.load()) {
+      Log(LogLevel::kError, "shutting_down", {{"reason", "enclave worker exited"}});
+      exit_code = 1;
+      break;
+    }
+  }
+
+  // Refuse new calls, let running ones finish within the grace period, then close the server
+  // (an immediate deadline: all that is left are idle connections). Calls still waiting on the
+  // worker after the grace period are completed by stopping it.
+  service->BeginDrain();
+  if (!service->WaitUntilIdle(kShutdownGrace)) {
+    Log(LogLevel::kWarning, "shutdown_forcing",
+        {{"reason", "calls still in flight after the grace period"},
+         {"active_rpcs", service->active_rpcs()}});
+    (*enclave)->Stop();
+  }
+  server->server->Shutdown(std::chrono::system_clock::now());
+  server->server.reset();
+  (*scheduler)->Stop();
+  service.reset();
+  (*enclave)->Stop();
+  Log(LogLevel::kInfo, "stopped", {{"exit_code", exit_code}});
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace cloister::host
+
+int main(int argc, char** argv) {
+  using namespace cloister::host;
+  cloister::SetLogComponent("cloisterd");
+  absl::StatusOr<CommandLine> command_line = ParseCommandLine(argc, argv);
+  if (!command_line.ok()) {
+    std::fprintf(stderr, "cloisterd: %s (%s)\n",
+                 std::string(command_line.status().message()).c_str(), kCloisterdUsage);
+    return 2;
+  }
+  if (command_line->help) {
+    std::printf("%s\n", kCloisterdUsage);
+    return 0;
+  }
+  absl::StatusOr<DaemonConfig> config = ResolveDaemonConfig(*command_line);
+  if (!config.ok()) {
+    std::fprintf(stderr, "cloisterd: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  return Run(*config);
+}

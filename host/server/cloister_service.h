@@ -1,0 +1,126 @@
+// CloisterService: the tenant-facing gRPC API (cloister.api.v1.Cloister) of cloisterd, on
+// gRPC's callback API so that no gRPC thread ever waits for the enclave or the disk.
+//
+// Every RPC first authenticates the tenant from metadata `x-cloister-tenant` and
+// `authorization: Bearer TOKEN` (UNAUTHENTICATED otherwise), then checks the request's shape
+// (sizes, handle and request id syntax) and that a named session was opened by this tenant
+// (NOT_FOUND / PERMISSION_DENIED), and only then relays it:
+//   GetEvidence -> GetEvidenceCall, OpenSession -> OpenSessionCall (remembers the session),
+//   UploadModel -> stages the ciphertext in the BlobStore, LoadModelCall, commits the blob and
+//                  the wrapped key only if the enclave returned one,
+//   ListModels / DeleteModel -> SealedCallMessage (a confirmed delete also removes the stored
+//                  blob and wrapped key), Infer -> Scheduler.
+// The host never sees plaintext: sealed replies are passed through untouched, and errors the
+// enclave reports to the host (its boundary status) become the RPC status.
+//
+// Threading: handlers run on gRPC threads and return at once; completions run on the enclave
+// client's thread or on the service's SerialWorker (file work).
+// Ownership: the registry, enclave client, scheduler and blob store are borrowed and must
+// outlive the service; the service must outlive the grpc::Server that serves it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "cloister/api/v1/api.grpc.pb.h"
+#include "host/enclave_client/enclave_client.h"
+#include "host/scheduler/scheduler.h"
+#include "host/server/serial_worker.h"
+#include "host/server/session_table.h"
+#include "host/storage/blob_store.h"
+#include "host/tenants/tenant_registry.h"
+
+namespace cloister::host {
+
+struct ServiceOptions {
+  uint64_t max_model_size = uint64_t{512} << 20;          // declared ciphertext size of an upload
+  uint64_t max_sealed_message_size = uint64_t{64} << 20;  // one sealed call's ciphertext
+  absl::Duration session_ttl = absl::Minutes(65);
+  int max_sessions_per_tenant = 10000;
+  Clock* clock = nullptr;  // nullptr: Clock::Real()
+};
+
+class CloisterService final : public api::v1::Cloister::CallbackService {
+ public:
+  CloisterService(TenantRegistry* tenants, EnclaveClient* enclave, Scheduler* scheduler,
+                  BlobStore* blobs, ServiceOptions options);
+  ~CloisterService() override;
+
+  grpc::ServerUnaryReactor* GetEvidence(grpc::CallbackServerContext* context,
+                                        const api::v1::GetEvidenceRequest* request,
+                                        api::v1::GetEvidenceResponse* response) override;
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
+                                        const api::v1::OpenSessionRequest* request,
+                                        api::v1::OpenSessionResponse* response) override;
+  grpc::ServerReadReactor<api::v1::UploadModelRequest>* UploadModel(
+      grpc::CallbackServerContext* context, api::v1::UploadModelResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const api::v1::SealedCall* request,
+                                       api::v1::SealedReply* response) override;
+  grpc::ServerUnaryReactor* DeleteModel(grpc::CallbackServerContext* context,
+                                        const api::v1::SealedCall* request,
+                                        api::v1::SealedReply* response) override;
+  grpc::ServerUnaryReactor* Infer(grpc::CallbackServerContext* context,
+                                  const api::v1::SealedCall* request,
+                                  api::v1::SealedReply* response) override;
+
+  // Shutdown, step 1: from now on every new RPC is refused with UNAVAILABLE "cloisterd is
+  // shutting down"; RPCs already running carry on.
+  void BeginDrain();
+  // Shutdown, step 2: waits until no RPC is running (true) or `timeout` passes (false). Then
+  // grpc::Server::Shutdown with an immediate deadline only closes idle connections (gRPC would
+  // otherwise wait out its whole deadline for idle client channels to go away).
+  bool WaitUntilIdle(absl::Duration timeout);
+  int active_rpcs() const;
+
+ private:
+  class TrackedUnaryReactor;
+  class UploadReactor;
+  friend class TrackedUnaryReactor;
+  friend class UploadReactor;
+
+  // Every RPC's reactor calls RpcStarted() when created and RpcDone() from OnDone().
+  void RpcStarted();
+  void RpcDone();
+  // A reactor for a unary RPC that counts as active until gRPC is done with it.
+  grpc::ServerUnaryReactor* NewUnaryReactor();
+  // UNAVAILABLE while draining.
+  absl::Status CheckAccepting() const;
+
+  // The authenticated tenant id of a call; UNAUTHENTICATED, or UNAVAILABLE while draining.
+  absl::StatusOr<std::string> Authenticate(const grpc::CallbackServerContext& context,
+                                           absl::string_view method) const;
+  // Shape checks shared by sealed calls, then the session's owner.
+  absl::Status CheckSealedCall(const api::v1::SealedCall& call, absl::string_view tenant_id,
+                               bool require_handle);
+  // ListModels and DeleteModel: one SealedCallMessage each.
+  grpc::ServerUnaryReactor* RelaySealedCall(grpc::CallbackServerContext* context,
+                                            const api::v1::SealedCall* request,
+                                            api::v1::SealedReply* response, bool is_delete);
+  // Removes every stored copy of a model the enclave confirmed deleted.
+  void RemoveStoredModel(const std::string& handle);
+
+  TenantRegistry* const tenants_;
+  EnclaveClient* const enclave_;
+  Scheduler* const scheduler_;
+  BlobStore* const blobs_;
+  const ServiceOptions options_;
+  Clock* const clock_;
+  SessionTable sessions_;
+
+  mutable absl::Mutex rpc_mu_;
+  int active_rpcs_ ABSL_GUARDED_BY(rpc_mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(rpc_mu_) = false;
+
+  SerialWorker file_worker_;
+};
+
+// grpc::Status from absl::Status (the codes are the same numbers).
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace cloister::host

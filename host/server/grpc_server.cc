@@ -1,0 +1,25 @@
+#include "host/server/grpc_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace cloister::host {
+
+absl::StatusOr<RunningServer> StartGrpcServer(grpc::Service* service, const std::string& listen,
+                                              int max_message_size) {
+  grpc::ServerBuilder builder;
+  RunningServer running;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &running.port);
+  builder.RegisterService(service);
+  builder.SetMaxReceiveMessageSize(max_message_size);
+  builder.SetMaxSendMessageSize(max_message_size);
+  running.server = builder.BuildAndStart();
+  if (running.server == nullptr || running.port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (address in use or not available?)"));
+  }
+  return running;
+}
+
+}  // namespace cloister::host

@@ -1,0 +1,75 @@
+#include "host/server/session_table.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace cloister::host {
+
+SessionTable::SessionTable(Clock* clock, absl::Duration ttl, int max_sessions_per_tenant)
+    : clock_(clock),
+      ttl_(ttl),
+      max_sessions_per_tenant_(max_sessions_per_tenant),
+      next_sweep_(clock->Now() + ttl) {}
+
+void SessionTable::SweepLocked(absl::Time now) {
+  if (now < next_sweep_) return;
+  next_sweep_ = now + ttl_ / 4;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second.expires_at <= now) {
+      if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
+      sessions_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::Status SessionTable::CheckCapacity(absl::string_view tenant_id) {
+  absl::MutexLock lock(&mu_);
+  SweepLocked(clock_->Now());
+  auto it = per_tenant_.find(tenant_id);
+  if (it != per_tenant_.end() && it->second >= max_sessions_per_tenant_) {
+    return absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant_id, " already has ",
+                                                     max_sessions_per_tenant_,
+                                                     " open sessions (the limit)"));
+  }
+  return absl::OkStatus();
+}
+
+void SessionTable::Add(std::string session_id, std::string tenant_id) {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = clock_->Now();
+  SweepLocked(now);
+  auto [it, inserted] = sessions_.try_emplace(std::move(session_id));
+  if (!inserted) {
+    // A reused id (the enclave derives ids from fresh HPKE contexts, so this is unexpected):
+    // the newest owner wins.
+    if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
+  }
+  ++per_tenant_[tenant_id];
+  it->second = Entry{std::move(tenant_id), now + ttl_};
+}
+
+absl::Status SessionTable::CheckAccess(absl::string_view session_id, absl::string_view tenant_id) {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = clock_->Now();
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end() && it->second.expires_at <= now) {
+    if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
+    sessions_.erase(it);
+    it = sessions_.end();
+  }
+  if (it == sessions_.end()) return absl::NotFoundError("unknown session; open a new session");
+  if (it->second.tenant_id != tenant_id) {
+    return absl::PermissionDeniedError("session belongs to another tenant");
+  }
+  return absl::OkStatus();
+}
+
+size_t SessionTable::size() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+}  // namespace cloister::host

@@ -1,0 +1,51 @@
+// SessionTable: which tenant opened which enclave session, so cloisterd can refuse, before
+// queueing anything, a call that names another tenant's session or one it never saw. The
+// enclave checks ownership again with the session keys; this table is admission only.
+// Entries expire after `ttl` (a little longer than the enclave's one-hour session lifetime).
+// Threading: thread-safe (one mutex; every operation is O(1) except the periodic sweep).
+#pragma once
+
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+
+namespace cloister::host {
+
+class SessionTable {
+ public:
+  SessionTable(Clock* clock, absl::Duration ttl, int max_sessions_per_tenant);
+
+  // RESOURCE_EXHAUSTED when the tenant already holds the maximum number of live sessions.
+  absl::Status CheckCapacity(absl::string_view tenant_id);
+  // Records a session the enclave opened for `tenant_id`.
+  void Add(std::string session_id, std::string tenant_id);
+  // OK if the session is live and belongs to `tenant_id`; NOT_FOUND "unknown session; open a
+  // new session" if unknown or expired; PERMISSION_DENIED if it belongs to another tenant.
+  absl::Status CheckAccess(absl::string_view session_id, absl::string_view tenant_id);
+
+  size_t size() const;
+
+ private:
+  struct Entry {
+    std::string tenant_id;
+    absl::Time expires_at;
+  };
+  void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Clock* const clock_;
+  const absl::Duration ttl_;
+  const int max_sessions_per_tenant_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> per_tenant_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_sweep_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cloister::host

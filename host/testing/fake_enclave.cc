@@ -1,0 +1,165 @@
+#include "host/testing/fake_enclave.h"
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/bytes.h"
+#include "crypto/hash.h"
+
+namespace cloister::host::testing {
+
+using boundary::v1::EnclaveToHost;
+using boundary::v1::HostToEnclave;
+using boundary::v1::SealedItem;
+using boundary::v1::SealedReplyItem;
+
+namespace {
+
+void SetStatus(boundary::v1::Status* status, int code, std::string message) {
+  status->set_code(code);
+  status->set_message(std::move(message));
+}
+
+}  // namespace
+
+std::string FakeEnclave::WrappedKeyFor(const std::string& handle, const std::string& ciphertext) {
+  return absl::StrCat("wrapped:", handle, ":", HexEncode(crypto::Sha256(AsBytes(ciphertext))));
+}
+
+bool FakeEnclave::CheckSession(const std::string& tenant_id, const SealedItem& item,
+                               SealedReplyItem& reply) {
+  reply.set_request_id(item.request_id());
+  auto it = session_tenants_.find(item.session_id());
+  if (it == session_tenants_.end()) {
+    SetStatus(reply.mutable_status(), 5, "unknown session");
+    return false;
+  }
+  if (it->second != tenant_id) {
+    SetStatus(reply.mutable_status(), 7, "session belongs to another tenant");
+    return false;
+  }
+  return true;
+}
+
+void FakeEnclave::Seal(const SealedItem& item, std::string plaintext, SealedReplyItem& reply) {
+  reply.set_request_id(item.request_id());
+  reply.set_sequence(session_sequences_[item.session_id()]++);
+  reply.set_ciphertext(std::move(plaintext));
+}
+
+std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
+  EnclaveToHost reply;
+  reply.set_call_id(call.call_id());
+  switch (call.call_case()) {
+    case HostToEnclave::kGetEvidence:
+      reply.mutable_get_evidence()->set_challenge_response(
+          absl::StrCat("evidence:", call.get_evidence().nonce()));
+      break;
+    case HostToEnclave::kOpenSession: {
+      const auto& open = call.open_session();
+      if (open.sealed_hello() != absl::StrCat("hello:", open.tenant_id())) {
+        SetStatus(reply.mutable_status(), 7, "session hello is for another tenant");
+        break;
+      }
+      std::string session_id = absl::StrFormat("session-%08d", ++session_count_);
+      session_tenants_[session_id] = open.tenant_id();
+      session_sequences_[session_id] = 1;
+      auto* result = reply.mutable_open_session();
+      result->set_session_id(session_id);
+      result->set_sequence(0);
+      result->set_sealed_welcome("welcome");
+      break;
+    }
+    case HostToEnclave::kLoadModel: {
+      const auto& load = call.load_model();
+      auto* result = reply.mutable_load_model();
+      if (!CheckSession(load.tenant_id(), load.request(), *result->mutable_reply())) break;
+      const std::string& handle = load.request().model_handle();
+      if (absl::StartsWith(load.model_ciphertext(), "bad")) {
+        Seal(load.request(), "error:cannot parse model", *result->mutable_reply());
+        break;
+      }
+      model_tenants_[handle] = load.tenant_id();
+      result->set_wrapped_model_key(WrappedKeyFor(handle, load.model_ciphertext()));
+      Seal(load.request(), absl::StrCat("loaded:", handle), *result->mutable_reply());
+      break;
+    }
+    case HostToEnclave::kReloadModel: {
+      const auto& reload = call.reload_model();
+      if (reload.wrapped_model_key() !=
+          WrappedKeyFor(reload.model_handle(), reload.model_ciphertext())) {
+        SetStatus(reply.mutable_status(), 15, "wrapped model key does not open");
+        break;
+      }
+      // The real enclave learns the owner from the wrapped key; the fake keeps the tenant
+      // encoded nowhere, so reloaded models belong to whoever asks first.
+      model_tenants_.emplace(reload.model_handle(), "");
+      reply.mutable_reload_model();
+      break;
+    }
+    case HostToEnclave::kListModels: {
+      const auto& list = call.list_models();
+      auto* result = reply.mutable_list_models();
+      if (!CheckSession(list.tenant_id(), list.request(), *result->mutable_reply())) break;
+      std::vector<std::string> handles;
+      for (const auto& [handle, tenant] : model_tenants_) {
+        if (tenant == list.tenant_id() || tenant.empty()) handles.push_back(handle);
+      }
+      Seal(list.request(), absl::StrCat("models:", absl::StrJoin(handles, ",")),
+           *result->mutable_reply());
+      break;
+    }
+    case HostToEnclave::kDeleteModel: {
+      const auto& del = call.delete_model();
+      auto* result = reply.mutable_delete_model();
+      if (!CheckSession(del.tenant_id(), del.request(), *result->mutable_reply())) break;
+      const std::string& handle = del.request().model_handle();
+      auto it = model_tenants_.find(handle);
+      if (it == model_tenants_.end() || (!it->second.empty() && it->second != del.tenant_id())) {
+        Seal(del.request(), "error:no such model", *result->mutable_reply());
+        break;
+      }
+      model_tenants_.erase(it);
+      result->set_model_deleted(true);
+      result->set_deleted_handle(handle);
+      Seal(del.request(), absl::StrCat("deleted:", handle), *result->mutable_reply());
+      break;
+    }
+    case HostToEnclave::kInferBatch: {
+      const auto& batch = call.infer_batch();
+      auto* result = reply.mutable_infer_batch();
+      for (const SealedItem& item : batch.items()) {
+        if (item.ciphertext() == "crash") return std::nullopt;
+        int sleep_ms;
+        if (absl::StartsWith(item.ciphertext(), "sleep:") &&
+            absl::SimpleAtoi(item.ciphertext().substr(6), &sleep_ms)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+        }
+      }
+      for (const SealedItem& item : batch.items()) {
+        SealedReplyItem* out = result->add_replies();
+        if (!CheckSession(batch.tenant_id(), item, *out)) continue;
+        auto model = model_tenants_.find(batch.model_handle());
+        if (item.model_handle() != batch.model_handle() || model == model_tenants_.end()) {
+          SetStatus(out->mutable_status(), 9, "model is not loaded");
+          continue;
+        }
+        Seal(item, absl::StrCat("out:", item.ciphertext(), ";batch=", batch.items_size()), *out);
+      }
+      result->set_execution_ns(1000);
+      break;
+    }
+    case HostToEnclave::CALL_NOT_SET:
+      SetStatus(reply.mutable_status(), 3, "empty call");
+      break;
+  }
+  return reply;
+}
+
+}  // namespace cloister::host::testing

@@ -1,0 +1,50 @@
+// FakeEnclave: a test double for the enclave worker's boundary behaviour, for host tests only
+// (the real enclave and its tests live in enclave/). It answers each HostToEnclave the way the
+// protocol says the enclave does, but "sealing" is plain text that tests can read:
+//   GetEvidence   -> challenge_response "evidence:" + nonce
+//   OpenSession   -> needs sealed_hello == "hello:" + tenant (else PERMISSION_DENIED);
+//                    session_id "session-%08d", sealed_welcome "welcome"
+//   LoadModel     -> model ciphertext starting "bad" is refused (sealed "error:...", no wrapped
+//                    key); otherwise wrapped key "wrapped:HANDLE:SHA256HEX(ciphertext)",
+//                    reply "loaded:HANDLE"
+//   ReloadModel   -> DATA_LOSS unless the wrapped key matches the ciphertext as above
+//   ListModels    -> "models:" + comma-separated handles loaded by the tenant
+//   DeleteModel   -> drops request.model_handle if the tenant loaded it (model_deleted)
+//   InferBatch    -> per item "out:" + ciphertext + ";batch=N"; an item "sleep:MS" waits MS
+//                    milliseconds first; an item "crash" makes Handle() return nullopt (the
+//                    worker program exits at once)
+// Item-level problems (unknown session, another tenant's session, model not loaded) come back as
+// the item's host-visible status, as in the real protocol.
+// Not thread-safe: one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "cloister/boundary/v1/boundary.pb.h"
+
+namespace cloister::host::testing {
+
+class FakeEnclave {
+ public:
+  // The reply for `call` (same call id), or nullopt when the call asks the worker to crash.
+  std::optional<boundary::v1::EnclaveToHost> Handle(const boundary::v1::HostToEnclave& call);
+
+  static std::string WrappedKeyFor(const std::string& handle, const std::string& ciphertext);
+
+ private:
+  // Checks an item's session against the tenant; fills `reply` with the failure if any.
+  bool CheckSession(const std::string& tenant_id, const boundary::v1::SealedItem& item,
+                    boundary::v1::SealedReplyItem& reply);
+  void Seal(const boundary::v1::SealedItem& item, std::string plaintext,
+            boundary::v1::SealedReplyItem& reply);
+
+  std::map<std::string, std::string> session_tenants_;  // session id -> tenant
+  std::map<std::string, uint64_t> session_sequences_;   // next e2c sequence per session
+  std::map<std::string, std::string> model_tenants_;    // handle -> tenant that loaded it
+  int session_count_ = 0;
+};
+
+}  // namespace cloister::host::testing

@@ -1,0 +1,66 @@
+// FakeEnclaveClient: an in-process EnclaveClient for host unit tests, honouring the interface's
+// contract (call ids, exactly-once completion, boundary status and result kind checked as
+// CheckReply does). Two modes:
+// - manual (default constructor): calls wait until the test answers them with Complete() or
+//   Fail(); WaitForPending() lets a test wait for the code under test to send them.
+// - automatic (with a FakeEnclave): a background thread answers every call in order with the
+//   FakeEnclave, like a worker process would.
+// Threading: thread-safe. Completions run on the thread that calls Complete()/Fail() (manual)
+// or on the background thread (automatic).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "host/enclave_client/enclave_client.h"
+#include "host/testing/fake_enclave.h"
+
+namespace cloister::host::testing {
+
+class FakeEnclaveClient : public EnclaveClient {
+ public:
+  FakeEnclaveClient();
+  explicit FakeEnclaveClient(std::unique_ptr<FakeEnclave> enclave);
+  ~FakeEnclaveClient() override;
+
+  void Call(boundary::v1::HostToEnclave call, Done done) override;
+
+  // Manual mode. Waits until at least `count` calls are pending; false on timeout.
+  bool WaitForPending(size_t count, absl::Duration timeout = absl::Seconds(10));
+  // The pending calls, oldest first.
+  std::vector<boundary::v1::HostToEnclave> Pending() const;
+  // Answers a pending call (by call id) with `reply` after checking it like a real client.
+  // Returns false if there is no such pending call.
+  bool Complete(uint64_t call_id, absl::StatusOr<boundary::v1::EnclaveToHost> reply);
+  // Answers every pending call with `status`.
+  void FailAll(const absl::Status& status);
+
+  // Every call ever made, in order (both modes).
+  std::vector<boundary::v1::HostToEnclave> History() const;
+  // After this, calls fail at once with UNAVAILABLE "enclave worker exited".
+  void SetDead();
+
+ private:
+  struct PendingCall {
+    boundary::v1::HostToEnclave call;
+    Done done;
+  };
+  void AutoLoop();
+
+  std::unique_ptr<FakeEnclave> enclave_;
+  mutable absl::Mutex mu_;
+  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<PendingCall> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<boundary::v1::HostToEnclave> history_ ABSL_GUARDED_BY(mu_);
+  bool dead_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread auto_thread_;
+};
+
+}  // namespace cloister::host::testing
