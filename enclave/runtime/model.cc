@@ -1,0 +1,208 @@
+#include "enclave/runtime/model.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "enclave/runtime/executor.h"
+#include "enclave/runtime/plan.h"
+#include "onnx/onnx_pb.h"
+
+namespace cloister::runtime {
+namespace {
+
+// The newest default-domain opset whose operator versions the kernels know.
+constexpr int kMaxOpset = 18;
+// Idle buffer pools a model keeps for later runs (about the number of concurrent callers).
+constexpr size_t kMaxIdlePools = 4;
+// A pooled buffer no run has used for this many runs is freed.
+constexpr uint64_t kMaxIdleRuns = 8;
+
+TensorSpec SpecFor(const std::string& name, const ValueInfo& info) {
+  TensorSpec spec{name, info.dtype, {}};
+  if (info.rank_known) spec.shape = info.dims;
+  return spec;
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(ByteSpan onnx_bytes,
+                                                   const LoadOptions& options) {
+  if (onnx_bytes.size() > options.max_model_size) {
+    return absl::InvalidArgumentError(absl::StrCat("model is ", onnx_bytes.size(),
+                                                   " bytes, over the limit of ",
+                                                   options.max_model_size));
+  }
+  if (onnx_bytes.size() > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError("model is over 2 GiB, which protobuf cannot parse");
+  }
+  onnx::ModelProto proto;
+  if (!proto.ParseFromArray(onnx_bytes.data(), static_cast<int>(onnx_bytes.size()))) {
+    return absl::InvalidArgumentError("model bytes are not a valid ONNX ModelProto");
+  }
+  if (proto.ir_version() < 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model IR version ", proto.ir_version(), " is not supported (need >= 3)"));
+  }
+  int opset = 0;
+  for (const onnx::OperatorSetIdProto& entry : proto.opset_import()) {
+    if (entry.domain().empty() || entry.domain() == "ai.onnx") {
+      opset = static_cast<int>(entry.version());
+    }
+  }
+  if (opset == 0) return absl::InvalidArgumentError("model imports no default ONNX opset");
+  if (opset > kMaxOpset) {
+    return absl::UnimplementedError(absl::StrCat("model opset ", opset,
+                                                 " is newer than the runtime supports (",
+                                                 kMaxOpset, ")"));
+  }
+  if (!proto.has_graph()) return absl::InvalidArgumentError("model has no graph");
+  if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
+  if (options.threads > 0) openblas_set_num_threads(options.threads);
+
+  CompileOptions compile{&CpuExecutor(), opset};
+  ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, CompileGraph(proto.graph(), compile, {}));
+
+  std::unique_ptr<Model> model(new Model());
+  for (size_t i = 0; i < plan->input_slots().size(); ++i) {
+    model->inputs_.push_back(SpecFor(plan->input_names()[i], plan->slot_info(plan->input_slots()[i])));
+    model->input_index_[plan->input_names()[i]] = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < plan->output_slots().size(); ++i) {
+    model->outputs_.push_back(
+        SpecFor(plan->output_names()[i], plan->slot_info(plan->output_slots()[i])));
+    model->output_index_.emplace(plan->output_names()[i], static_cast<int>(i));
+  }
+  model->plan_ = std::move(plan);
+  return model;
+}
+
+size_t Model::step_count() const { return plan_->step_count(); }
+
+absl::StatusOr<std::vector<Tensor>> Model::OrderInputs(
+    const std::vector<std::pair<std::string, Tensor>>& inputs) const {
+  std::vector<Tensor> ordered(inputs_.size());
+  std::vector<bool> given(inputs_.size(), false);
+  for (const auto& [name, tensor] : inputs) {
+    auto it = input_index_.find(name);
+    if (it == input_index_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("the model has no input named '", name, "'"));
+    }
+    const int index = it->second;
+    if (given[index]) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is given twice"));
+    }
+    const TensorSpec& spec = inputs_[index];
+    if (tensor.dtype() != spec.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "' must be ",
+                                                     TypeName(spec.dtype), ", got ",
+                                                     TypeName(tensor.dtype())));
+    }
+    const ValueInfo& info = plan_->slot_info(plan_->input_slots()[index]);
+    if (info.rank_known) {
+      bool ok = tensor.rank() == info.rank();
+      for (int d = 0; ok && d < tensor.rank(); ++d) {
+        ok = info.dims[d] < 0 || info.dims[d] == tensor.dim(d);
+      }
+      if (!ok) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", name, "' must have shape ",
+                                                       ShapeToString(info.dims), ", got ",
+                                                       ShapeToString(tensor.shape())));
+      }
+    }
+    if (tensor.count() > 0 && tensor.raw_data() == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has no data"));
+    }
+    ordered[index] = tensor;
+    given[index] = true;
+  }
+  for (size_t i = 0; i < given.size(); ++i) {
+    if (!given[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", inputs_[i].name, "' is missing"));
+    }
+  }
+  return ordered;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
+    const std::vector<std::pair<std::string, Tensor>>& inputs,
+    const std::vector<std::string>& requested_outputs) const {
+  ASSIGN_OR_RETURN(std::vector<Tensor> ordered, OrderInputs(inputs));
+  std::vector<int> wanted;
+  for (const std::string& name : requested_outputs) {
+    auto it = output_index_.find(name);
+    if (it == output_index_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model has no output named '", name, "'"));
+    }
+    wanted.push_back(it->second);
+  }
+  std::unique_ptr<BufferPool> pool = TakePool();
+  auto executed = plan_->Execute(std::move(ordered), wanted, *pool);
+  ReturnPool(std::move(pool));
+  if (!executed.ok()) return executed.status();
+  std::vector<Tensor> results = std::move(executed).value();
+  std::vector<std::pair<std::string, Tensor>> named;
+  named.reserve(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    const int index = wanted.empty() ? static_cast<int>(i) : wanted[i];
+    Tensor& result = results[i];
+    // Never hand out a buffer the model or the caller still holds (constants, passed-through
+    // inputs, the same output twice).
+    if (result.BufferShared()) result = result.Clone();
+    named.emplace_back(outputs_[index].name, std::move(result));
+  }
+  return named;
+}
+
+std::unique_ptr<BufferPool> Model::TakePool() const {
+  {
+    absl::MutexLock lock(&pools_mutex_);
+    if (!idle_pools_.empty()) {
+      std::unique_ptr<BufferPool> pool = std::move(idle_pools_.back());
+      idle_pools_.pop_back();
+      pool->BeginRun();
+      return pool;
+    }
+  }
+  auto pool = std::make_unique<BufferPool>();
+  pool->BeginRun();
+  return pool;
+}
+
+void Model::ReturnPool(std::unique_ptr<BufferPool> pool) const {
+  pool->EndRun(kMaxIdleRuns);
+  absl::MutexLock lock(&pools_mutex_);
+  if (idle_pools_.size() < kMaxIdlePools) idle_pools_.push_back(std::move(pool));
+}
+
+absl::StatusOr<std::vector<Model::OperatorTime>> Model::Profile(
+    const std::vector<std::pair<std::string, Tensor>>& inputs, int runs) const {
+  ASSIGN_OR_RETURN(std::vector<Tensor> ordered, OrderInputs(inputs));
+  std::map<std::string, OperatorTime> by_type;
+  std::vector<double> seconds;
+  for (int run = 0; run < runs; ++run) {
+    std::unique_ptr<BufferPool> pool = TakePool();
+    auto executed = plan_->Execute(ordered, {}, *pool, &seconds);
+    ReturnPool(std::move(pool));
+    RETURN_IF_ERROR(executed.status());
+    for (size_t s = 0; s < seconds.size(); ++s) {
+      OperatorTime& entry = by_type[plan_->step(s).op_type];
+      entry.op_type = plan_->step(s).op_type;
+      entry.seconds += seconds[s];
+      ++entry.calls;
+    }
+  }
+  std::vector<OperatorTime> result;
+  for (auto& [type, entry] : by_type) result.push_back(entry);
+  std::sort(result.begin(), result.end(),
+            [](const OperatorTime& a, const OperatorTime& b) { return a.seconds > b.seconds; });
+  return result;
+}
+
+}  // namespace cloister::runtime

@@ -1,0 +1,100 @@
+// The enclave's ONNX inference runtime: loads a model from bytes, validates it completely (every
+// operator, version, attribute and element type is checked when the model is loaded, never
+// first at request time), folds constants, plans buffer reuse, and runs requests on the CPU
+// executor. Small and auditable by design: our own graph runtime over the ONNX protobuf classes
+// and BLAS, no third-party inference engine.
+//
+// Threading: Model::Load may run on any thread. A loaded Model is immutable; Run() is const and
+// may be called from many threads at once (each run has its own buffers). BLAS threading is
+// process-wide (see LoadOptions::threads).
+// Ownership: Load returns a unique_ptr; the model does not keep the bytes it was loaded from.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/bytes.h"
+#include "enclave/runtime/tensor.h"
+
+namespace cloister::runtime {
+
+class Plan;
+class BufferPool;
+
+struct TensorSpec {
+  std::string name;
+  DataType dtype = DataType::kFloat;
+  std::vector<int64_t> shape;  // -1 = dynamic (known only per request)
+};
+
+struct LoadOptions {
+  uint64_t max_model_size = uint64_t{1} << 30;
+  // BLAS threads; 0 leaves the library default (all hardware threads). OpenBLAS keeps one
+  // process-wide setting, so the last model loaded with a non-zero value decides.
+  int threads = 0;
+};
+
+class Model {
+ public:
+  // Parses and validates `onnx_bytes`. InvalidArgument for a malformed or oversized model,
+  // external tensor data, cycles, undefined inputs, duplicate definitions, contradictory shapes;
+  // Unimplemented/NotFound for an operator, version or element type the runtime lacks. Errors
+  // about a node name it and its operator.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(ByteSpan onnx_bytes,
+                                                     const LoadOptions& options = {});
+  ~Model();
+
+  // Graph inputs (those without an initializer) and outputs, in graph order.
+  const std::vector<TensorSpec>& inputs() const { return inputs_; }
+  const std::vector<TensorSpec>& outputs() const { return outputs_; }
+
+  // Runs the graph. Every input is given once by name; an unknown, missing or repeated name, or a
+  // tensor of the wrong element type, rank or fixed dimension, is InvalidArgument naming the
+  // input. Returns all outputs in graph order, or `requested_outputs` in the order asked (an
+  // unknown name is InvalidArgument). A kernel failure (for example a shape that only turns out
+  // inconsistent at run time) is an error naming the node.
+  absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Run(
+      const std::vector<std::pair<std::string, Tensor>>& inputs,
+      const std::vector<std::string>& requested_outputs = {}) const;
+
+  // Number of kernel invocations per run after constant folding (for tests and diagnostics).
+  size_t step_count() const;
+
+  // Diagnostics: runs the graph `runs` times and returns the total seconds spent per operator
+  // type (one entry per step type, most expensive first), plus the call count per type.
+  struct OperatorTime {
+    std::string op_type;
+    double seconds = 0;
+    int calls = 0;
+  };
+  absl::StatusOr<std::vector<OperatorTime>> Profile(
+      const std::vector<std::pair<std::string, Tensor>>& inputs, int runs) const;
+
+ private:
+  Model() = default;
+  // Checks the named inputs against the specs and puts them in graph order.
+  absl::StatusOr<std::vector<Tensor>> OrderInputs(
+      const std::vector<std::pair<std::string, Tensor>>& inputs) const;
+
+  // A pool from the idle list, or a new one.
+  std::unique_ptr<BufferPool> TakePool() const;
+  void ReturnPool(std::unique_ptr<BufferPool> pool) const;
+
+  std::shared_ptr<const Plan> plan_;
+  // Buffer pools of finished runs, reused by later ones (bounded by kMaxIdlePools).
+  mutable absl::Mutex pools_mutex_;
+  mutable std::vector<std::unique_ptr<BufferPool>> idle_pools_ ABSL_GUARDED_BY(pools_mutex_);
+  std::vector<TensorSpec> inputs_;
+  std::vector<TensorSpec> outputs_;
+  std::unordered_map<std::string, int> input_index_;
+  std::unordered_map<std::string, int> output_index_;
+};
+
+}  // namespace cloister::runtime

@@ -1,0 +1,167 @@
+#include "enclave/runtime/onnx_tensor.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+
+namespace cloister::runtime {
+namespace {
+
+using onnx::TensorProto;
+
+// Copies repeated-field values into the tensor, converting each to T.
+template <typename T, typename Field>
+void CopyField(const Field& field, Tensor& tensor) {
+  T* out = static_cast<T*>(tensor.raw_data());
+  for (int i = 0; i < field.size(); ++i) out[i] = static_cast<T>(field.Get(i));
+}
+
+}  // namespace
+
+absl::StatusOr<DataType> DataTypeFromOnnx(int onnx_type) {
+  switch (onnx_type) {
+    case TensorProto::FLOAT: return DataType::kFloat;
+    case TensorProto::DOUBLE: return DataType::kDouble;
+    case TensorProto::FLOAT16: return DataType::kFloat16;
+    case TensorProto::INT8: return DataType::kInt8;
+    case TensorProto::INT16: return DataType::kInt16;
+    case TensorProto::INT32: return DataType::kInt32;
+    case TensorProto::INT64: return DataType::kInt64;
+    case TensorProto::UINT8: return DataType::kUint8;
+    case TensorProto::UINT16: return DataType::kUint16;
+    case TensorProto::UINT32: return DataType::kUint32;
+    case TensorProto::UINT64: return DataType::kUint64;
+    case TensorProto::BOOL: return DataType::kBool;
+    case TensorProto::STRING: return DataType::kString;
+    default: break;
+  }
+  std::string name = TensorProto::DataType_IsValid(onnx_type)
+                         ? TensorProto::DataType_Name(static_cast<TensorProto::DataType>(onnx_type))
+                         : std::to_string(onnx_type);
+  return absl::InvalidArgumentError(absl::StrCat("element type ", name, " is not supported"));
+}
+
+int OnnxDataType(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat: return TensorProto::FLOAT;
+    case DataType::kDouble: return TensorProto::DOUBLE;
+    case DataType::kFloat16: return TensorProto::FLOAT16;
+    case DataType::kInt8: return TensorProto::INT8;
+    case DataType::kInt16: return TensorProto::INT16;
+    case DataType::kInt32: return TensorProto::INT32;
+    case DataType::kInt64: return TensorProto::INT64;
+    case DataType::kUint8: return TensorProto::UINT8;
+    case DataType::kUint16: return TensorProto::UINT16;
+    case DataType::kUint32: return TensorProto::UINT32;
+    case DataType::kUint64: return TensorProto::UINT64;
+    case DataType::kBool: return TensorProto::BOOL;
+    case DataType::kString: return TensorProto::STRING;
+  }
+  return TensorProto::UNDEFINED;
+}
+
+absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto) {
+  const std::string label = proto.name().empty() ? "tensor" : "tensor '" + proto.name() + "'";
+  if (proto.data_location() == TensorProto::EXTERNAL || proto.external_data_size() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, " uses external data, which is refused: embed the weights"));
+  }
+  if (proto.has_segment()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, " is segmented, which is refused"));
+  }
+  auto dtype = DataTypeFromOnnx(proto.data_type());
+  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(label, ": ", dtype.status().message()));
+  if (*dtype == DataType::kString) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": string tensors are not supported"));
+  }
+  std::vector<int64_t> shape(proto.dims().begin(), proto.dims().end());
+  auto created = Tensor::Create(*dtype, shape);
+  if (!created.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": ", created.status().message()));
+  }
+  Tensor tensor = std::move(created).value();
+  const int64_t count = tensor.count();
+  auto mismatch = [&](int64_t have) {
+    return absl::InvalidArgumentError(absl::StrCat(label, " has ", have, " elements for shape ",
+                                                   ShapeToString(shape), " (", count,
+                                                   " expected)"));
+  };
+  if (proto.has_raw_data()) {
+    if (proto.raw_data().size() != tensor.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(label, " has ", proto.raw_data().size(),
+                                                     " bytes of raw data for shape ",
+                                                     ShapeToString(shape), " (", tensor.size(),
+                                                     " expected)"));
+    }
+    if (tensor.size() > 0) std::memcpy(tensor.raw_data(), proto.raw_data().data(), tensor.size());
+    if (*dtype == DataType::kBool) {
+      uint8_t* bytes = static_cast<uint8_t*>(tensor.raw_data());
+      for (int64_t i = 0; i < count; ++i) bytes[i] = bytes[i] != 0;
+    }
+    return tensor;
+  }
+  switch (*dtype) {
+    case DataType::kFloat:
+      if (proto.float_data_size() != count) return mismatch(proto.float_data_size());
+      CopyField<float>(proto.float_data(), tensor);
+      break;
+    case DataType::kDouble:
+      if (proto.double_data_size() != count) return mismatch(proto.double_data_size());
+      CopyField<double>(proto.double_data(), tensor);
+      break;
+    case DataType::kInt64:
+      if (proto.int64_data_size() != count) return mismatch(proto.int64_data_size());
+      CopyField<int64_t>(proto.int64_data(), tensor);
+      break;
+    case DataType::kUint32:
+      if (proto.uint64_data_size() != count) return mismatch(proto.uint64_data_size());
+      CopyField<uint32_t>(proto.uint64_data(), tensor);
+      break;
+    case DataType::kUint64:
+      if (proto.uint64_data_size() != count) return mismatch(proto.uint64_data_size());
+      CopyField<uint64_t>(proto.uint64_data(), tensor);
+      break;
+    case DataType::kInt32:
+      if (proto.int32_data_size() != count) return mismatch(proto.int32_data_size());
+      CopyField<int32_t>(proto.int32_data(), tensor);
+      break;
+    case DataType::kInt16:
+      if (proto.int32_data_size() != count) return mismatch(proto.int32_data_size());
+      CopyField<int16_t>(proto.int32_data(), tensor);
+      break;
+    case DataType::kInt8:
+      if (proto.int32_data_size() != count) return mismatch(proto.int32_data_size());
+      CopyField<int8_t>(proto.int32_data(), tensor);
+      break;
+    case DataType::kUint16:
+    case DataType::kFloat16:
+      if (proto.int32_data_size() != count) return mismatch(proto.int32_data_size());
+      CopyField<uint16_t>(proto.int32_data(), tensor);
+      break;
+    case DataType::kUint8:
+      if (proto.int32_data_size() != count) return mismatch(proto.int32_data_size());
+      CopyField<uint8_t>(proto.int32_data(), tensor);
+      break;
+    case DataType::kBool: {
+      if (proto.int32_data_size() != count) return mismatch(proto.int32_data_size());
+      uint8_t* out = static_cast<uint8_t*>(tensor.raw_data());
+      for (int64_t i = 0; i < count; ++i) out[i] = proto.int32_data(i) != 0;
+      break;
+    }
+    case DataType::kString:
+      break;
+  }
+  return tensor;
+}
+
+TensorProto TensorToProto(const Tensor& tensor, const std::string& name) {
+  TensorProto proto;
+  proto.set_name(name);
+  proto.set_data_type(OnnxDataType(tensor.dtype()));
+  for (int64_t dim : tensor.shape()) proto.add_dims(dim);
+  proto.set_raw_data(static_cast<const char*>(tensor.raw_data()), tensor.size());
+  return proto;
+}
+
+}  // namespace cloister::runtime

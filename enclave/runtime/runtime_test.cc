@@ -1,0 +1,1130 @@
+// Operator-level and load-time validation tests for the enclave's inference runtime. Models are
+// built here with the ONNX protobuf classes; expected values come from plain reference loops.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "enclave/runtime/model.h"
+#include "enclave/runtime/onnx_tensor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+
+namespace cloister::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---------------------------------------------------------------------------------------------
+// A small builder for test graphs.
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(int opset = 17) {
+    model_.set_ir_version(8);
+    auto* import = model_.add_opset_import();
+    import->set_domain("");
+    import->set_version(opset);
+  }
+
+  GraphBuilder& Input(const std::string& name, int elem_type, std::vector<int64_t> dims) {
+    AddValueInfo(model_.mutable_graph()->add_input(), name, elem_type, dims);
+    return *this;
+  }
+  GraphBuilder& Output(const std::string& name, int elem_type = 0,
+                       std::optional<std::vector<int64_t>> dims = std::nullopt) {
+    auto* value = model_.mutable_graph()->add_output();
+    value->set_name(name);
+    if (elem_type != 0) {
+      value->mutable_type()->mutable_tensor_type()->set_elem_type(elem_type);
+      if (dims) {
+        auto* shape = value->mutable_type()->mutable_tensor_type()->mutable_shape();
+        for (int64_t d : *dims) {
+          if (d < 0) {
+            shape->add_dim()->set_dim_param("n");
+          } else {
+            shape->add_dim()->set_dim_value(d);
+          }
+        }
+      }
+    }
+    return *this;
+  }
+  GraphBuilder& FloatInitializer(const std::string& name, std::vector<int64_t> dims,
+                                 const std::vector<float>& values) {
+    auto* tensor = model_.mutable_graph()->add_initializer();
+    tensor->set_name(name);
+    tensor->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) tensor->add_dims(d);
+    for (float v : values) tensor->add_float_data(v);
+    return *this;
+  }
+  GraphBuilder& IntInitializer(const std::string& name, std::vector<int64_t> dims,
+                               const std::vector<int64_t>& values) {
+    auto* tensor = model_.mutable_graph()->add_initializer();
+    tensor->set_name(name);
+    tensor->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : dims) tensor->add_dims(d);
+    for (int64_t v : values) tensor->add_int64_data(v);
+    return *this;
+  }
+  onnx::NodeProto& Node(const std::string& op, std::vector<std::string> inputs,
+                        std::vector<std::string> outputs, const std::string& name = "") {
+    auto* node = model_.mutable_graph()->add_node();
+    node->set_op_type(op);
+    node->set_name(name.empty() ? outputs.empty() ? op : outputs[0] : name);
+    for (auto& in : inputs) node->add_input(in);
+    for (auto& out : outputs) node->add_output(out);
+    return *node;
+  }
+  onnx::ModelProto& proto() { return model_; }
+  std::string Bytes() const { return model_.SerializeAsString(); }
+
+  static void AddValueInfo(onnx::ValueInfoProto* value, const std::string& name, int elem_type,
+                           const std::vector<int64_t>& dims) {
+    value->set_name(name);
+    auto* type = value->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(elem_type);
+    auto* shape = type->mutable_shape();
+    for (int64_t d : dims) {
+      if (d < 0) {
+        shape->add_dim()->set_dim_param("n");
+      } else {
+        shape->add_dim()->set_dim_value(d);
+      }
+    }
+  }
+
+ private:
+  onnx::ModelProto model_;
+};
+
+void SetInts(onnx::NodeProto& node, const std::string& name, std::vector<int64_t> values) {
+  auto* attribute = node.add_attribute();
+  attribute->set_name(name);
+  attribute->set_type(onnx::AttributeProto::INTS);
+  for (int64_t v : values) attribute->add_ints(v);
+}
+void SetInt(onnx::NodeProto& node, const std::string& name, int64_t value) {
+  auto* attribute = node.add_attribute();
+  attribute->set_name(name);
+  attribute->set_type(onnx::AttributeProto::INT);
+  attribute->set_i(value);
+}
+void SetFloat(onnx::NodeProto& node, const std::string& name, float value) {
+  auto* attribute = node.add_attribute();
+  attribute->set_name(name);
+  attribute->set_type(onnx::AttributeProto::FLOAT);
+  attribute->set_f(value);
+}
+void SetString(onnx::NodeProto& node, const std::string& name, const std::string& value) {
+  auto* attribute = node.add_attribute();
+  attribute->set_name(name);
+  attribute->set_type(onnx::AttributeProto::STRING);
+  attribute->set_s(value);
+}
+
+std::unique_ptr<Model> LoadOrDie(const GraphBuilder& builder) {
+  std::string bytes = builder.Bytes();
+  auto model = Model::Load(AsBytes(bytes));
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+absl::Status LoadError(const GraphBuilder& builder) {
+  std::string bytes = builder.Bytes();
+  auto model = Model::Load(AsBytes(bytes));
+  return model.ok() ? absl::OkStatus() : model.status();
+}
+
+Tensor FloatTensor(std::vector<int64_t> shape, std::vector<float> values) {
+  auto tensor = Tensor::FromVector<float>(std::move(shape), values);
+  EXPECT_TRUE(tensor.ok()) << tensor.status();
+  return std::move(tensor).value();
+}
+
+std::vector<float> RandomFloats(size_t count, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(-1.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& v : values) v = distribution(generator);
+  return values;
+}
+
+std::vector<float> Values(const Tensor& tensor) {
+  const float* data = tensor.data<float>();
+  return std::vector<float>(data, data + tensor.count());
+}
+
+Tensor RunOne(const Model& model, std::vector<std::pair<std::string, Tensor>> inputs) {
+  auto outputs = model.Run(inputs);
+  EXPECT_TRUE(outputs.ok()) << outputs.status();
+  if (!outputs.ok() || outputs->empty()) return Tensor();
+  return (*outputs)[0].second;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, float tolerance) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], tolerance + tolerance * std::fabs(want[i])) << "element " << i;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor basics.
+
+TEST(TensorTest, KServeNamesRoundTrip) {
+  for (DataType dtype : {DataType::kFloat, DataType::kDouble, DataType::kFloat16, DataType::kInt8,
+                         DataType::kInt16, DataType::kInt32, DataType::kInt64, DataType::kUint8,
+                         DataType::kUint16, DataType::kUint32, DataType::kUint64, DataType::kBool,
+                         DataType::kString}) {
+    auto parsed = DataTypeFromKServe(KServeName(dtype));
+    ASSERT_TRUE(parsed.ok()) << KServeName(dtype);
+    EXPECT_EQ(*parsed, dtype);
+  }
+  EXPECT_EQ(KServeName(DataType::kFloat), "FP32");
+  EXPECT_EQ(ElementSize(DataType::kInt64), 8u);
+  EXPECT_EQ(ElementSize(DataType::kFloat16), 2u);
+  EXPECT_FALSE(DataTypeFromKServe("FLOAT32").ok());
+}
+
+TEST(TensorTest, CreateCloneAndReshape) {
+  auto tensor = Tensor::Create(DataType::kFloat, {2, 3});
+  ASSERT_TRUE(tensor.ok());
+  EXPECT_EQ(tensor->count(), 6);
+  EXPECT_EQ(tensor->size(), 24u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(tensor->raw_data()) % 64, 0u);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(tensor->data<float>()[i], 0.0f);
+  Tensor clone = tensor->Clone();
+  clone.data<float>()[0] = 5.0f;
+  EXPECT_EQ(tensor->data<float>()[0], 0.0f);
+  Tensor view = tensor->Reshaped({3, 2});
+  EXPECT_TRUE(tensor->BufferShared());
+  EXPECT_EQ(view.shape(), (std::vector<int64_t>{3, 2}));
+  EXPECT_FALSE(Tensor::Create(DataType::kFloat, {2, -1}).ok());
+  EXPECT_FALSE(Tensor::Create(DataType::kString, {2}).ok());
+  EXPECT_FALSE(Tensor::FromVector<float>({2, 2}, {1, 2, 3}).ok());
+}
+
+TEST(TensorTest, ProtoConversionChecksSizes) {
+  onnx::TensorProto proto;
+  proto.set_data_type(onnx::TensorProto::FLOAT);
+  proto.add_dims(3);
+  proto.add_float_data(1);
+  proto.add_float_data(2);
+  EXPECT_FALSE(TensorFromProto(proto).ok());
+  proto.add_float_data(3);
+  auto tensor = TensorFromProto(proto);
+  ASSERT_TRUE(tensor.ok());
+  EXPECT_EQ(Values(*tensor), (std::vector<float>{1, 2, 3}));
+  onnx::TensorProto back = TensorToProto(*tensor, "t");
+  auto again = TensorFromProto(back);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(Values(*again), (std::vector<float>{1, 2, 3}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise broadcasting.
+
+// Reference numpy broadcasting on flat arrays.
+std::vector<float> ReferenceBroadcast(const std::vector<int64_t>& a_shape,
+                                      const std::vector<float>& a,
+                                      const std::vector<int64_t>& b_shape,
+                                      const std::vector<float>& b,
+                                      const std::vector<int64_t>& out_shape,
+                                      float (*op)(float, float)) {
+  const size_t rank = out_shape.size();
+  int64_t count = 1;
+  for (int64_t d : out_shape) count *= d;
+  std::vector<float> out(count);
+  for (int64_t i = 0; i < count; ++i) {
+    std::vector<int64_t> index(rank);
+    int64_t rest = i;
+    for (size_t d = rank; d-- > 0;) {
+      index[d] = rest % out_shape[d];
+      rest /= out_shape[d];
+    }
+    auto offset = [&](const std::vector<int64_t>& shape) {
+      int64_t off = 0;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        const int64_t at = index[rank - shape.size() + d];
+        off = off * shape[d] + (shape[d] == 1 ? 0 : at);
+      }
+      return off;
+    };
+    out[i] = op(a[offset(a_shape)], b[offset(b_shape)]);
+  }
+  return out;
+}
+
+struct BroadcastCase {
+  std::vector<int64_t> a, b, out;
+};
+
+TEST(ElementwiseTest, BroadcastingMatchesReference) {
+  const std::vector<BroadcastCase> cases = {
+      {{2, 3}, {3}, {2, 3}},          {{2, 1, 3}, {4, 1}, {2, 4, 3}},
+      {{1}, {2, 2}, {2, 2}},          {{3, 1, 5}, {1, 4, 1}, {3, 4, 5}},
+      {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}}, {{}, {3}, {3}},
+      {{1, 3, 1, 2}, {2, 1, 4, 1}, {2, 3, 4, 2}},
+  };
+  struct Op {
+    const char* name;
+    float (*fn)(float, float);
+  };
+  const Op ops[] = {{"Add", [](float x, float y) { return x + y; }},
+                    {"Sub", [](float x, float y) { return x - y; }},
+                    {"Mul", [](float x, float y) { return x * y; }},
+                    {"Div", [](float x, float y) { return x / y; }}};
+  int seed = 1;
+  for (const BroadcastCase& c : cases) {
+    for (const Op& op : ops) {
+      GraphBuilder builder;
+      builder.Input("a", onnx::TensorProto::FLOAT, c.a).Input("b", onnx::TensorProto::FLOAT, c.b);
+      builder.Node(op.name, {"a", "b"}, {"y"});
+      builder.Output("y");
+      auto model = LoadOrDie(builder);
+      ASSERT_NE(model, nullptr);
+      EXPECT_EQ(model->outputs()[0].shape, c.out);
+      int64_t ca = 1, cb = 1;
+      for (int64_t d : c.a) ca *= d;
+      for (int64_t d : c.b) cb *= d;
+      std::vector<float> a = RandomFloats(ca, seed++), b = RandomFloats(cb, seed++);
+      for (float& v : b) v += v >= 0 ? 0.5f : -0.5f;  // keep Div away from zero
+      Tensor y = RunOne(*model, {{"a", FloatTensor(c.a, a)}, {"b", FloatTensor(c.b, b)}});
+      EXPECT_EQ(y.shape(), c.out) << op.name;
+      ExpectNear(Values(y), ReferenceBroadcast(c.a, a, c.b, b, c.out, op.fn), 1e-6f);
+    }
+  }
+}
+
+TEST(ElementwiseTest, IncompatibleShapesRefusedAtLoad) {
+  GraphBuilder builder;
+  builder.Input("a", onnx::TensorProto::FLOAT, {2, 3}).Input("b", onnx::TensorProto::FLOAT, {4});
+  builder.Node("Add", {"a", "b"}, {"y"}, "add_bad");
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_THAT(status.message(), HasSubstr("add_bad"));
+  EXPECT_THAT(status.message(), HasSubstr("do not broadcast"));
+}
+
+TEST(ElementwiseTest, IntegerDivisionByZeroIsAnError) {
+  GraphBuilder builder;
+  builder.Input("a", onnx::TensorProto::INT64, {2}).Input("b", onnx::TensorProto::INT64, {2});
+  builder.Node("Div", {"a", "b"}, {"y"});
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  auto a = Tensor::FromVector<int64_t>({2}, {6, 7});
+  auto b = Tensor::FromVector<int64_t>({2}, {3, 0});
+  auto result = model->Run({{"a", *a}, {"b", *b}});
+  EXPECT_FALSE(result.ok());
+  EXPECT_THAT(result.status().message(), HasSubstr("division by zero"));
+}
+
+TEST(ElementwiseTest, ClipSixUsesAttributes) {
+  GraphBuilder builder(9);
+  builder.Input("x", onnx::TensorProto::FLOAT, {4});
+  auto& node = builder.Node("Clip", {"x"}, {"y"});
+  SetFloat(node, "min", -1.0f);
+  SetFloat(node, "max", 0.5f);
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  Tensor y = RunOne(*model, {{"x", FloatTensor({4}, {-3, -0.5, 0.25, 2})}});
+  EXPECT_EQ(Values(y), (std::vector<float>{-1, -0.5, 0.25, 0.5}));
+}
+
+TEST(ElementwiseTest, WhereAndEqualBroadcast) {
+  GraphBuilder builder(14);
+  builder.Input("x", onnx::TensorProto::FLOAT, {2, 2});
+  builder.FloatInitializer("zero", {}, {0.0f}).FloatInitializer("minus", {1}, {-100.0f});
+  builder.Node("Equal", {"x", "zero"}, {"is_zero"});
+  builder.Node("Where", {"is_zero", "minus", "x"}, {"y"});
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  Tensor y = RunOne(*model, {{"x", FloatTensor({2, 2}, {0, 1, 2, 0})}});
+  EXPECT_EQ(Values(y), (std::vector<float>{-100, 1, 2, -100}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conv against a direct reference.
+
+struct ConvCase {
+  std::string label;
+  std::vector<int64_t> x_shape;  // N, C, spatial...
+  int64_t maps;
+  std::vector<int64_t> kernel;
+  int64_t group;
+  std::vector<int64_t> strides, pads, dilations;
+  bool bias;
+  std::string auto_pad = "NOTSET";
+};
+
+// Direct convolution for 1-D and 2-D inputs (1-D as height 1).
+std::vector<float> ReferenceConv(const ConvCase& c, const std::vector<float>& x,
+                                 const std::vector<float>& w, const std::vector<float>& b,
+                                 std::vector<int64_t>* out_shape) {
+  const bool two_d = c.x_shape.size() == 4;
+  const int64_t n_batch = c.x_shape[0], channels = c.x_shape[1];
+  const int64_t H = two_d ? c.x_shape[2] : 1, W = c.x_shape.back();
+  const int64_t KH = two_d ? c.kernel[0] : 1, KW = c.kernel.back();
+  const int64_t SH = two_d ? c.strides[0] : 1, SW = c.strides.back();
+  const int64_t DH = two_d ? c.dilations[0] : 1, DW = c.dilations.back();
+  const size_t r = c.kernel.size();
+  int64_t PH0 = two_d ? c.pads[0] : 0, PW0 = c.pads[r - 1];
+  int64_t PH1 = two_d ? c.pads[r] : 0, PW1 = c.pads[2 * r - 1];
+  if (c.auto_pad == "SAME_UPPER") {
+    auto same = [](int64_t in, int64_t k, int64_t s, int64_t d, int64_t* p0, int64_t* p1) {
+      const int64_t out = (in + s - 1) / s;
+      const int64_t total = std::max<int64_t>(0, (out - 1) * s + d * (k - 1) + 1 - in);
+      *p0 = total / 2;
+      *p1 = total - *p0;
+    };
+    if (two_d) same(H, KH, SH, DH, &PH0, &PH1);
+    same(W, KW, SW, DW, &PW0, &PW1);
+  }
+  const int64_t OH = (H + PH0 + PH1 - DH * (KH - 1) - 1) / SH + 1;
+  const int64_t OW = (W + PW0 + PW1 - DW * (KW - 1) - 1) / SW + 1;
+  const int64_t cg = channels / c.group, mg = c.maps / c.group;
+  *out_shape = two_d ? std::vector<int64_t>{n_batch, c.maps, OH, OW}
+                     : std::vector<int64_t>{n_batch, c.maps, OW};
+  std::vector<float> y(n_batch * c.maps * OH * OW);
+  for (int64_t n = 0; n < n_batch; ++n) {
+    for (int64_t m = 0; m < c.maps; ++m) {
+      const int64_t g = m / mg;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double sum = c.bias ? b[m] : 0.0;
+          for (int64_t ci = 0; ci < cg; ++ci) {
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t ih = oh * SH - PH0 + kh * DH, iw = ow * SW - PW0 + kw * DW;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                sum += x[((n * channels + g * cg + ci) * H + ih) * W + iw] *
+                       w[((m * cg + ci) * KH + kh) * KW + kw];
+              }
+            }
+          }
+          y[((n * c.maps + m) * OH + oh) * OW + ow] = static_cast<float>(sum);
+        }
+      }
+    }
+  }
+  return y;
+}
+
+TEST(ConvTest, MatchesReferenceForGroupsPadsStridesDilations) {
+  const std::vector<ConvCase> cases = {
+      {"plain3x3_stride2_pad1", {2, 3, 9, 11}, 4, {3, 3}, 1, {2, 2}, {1, 1, 1, 1}, {1, 1}, true},
+      {"pointwise", {1, 8, 5, 6}, 6, {1, 1}, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},
+      {"depthwise_dilated", {1, 6, 8, 8}, 6, {3, 3}, 6, {1, 1}, {2, 2, 2, 2}, {2, 2}, true},
+      {"depthwise_stride_asym_pads", {2, 4, 7, 9}, 4, {5, 3}, 4, {2, 1}, {2, 0, 1, 2}, {1, 1},
+       false},
+      {"grouped", {1, 6, 6, 7}, 4, {3, 2}, 2, {1, 2}, {1, 0, 0, 1}, {1, 1}, true},
+      {"depthwise_multiplier", {1, 3, 6, 6}, 6, {3, 3}, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},
+      {"conv1d_stride", {2, 3, 20}, 5, {4}, 1, {3}, {1, 2}, {1}, true},
+      {"same_upper", {1, 2, 7, 8}, 3, {3, 3}, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, false,
+       "SAME_UPPER"},
+  };
+  uint32_t seed = 100;
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(c.label);
+    const int64_t cg = c.x_shape[1] / c.group;
+    std::vector<int64_t> w_shape = {c.maps, cg};
+    for (int64_t k : c.kernel) w_shape.push_back(k);
+    int64_t x_count = 1, w_count = 1;
+    for (int64_t d : c.x_shape) x_count *= d;
+    for (int64_t d : w_shape) w_count *= d;
+    std::vector<float> x = RandomFloats(x_count, seed++), w = RandomFloats(w_count, seed++),
+                       b = RandomFloats(c.maps, seed++);
+    GraphBuilder builder;
+    builder.Input("x", onnx::TensorProto::FLOAT, c.x_shape);
+    builder.FloatInitializer("w", w_shape, w);
+    if (c.bias) builder.FloatInitializer("b", {c.maps}, b);
+    std::vector<std::string> inputs = {"x", "w"};
+    if (c.bias) inputs.push_back("b");
+    auto& node = builder.Node("Conv", inputs, {"y"});
+    SetInt(node, "group", c.group);
+    SetInts(node, "strides", c.strides);
+    SetInts(node, "dilations", c.dilations);
+    if (c.auto_pad == "NOTSET") {
+      SetInts(node, "pads", c.pads);
+    } else {
+      SetString(node, "auto_pad", c.auto_pad);
+    }
+    builder.Output("y");
+    auto model = LoadOrDie(builder);
+    ASSERT_NE(model, nullptr);
+    std::vector<int64_t> want_shape;
+    std::vector<float> want = ReferenceConv(c, x, w, b, &want_shape);
+    EXPECT_EQ(model->outputs()[0].shape, want_shape);  // inferred at load
+    Tensor y = RunOne(*model, {{"x", FloatTensor(c.x_shape, x)}});
+    EXPECT_EQ(y.shape(), want_shape);
+    ExpectNear(Values(y), want, 1e-5f);
+  }
+}
+
+TEST(ConvTest, ChannelMismatchRefusedAtLoad) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {1, 3, 8, 8});
+  builder.FloatInitializer("w", {4, 2, 3, 3}, std::vector<float>(72, 0.1f));
+  builder.Node("Conv", {"x", "w"}, {"y"}, "conv_bad");
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_THAT(status.message(), HasSubstr("conv_bad"));
+  EXPECT_THAT(status.message(), HasSubstr("(Conv)"));
+  EXPECT_THAT(status.message(), HasSubstr("channels"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slice.
+
+TEST(SliceTest, NegativeIndicesStepsAndClamping) {
+  GraphBuilder builder(13);
+  builder.Input("x", onnx::TensorProto::FLOAT, {3, 5});
+  builder.IntInitializer("starts", {2}, {-1, -2}).IntInitializer("ends", {2}, {-4, -100});
+  builder.IntInitializer("axes", {2}, {1, 0}).IntInitializer("steps", {2}, {-1, -2});
+  builder.Node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"});
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  std::vector<float> x(15);
+  for (int i = 0; i < 15; ++i) x[i] = static_cast<float>(i);
+  Tensor y = RunOne(*model, {{"x", FloatTensor({3, 5}, x)}});
+  // Rows 1 then ... (start -2 -> 1, step -2 -> rows 1 only since end clamps to -1);
+  // columns 4,3,2 (start -1 -> 4, end -4 -> 1, exclusive).
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(Values(y), (std::vector<float>{9, 8, 7}));
+}
+
+TEST(SliceTest, SliceOneUsesAttributesAndClampsLargeEnds) {
+  GraphBuilder builder(9);
+  builder.Input("x", onnx::TensorProto::FLOAT, {-1, 4});
+  auto& node = builder.Node("Slice", {"x"}, {"y"});
+  SetInts(node, "starts", {1});
+  SetInts(node, "ends", {INT64_MAX});
+  SetInts(node, "axes", {1});
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  Tensor y = RunOne(*model, {{"x", FloatTensor({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7})}});
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(Values(y), (std::vector<float>{1, 2, 3, 5, 6, 7}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax, Split, ReduceMean versions.
+
+TEST(VersionTest, SoftmaxOneCoercesTo2D) {
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (int opset : {9, 13}) {
+    GraphBuilder builder(opset);
+    builder.Input("x", onnx::TensorProto::FLOAT, {2, 2, 2});
+    auto& node = builder.Node("Softmax", {"x"}, {"y"});
+    SetInt(node, "axis", 1);
+    builder.Output("y");
+    auto model = LoadOrDie(builder);
+    Tensor y = RunOne(*model, {{"x", FloatTensor({2, 2, 2}, x)}});
+    std::vector<float> want(8);
+    if (opset == 9) {  // softmax over each row of 4
+      for (int r = 0; r < 2; ++r) {
+        double sum = 0;
+        for (int i = 0; i < 4; ++i) sum += std::exp(x[r * 4 + i]);
+        for (int i = 0; i < 4; ++i) want[r * 4 + i] = static_cast<float>(std::exp(x[r * 4 + i]) / sum);
+      }
+    } else {  // softmax along axis 1 only (pairs 2 apart)
+      for (int n = 0; n < 2; ++n) {
+        for (int k = 0; k < 2; ++k) {
+          const float a = x[n * 4 + k], b = x[n * 4 + 2 + k];
+          const double sum = std::exp(a) + std::exp(b);
+          want[n * 4 + k] = static_cast<float>(std::exp(a) / sum);
+          want[n * 4 + 2 + k] = static_cast<float>(std::exp(b) / sum);
+        }
+      }
+    }
+    ExpectNear(Values(y), want, 1e-6f);
+  }
+}
+
+TEST(VersionTest, SplitEighteenNumOutputsUneven) {
+  GraphBuilder builder(18);
+  builder.Input("x", onnx::TensorProto::FLOAT, {5});
+  auto& node = builder.Node("Split", {"x"}, {"a", "b"});
+  SetInt(node, "num_outputs", 2);
+  builder.Output("a").Output("b");
+  auto model = LoadOrDie(builder);
+  auto outputs = model->Run({{"x", FloatTensor({5}, {1, 2, 3, 4, 5})}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_EQ(Values((*outputs)[0].second), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(Values((*outputs)[1].second), (std::vector<float>{4, 5}));
+}
+
+TEST(VersionTest, ReduceMeanAxesAttributeAndInput) {
+  std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  {
+    GraphBuilder builder(13);
+    builder.Input("x", onnx::TensorProto::FLOAT, {2, 3});
+    auto& node = builder.Node("ReduceMean", {"x"}, {"y"});
+    SetInts(node, "axes", {-1});
+    builder.Output("y");
+    auto model = LoadOrDie(builder);
+    Tensor y = RunOne(*model, {{"x", FloatTensor({2, 3}, x)}});
+    EXPECT_EQ(y.shape(), (std::vector<int64_t>{2, 1}));
+    EXPECT_EQ(Values(y), (std::vector<float>{2, 5}));
+  }
+  {
+    GraphBuilder builder(18);
+    builder.Input("x", onnx::TensorProto::FLOAT, {2, 3});
+    builder.IntInitializer("axes", {1}, {0});
+    auto& node = builder.Node("ReduceMean", {"x", "axes"}, {"y"});
+    SetInt(node, "keepdims", 0);
+    builder.Output("y");
+    auto model = LoadOrDie(builder);
+    Tensor y = RunOne(*model, {{"x", FloatTensor({2, 3}, x)}});
+    EXPECT_EQ(y.shape(), (std::vector<int64_t>{3}));
+    EXPECT_EQ(Values(y), (std::vector<float>{2.5, 3.5, 4.5}));
+  }
+}
+
+TEST(MatMulTest, BatchedBroadcastMatchesReference) {
+  GraphBuilder builder;
+  builder.Input("a", onnx::TensorProto::FLOAT, {2, 1, 3, 4}).Input("b", onnx::TensorProto::FLOAT, {3, 4, 2});
+  builder.Node("MatMul", {"a", "b"}, {"y"});
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  std::vector<float> a = RandomFloats(24, 7), b = RandomFloats(24, 8);
+  Tensor y = RunOne(*model, {{"a", FloatTensor({2, 1, 3, 4}, a)}, {"b", FloatTensor({3, 4, 2}, b)}});
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 3, 3, 2}));
+  std::vector<float> want;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int m = 0; m < 3; ++m) {
+        for (int n = 0; n < 2; ++n) {
+          double sum = 0;
+          for (int k = 0; k < 4; ++k) sum += a[(i * 3 + m) * 4 + k] * b[(j * 4 + k) * 2 + n];
+          want.push_back(static_cast<float>(sum));
+        }
+      }
+    }
+  }
+  ExpectNear(Values(y), want, 1e-6f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load-time refusals name the node and operator.
+
+TEST(LoadTest, UnsupportedOperatorNamesNodeAndOp) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  builder.Node("Relu", {"x"}, {"r"}, "first");
+  builder.Node("FancyOp", {"r"}, {"y"}, "fancy_node");
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("fancy_node"));
+  EXPECT_THAT(status.message(), HasSubstr("FancyOp"));
+}
+
+TEST(LoadTest, UnsupportedTypeNamesNodeAndOp) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::INT64, {1, 1, 4, 4});
+  builder.IntInitializer("w", {1, 1, 1, 1}, {1});
+  builder.Node("Conv", {"x", "w"}, {"y"}, "int_conv");
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_THAT(status.message(), HasSubstr("int_conv"));
+  EXPECT_THAT(status.message(), HasSubstr("(Conv)"));
+  EXPECT_THAT(status.message(), HasSubstr("INT64"));
+}
+
+TEST(LoadTest, NonDefaultDomainRefused) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  builder.Node("Gelu", {"x"}, {"y"}, "ms_gelu").set_domain("com.microsoft");
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_THAT(status.message(), HasSubstr("ms_gelu"));
+  EXPECT_THAT(status.message(), HasSubstr("com.microsoft"));
+}
+
+TEST(LoadTest, MissingInputRefused) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  builder.Node("Add", {"x", "nowhere"}, {"y"}, "adder");
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_THAT(status.message(), HasSubstr("adder"));
+  EXPECT_THAT(status.message(), HasSubstr("nowhere"));
+}
+
+TEST(LoadTest, CycleRefused) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  builder.Node("Add", {"x", "b"}, {"a"}, "node_a");
+  builder.Node("Relu", {"a"}, {"b"}, "node_b");
+  builder.Output("b");
+  absl::Status status = LoadError(builder);
+  EXPECT_THAT(status.message(), HasSubstr("cycle"));
+}
+
+TEST(LoadTest, DuplicateOutputRefused) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  builder.Node("Relu", {"x"}, {"y"}, "one");
+  builder.Node("Neg", {"x"}, {"y"}, "two");
+  builder.Output("y");
+  EXPECT_THAT(LoadError(builder).message(), HasSubstr("already defined"));
+}
+
+TEST(LoadTest, ExternalDataRefused) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  auto* tensor = builder.proto().mutable_graph()->add_initializer();
+  tensor->set_name("w");
+  tensor->set_data_type(onnx::TensorProto::FLOAT);
+  tensor->add_dims(2);
+  tensor->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* entry = tensor->add_external_data();
+  entry->set_key("location");
+  entry->set_value("/etc/passwd");
+  builder.Node("Add", {"x", "w"}, {"y"});
+  builder.Output("y");
+  EXPECT_THAT(LoadError(builder).message(), HasSubstr("external data"));
+}
+
+TEST(LoadTest, BadInitializerAndShapesRefused) {
+  {
+    GraphBuilder builder;
+    builder.Input("x", onnx::TensorProto::FLOAT, {2});
+    builder.FloatInitializer("w", {3}, {1, 2});  // 2 values for 3 elements
+    builder.Node("Add", {"x", "w"}, {"y"});
+    builder.Output("y");
+    EXPECT_THAT(LoadError(builder).message(), HasSubstr("'w'"));
+  }
+  {
+    GraphBuilder builder;
+    builder.Input("x", onnx::TensorProto::FLOAT, {2, 6});
+    builder.IntInitializer("shape", {2}, {5, -1});
+    builder.Node("Reshape", {"x", "shape"}, {"y"}, "reshaper");
+    builder.Output("y");
+    absl::Status status = LoadError(builder);
+    EXPECT_THAT(status.message(), HasSubstr("reshaper"));
+    EXPECT_THAT(status.message(), HasSubstr("cannot reshape"));
+  }
+  {
+    GraphBuilder builder;
+    builder.Input("x", onnx::TensorProto::FLOAT, {2, 3});
+    builder.Node("Relu", {"x"}, {"y"});
+    builder.Output("y", onnx::TensorProto::FLOAT, std::vector<int64_t>{2, 4});
+    EXPECT_THAT(LoadError(builder).message(), HasSubstr("declared with shape"));
+  }
+}
+
+TEST(LoadTest, GarbageAndOversizedRefused) {
+  std::string garbage = "this is not a protobuf \xff\xff\xff";
+  EXPECT_FALSE(Model::Load(AsBytes(garbage)).ok());
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  builder.Node("Relu", {"x"}, {"y"});
+  builder.Output("y");
+  std::string bytes = builder.Bytes();
+  LoadOptions options;
+  options.max_model_size = 10;
+  EXPECT_THAT(Model::Load(AsBytes(bytes), options).status().message(), HasSubstr("limit"));
+}
+
+TEST(LoadTest, OpsetTooNewOrOperatorTooOldRefused) {
+  GraphBuilder newer(30);
+  newer.Input("x", onnx::TensorProto::FLOAT, {2});
+  newer.Node("Relu", {"x"}, {"y"});
+  newer.Output("y");
+  EXPECT_THAT(LoadError(newer).message(), HasSubstr("opset 30"));
+  GraphBuilder older(5);
+  older.Input("a", onnx::TensorProto::FLOAT, {2}).Input("b", onnx::TensorProto::FLOAT, {2});
+  older.Node("Add", {"a", "b"}, {"y"}, "old_add");
+  older.Output("y");
+  absl::Status status = LoadError(older);
+  EXPECT_THAT(status.message(), HasSubstr("old_add"));
+  EXPECT_THAT(status.message(), HasSubstr("opset 5"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Run-time input validation.
+
+class RunValidationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GraphBuilder builder;
+    builder.Input("pixels", onnx::TensorProto::FLOAT, {-1, 3});
+    builder.FloatInitializer("bias", {3}, {1, 2, 3});
+    builder.Node("Add", {"pixels", "bias"}, {"sum"});
+    builder.Node("Relu", {"sum"}, {"relu"});
+    builder.Output("sum").Output("relu");
+    model_ = LoadOrDie(builder);
+    ASSERT_NE(model_, nullptr);
+  }
+  std::unique_ptr<Model> model_;
+};
+
+TEST_F(RunValidationTest, SpecsReportDynamicBatch) {
+  ASSERT_EQ(model_->inputs().size(), 1u);
+  EXPECT_EQ(model_->inputs()[0].name, "pixels");
+  EXPECT_EQ(model_->inputs()[0].dtype, DataType::kFloat);
+  EXPECT_EQ(model_->inputs()[0].shape, (std::vector<int64_t>{-1, 3}));
+  EXPECT_EQ(model_->outputs()[1].shape, (std::vector<int64_t>{-1, 3}));
+}
+
+TEST_F(RunValidationTest, WrongTypeRankShapeAndNamesRefused) {
+  auto wrong_type = Tensor::FromVector<int64_t>({1, 3}, {1, 2, 3});
+  auto status = model_->Run({{"pixels", *wrong_type}}).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(status));
+  EXPECT_THAT(status.message(), HasSubstr("pixels"));
+  EXPECT_THAT(status.message(), HasSubstr("FP32"));
+
+  status = model_->Run({{"pixels", FloatTensor({3}, {1, 2, 3})}}).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(status));
+  EXPECT_THAT(status.message(), HasSubstr("pixels"));
+
+  status = model_->Run({{"pixels", FloatTensor({1, 4}, {1, 2, 3, 4})}}).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(status));
+  EXPECT_THAT(status.message(), HasSubstr("[?,3]"));
+
+  status = model_->Run({}).status();
+  EXPECT_THAT(status.message(), HasSubstr("missing"));
+  status = model_->Run({{"pixels", FloatTensor({1, 3}, {1, 2, 3})},
+                        {"other", FloatTensor({1}, {1})}}).status();
+  EXPECT_THAT(status.message(), HasSubstr("other"));
+  status = model_->Run({{"pixels", FloatTensor({1, 3}, {1, 2, 3})}}, {"nope"}).status();
+  EXPECT_THAT(status.message(), HasSubstr("nope"));
+}
+
+TEST_F(RunValidationTest, DynamicBatchAndRequestedOutputs) {
+  auto all = model_->Run({{"pixels", FloatTensor({2, 3}, {-5, 0, 1, 2, -3, -9})}});
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].first, "sum");
+  EXPECT_EQ(Values((*all)[0].second), (std::vector<float>{-4, 2, 4, 3, -1, -6}));
+  EXPECT_EQ(Values((*all)[1].second), (std::vector<float>{0, 2, 4, 3, 0, 0}));
+  auto some = model_->Run({{"pixels", FloatTensor({1, 3}, {1, 1, 1})}}, {"relu"});
+  ASSERT_TRUE(some.ok()) << some.status();
+  ASSERT_EQ(some->size(), 1u);
+  EXPECT_EQ((*some)[0].first, "relu");
+  EXPECT_EQ(Values((*some)[0].second), (std::vector<float>{2, 3, 4}));
+}
+
+TEST_F(RunValidationTest, ConcurrentRunsAgree) {
+  std::vector<std::thread> threads;
+  std::vector<bool> ok(4, false);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      bool good = true;
+      for (int i = 0; i < 200; ++i) {
+        const float v = static_cast<float>(t * 1000 + i);
+        auto out = model_->Run({{"pixels", FloatTensor({1, 3}, {v, v, v})}});
+        good = good && out.ok() &&
+               Values((*out)[1].second) == std::vector<float>{v + 1, v + 2, v + 3};
+      }
+      ok[t] = good;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
+}
+
+
+TEST(ConcurrencyTest, ConvMatMulModelFromManyThreadsMatchesSerial) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {-1, 3, 12, 12});
+  builder.FloatInitializer("w", {8, 3, 3, 3}, RandomFloats(216, 31));
+  builder.FloatInitializer("fc", {8 * 6 * 6, 5}, RandomFloats(288 * 5, 32));
+  builder.IntInitializer("flat", {2}, {0, -1});
+  auto& conv = builder.Node("Conv", {"x", "w"}, {"c"});
+  SetInts(conv, "strides", {2, 2});
+  SetInts(conv, "pads", {1, 1, 1, 1});
+  builder.Node("Relu", {"c"}, {"r"});
+  builder.Node("Reshape", {"r", "flat"}, {"f"});
+  builder.Node("MatMul", {"f", "fc"}, {"logits"});
+  builder.Node("Softmax", {"logits"}, {"y"});
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  ASSERT_NE(model, nullptr);
+  std::vector<Tensor> inputs;
+  std::vector<std::vector<float>> expected;
+  for (int i = 0; i < 8; ++i) {
+    const int64_t batch = 1 + i % 3;
+    inputs.push_back(FloatTensor({batch, 3, 12, 12}, RandomFloats(batch * 432, 40 + i)));
+    expected.push_back(Values(RunOne(*model, {{"x", inputs.back()}})));
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 25; ++round) {
+        const int i = (t + round) % 8;
+        auto out = model->Run({{"x", inputs[i]}});
+        if (!out.ok() || Values((*out)[0].second) != expected[i]) ++mismatches[t];
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graph-level behaviour.
+
+TEST(GraphTest, ShapeArithmeticFoldsAtLoad) {
+  GraphBuilder builder(13);
+  builder.Input("x", onnx::TensorProto::FLOAT, {2, 3, 4});
+  builder.Node("Shape", {"x"}, {"shape"});
+  builder.IntInitializer("index", {}, {2});
+  builder.Node("Gather", {"shape", "index"}, {"last"});
+  builder.IntInitializer("axes", {1}, {0});
+  builder.Node("Unsqueeze", {"last", "axes"}, {"last1"});
+  builder.IntInitializer("minus_one", {1}, {-1});
+  builder.Node("Concat", {"minus_one", "last1"}, {"target"}).add_attribute()->CopyFrom([] {
+    onnx::AttributeProto a;
+    a.set_name("axis");
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(0);
+    return a;
+  }());
+  builder.Node("Reshape", {"x", "target"}, {"y"});
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->step_count(), 1u);  // only the Reshape runs
+  EXPECT_EQ(model->outputs()[0].shape, (std::vector<int64_t>{6, 4}));
+  std::vector<float> x(24, 1.0f);
+  Tensor y = RunOne(*model, {{"x", FloatTensor({2, 3, 4}, x)}});
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{6, 4}));
+}
+
+TEST(GraphTest, ConstantOutputsAreNotShared) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  builder.FloatInitializer("c", {2}, {7, 8});
+  builder.Node("Identity", {"c"}, {"const_out"});
+  builder.Node("Identity", {"x"}, {"passthrough"});
+  builder.Output("const_out").Output("passthrough");
+  auto model = LoadOrDie(builder);
+  Tensor input = FloatTensor({2}, {1, 2});
+  auto first = model->Run({{"x", input}});
+  ASSERT_TRUE(first.ok()) << first.status();
+  (*first)[0].second.data<float>()[0] = -1;
+  (*first)[1].second.data<float>()[0] = -1;
+  EXPECT_EQ(input.data<float>()[0], 1.0f);
+  auto second = model->Run({{"x", input}});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(Values((*second)[0].second), (std::vector<float>{7, 8}));
+}
+
+TEST(GraphTest, IfRunsTheChosenBranchWithOuterValues) {
+  GraphBuilder builder(13);
+  builder.Input("flag", onnx::TensorProto::BOOL, {});
+  builder.Input("x", onnx::TensorProto::FLOAT, {3});
+  auto& node = builder.Node("If", {"flag"}, {"y"}, "choose");
+  auto make_branch = [](const std::string& op) {
+    onnx::GraphProto graph;
+    graph.set_name(op);
+    auto* inner = graph.add_node();
+    inner->set_op_type(op);
+    inner->add_input("x");  // outer-scope value
+    inner->add_output("branch_out");
+    graph.add_output()->set_name("branch_out");
+    return graph;
+  };
+  auto* then_attr = node.add_attribute();
+  then_attr->set_name("then_branch");
+  then_attr->set_type(onnx::AttributeProto::GRAPH);
+  *then_attr->mutable_g() = make_branch("Relu");
+  auto* else_attr = node.add_attribute();
+  else_attr->set_name("else_branch");
+  else_attr->set_type(onnx::AttributeProto::GRAPH);
+  *else_attr->mutable_g() = make_branch("Neg");
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  ASSERT_NE(model, nullptr);
+  auto flag_true = Tensor::FromVector<bool>({}, {true});
+  auto flag_false = Tensor::FromVector<bool>({}, {false});
+  Tensor x = FloatTensor({3}, {-1, 0, 2});
+  EXPECT_EQ(Values(RunOne(*model, {{"flag", *flag_true}, {"x", x}})),
+            (std::vector<float>{0, 0, 2}));
+  EXPECT_EQ(Values(RunOne(*model, {{"flag", *flag_false}, {"x", x}})),
+            (std::vector<float>{1, 0, -2}));
+}
+
+TEST(GraphTest, RuntimeShapeErrorNamesNode) {
+  GraphBuilder builder(13);
+  builder.Input("x", onnx::TensorProto::FLOAT, {-1});
+  builder.Input("shape", onnx::TensorProto::INT64, {1});
+  builder.Node("Reshape", {"x", "shape"}, {"y"}, "dynamic_reshape");
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  auto shape = Tensor::FromVector<int64_t>({1}, {5});
+  auto result = model->Run({{"x", FloatTensor({4}, {1, 2, 3, 4})}, {"shape", *shape}});
+  EXPECT_FALSE(result.ok());
+  EXPECT_THAT(result.status().message(), HasSubstr("dynamic_reshape"));
+  EXPECT_THAT(result.status().message(), HasSubstr("(Reshape)"));
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Load-time fusion: a fused graph must compute what the unfused graph computes. Exposing an
+// intermediate value as a graph output blocks fusion, which gives the reference.
+
+std::vector<std::vector<float>> RunAll(const Model& model,
+                                       std::vector<std::pair<std::string, Tensor>> inputs) {
+  auto outputs = model.Run(inputs);
+  EXPECT_TRUE(outputs.ok()) << outputs.status();
+  std::vector<std::vector<float>> values;
+  if (outputs.ok()) {
+    for (auto& [name, tensor] : *outputs) values.push_back(Values(tensor));
+  }
+  return values;
+}
+
+void BuildConvChain(GraphBuilder& builder, bool expose_intermediate) {
+  builder.Input("x", onnx::TensorProto::FLOAT, {1, 4, 6, 6});
+  builder.FloatInitializer("w", {4, 4, 3, 3}, RandomFloats(144, 11));
+  builder.FloatInitializer("gamma", {4}, {1.5f, 0.5f, -1.0f, 2.0f});
+  builder.FloatInitializer("beta", {4}, {0.1f, -0.2f, 0.3f, 0.0f});
+  builder.FloatInitializer("mean", {4}, {0.05f, -0.1f, 0.2f, 0.0f});
+  builder.FloatInitializer("var", {4}, {1.0f, 0.5f, 2.0f, 0.25f});
+  builder.FloatInitializer("three", {}, {3.0f}).FloatInitializer("six", {}, {6.0f});
+  builder.FloatInitializer("scale", {1, 4, 1, 1}, {0.5f, 2.0f, 1.0f, -1.0f});
+  auto& conv = builder.Node("Conv", {"x", "w"}, {"c"});
+  SetInts(conv, "pads", {1, 1, 1, 1});
+  builder.Node("BatchNormalization", {"c", "gamma", "beta", "mean", "var"}, {"bn"});
+  builder.Node("Add", {"bn", "three"}, {"shifted"});
+  auto& clip = builder.Node("Clip", {"shifted"}, {"clipped"});
+  SetFloat(clip, "min", 0.0f);
+  SetFloat(clip, "max", 6.0f);
+  builder.Node("Mul", {"bn", "clipped"}, {"product"});
+  builder.Node("Div", {"product", "six"}, {"hswish"});
+  builder.Node("Mul", {"scale", "hswish"}, {"y"});  // constant first: fused as commutative
+  builder.Output("y");
+  if (expose_intermediate) builder.Output("bn");
+}
+
+TEST(FusionTest, ConvBatchNormHardSwishScaleMatchesUnfused) {
+  GraphBuilder fused_builder(9), plain_builder(9);
+  BuildConvChain(fused_builder, false);
+  BuildConvChain(plain_builder, true);
+  auto fused = LoadOrDie(fused_builder);
+  auto plain = LoadOrDie(plain_builder);
+  ASSERT_NE(fused, nullptr);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(fused->step_count(), 1u);  // everything folded into the Conv
+  EXPECT_GT(plain->step_count(), 2u);
+  Tensor x = FloatTensor({1, 4, 6, 6}, RandomFloats(144, 12));
+  auto want = RunAll(*plain, {{"x", x}});
+  auto got = RunAll(*fused, {{"x", x}});
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 2u);
+  ExpectNear(got[0], want[0], 1e-5f);
+}
+
+void BuildLayerNormGelu(GraphBuilder& builder, int elem_type, bool expose) {
+  builder.Input("x", elem_type, {2, 8});
+  auto scalar = [&](const std::string& name, double value) {
+    auto* tensor = builder.proto().mutable_graph()->add_initializer();
+    tensor->set_name(name);
+    tensor->set_data_type(elem_type);
+    if (elem_type == onnx::TensorProto::DOUBLE) {
+      tensor->add_double_data(value);
+    } else {
+      tensor->add_float_data(static_cast<float>(value));
+    }
+  };
+  scalar("two", 2.0);
+  scalar("eps", 1e-5);
+  scalar("sqrt2", std::sqrt(2.0));
+  scalar("one", 1.0);
+  scalar("half", 0.5);
+  auto& mean = builder.Node("ReduceMean", {"x"}, {"mean"});
+  SetInts(mean, "axes", {-1});
+  builder.Node("Sub", {"x", "mean"}, {"centered"});
+  builder.Node("Pow", {"centered", "two"}, {"squared"});
+  auto& variance = builder.Node("ReduceMean", {"squared"}, {"variance"});
+  SetInts(variance, "axes", {-1});
+  builder.Node("Add", {"variance", "eps"}, {"variance_eps"});
+  builder.Node("Sqrt", {"variance_eps"}, {"deviation"});
+  builder.Node("Div", {"centered", "deviation"}, {"normal"});
+  builder.Node("Div", {"normal", "sqrt2"}, {"scaled"});
+  builder.Node("Erf", {"scaled"}, {"erf"});
+  builder.Node("Add", {"erf", "one"}, {"erf1"});
+  builder.Node("Mul", {"normal", "erf1"}, {"gelu2"});
+  builder.Node("Mul", {"gelu2", "half"}, {"y"});
+  builder.Output("y");
+  if (expose) builder.Output("centered").Output("erf");
+}
+
+TEST(FusionTest, LayerNormAndGeluPatternsMatchUnfused) {
+  GraphBuilder fused_builder(13), plain_builder(13);
+  BuildLayerNormGelu(fused_builder, onnx::TensorProto::FLOAT, false);
+  BuildLayerNormGelu(plain_builder, onnx::TensorProto::FLOAT, true);
+  auto fused = LoadOrDie(fused_builder);
+  auto plain = LoadOrDie(plain_builder);
+  ASSERT_NE(fused, nullptr);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(fused->step_count(), 2u);  // LayerNormalization, Gelu
+  Tensor x = FloatTensor({2, 8}, RandomFloats(16, 13));
+  auto got = RunAll(*fused, {{"x", x}});
+  auto want = RunAll(*plain, {{"x", x}});
+  ASSERT_FALSE(got.empty());
+  ASSERT_FALSE(want.empty());
+  ExpectNear(got[0], want[0], 1e-5f);
+  // Independent reference for row 0.
+  const std::vector<float> values = Values(x);
+  double mean = 0, var = 0;
+  for (int i = 0; i < 8; ++i) mean += values[i] / 8.0;
+  for (int i = 0; i < 8; ++i) var += (values[i] - mean) * (values[i] - mean) / 8.0;
+  for (int i = 0; i < 8; ++i) {
+    const double n = (values[i] - mean) / std::sqrt(var + 1e-5);
+    EXPECT_NEAR(got[0][i], 0.5 * n * (1 + std::erf(n / std::sqrt(2.0))), 1e-5);
+  }
+}
+
+TEST(FusionTest, FusedKernelThatRefusesTypeFallsBackToOriginalNodes) {
+  GraphBuilder builder(13);
+  BuildLayerNormGelu(builder, onnx::TensorProto::DOUBLE, false);
+  auto model = LoadOrDie(builder);  // the fused LayerNormalization is float-only
+  ASSERT_NE(model, nullptr);
+  EXPECT_GT(model->step_count(), 2u);
+  std::vector<double> values = {1, 2, 3, 4, 5, 6, 7, 8, -1, 0, 1, 0, -1, 0, 1, 0};
+  auto x = Tensor::FromVector<double>({2, 8}, values);
+  auto outputs = model->Run({{"x", *x}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  const double* y = (*outputs)[0].second.data<double>();
+  double mean = 4.5, var = 5.25;
+  const double n = (1 - mean) / std::sqrt(var + 1e-5);
+  EXPECT_NEAR(y[0], 0.5 * n * (1 + std::erf(n / std::sqrt(2.0))), 1e-9);
+}
+
+TEST(FusionTest, MatMulBiasAddFusesWhenBiasIsFirst) {
+  GraphBuilder builder(13);
+  builder.Input("a", onnx::TensorProto::FLOAT, {3, 4});
+  builder.FloatInitializer("b", {4, 2}, RandomFloats(8, 21));
+  builder.FloatInitializer("bias", {2}, {0.5f, -0.5f});
+  builder.Node("MatMul", {"a", "b"}, {"ab"});
+  builder.Node("Add", {"bias", "ab"}, {"y"});
+  builder.Node("Relu", {"y"}, {"z"});
+  builder.Output("z");
+  auto model = LoadOrDie(builder);
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->step_count(), 1u);
+  std::vector<float> a = RandomFloats(12, 22), b = RandomFloats(8, 21);
+  Tensor z = RunOne(*model, {{"a", FloatTensor({3, 4}, a)}});
+  std::vector<float> want;
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      float sum = j == 0 ? 0.5f : -0.5f;
+      for (int k = 0; k < 4; ++k) sum += a[i * 4 + k] * b[k * 2 + j];
+      want.push_back(std::max(sum, 0.0f));
+    }
+  }
+  ExpectNear(Values(z), want, 1e-5f);
+}
+
+}  // namespace
+}  // namespace cloister::runtime

@@ -1,0 +1,128 @@
+#include "enclave/runtime/window.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+
+namespace cloister::runtime {
+
+absl::StatusOr<WindowAttributes> WindowAttributes::Read(const NodeContext& context,
+                                                        bool allow_dilations, bool allow_ceil) {
+  WindowAttributes attributes;
+  ASSIGN_OR_RETURN(attributes.auto_pad, context.String("auto_pad", "NOTSET"));
+  if (attributes.auto_pad != "NOTSET" && attributes.auto_pad != "VALID" &&
+      attributes.auto_pad != "SAME_UPPER" && attributes.auto_pad != "SAME_LOWER") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("auto_pad '", attributes.auto_pad, "' is not valid"));
+  }
+  ASSIGN_OR_RETURN(attributes.kernel_shape, context.Ints("kernel_shape", std::vector<int64_t>{}));
+  ASSIGN_OR_RETURN(attributes.strides, context.Ints("strides", std::vector<int64_t>{}));
+  ASSIGN_OR_RETURN(attributes.pads, context.Ints("pads", std::vector<int64_t>{}));
+  if (allow_dilations) {
+    ASSIGN_OR_RETURN(attributes.dilations, context.Ints("dilations", std::vector<int64_t>{}));
+  } else if (context.has_attribute("dilations")) {
+    return absl::InvalidArgumentError("attribute 'dilations' is not valid at this version");
+  }
+  if (allow_ceil) {
+    ASSIGN_OR_RETURN(int64_t ceil_mode, context.Int("ceil_mode", 0));
+    attributes.ceil_mode = ceil_mode != 0;
+  }
+  return attributes;
+}
+
+std::vector<int64_t> WindowGeometry::OutputDims() const {
+  return std::vector<int64_t>(output.begin() + (kMaxSpatial - spatial_rank), output.end());
+}
+
+absl::StatusOr<WindowGeometry> ComputeWindow(const WindowAttributes& attributes,
+                                             const std::vector<int64_t>& input_spatial,
+                                             const std::vector<int64_t>& kernel_spatial) {
+  const int rank = static_cast<int>(input_spatial.size());
+  if (rank < 1 || rank > kMaxSpatial) {
+    return absl::UnimplementedError(
+        absl::StrCat(rank, " spatial dimensions are not supported (1 to 3)"));
+  }
+  if (static_cast<int>(kernel_spatial.size()) != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel has ", kernel_spatial.size(),
+                                                   " spatial dimensions, input has ", rank));
+  }
+  auto check_length = [&](const std::vector<int64_t>& values, int expected,
+                          std::string_view name) -> absl::Status {
+    if (!values.empty() && static_cast<int>(values.size()) != expected) {
+      return absl::InvalidArgumentError(absl::StrCat("attribute '", std::string(name), "' has ", values.size(),
+                                                     " values, expected ", expected));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(check_length(attributes.strides, rank, "strides"));
+  RETURN_IF_ERROR(check_length(attributes.dilations, rank, "dilations"));
+  RETURN_IF_ERROR(check_length(attributes.pads, 2 * rank, "pads"));
+
+  WindowGeometry geometry;
+  geometry.spatial_rank = rank;
+  const int offset = kMaxSpatial - rank;
+  for (int i = 0; i < rank; ++i) {
+    const int a = offset + i;
+    geometry.input[a] = input_spatial[i];
+    geometry.kernel[a] = kernel_spatial[i];
+    if (!attributes.strides.empty()) geometry.stride[a] = attributes.strides[i];
+    if (!attributes.dilations.empty()) geometry.dilation[a] = attributes.dilations[i];
+    if (geometry.kernel[a] <= 0 || geometry.stride[a] <= 0 || geometry.dilation[a] <= 0) {
+      return absl::InvalidArgumentError("kernel sizes, strides and dilations must be positive");
+    }
+    const int64_t extent = geometry.dilation[a] * (geometry.kernel[a] - 1) + 1;
+    const int64_t in = geometry.input[a];
+    if (attributes.auto_pad == "NOTSET") {
+      if (!attributes.pads.empty()) {
+        geometry.pad_begin[a] = attributes.pads[i];
+        geometry.pad_end[a] = attributes.pads[i + rank];
+      }
+      if (geometry.pad_begin[a] < 0 || geometry.pad_end[a] < 0) {
+        return absl::InvalidArgumentError("pads must not be negative");
+      }
+      if (in < 0) {
+        geometry.output[a] = -1;
+        continue;
+      }
+      const int64_t span = in + geometry.pad_begin[a] + geometry.pad_end[a] - extent;
+      if (span < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("window of extent ", extent,
+                                                       " is larger than the padded input ",
+                                                       in + geometry.pad_begin[a] +
+                                                           geometry.pad_end[a]));
+      }
+      int64_t out;
+      if (attributes.ceil_mode) {
+        out = (span + geometry.stride[a] - 1) / geometry.stride[a] + 1;
+        // The last window must start inside the input or the leading padding.
+        if ((out - 1) * geometry.stride[a] >= in + geometry.pad_begin[a]) --out;
+      } else {
+        out = span / geometry.stride[a] + 1;
+      }
+      geometry.output[a] = out;
+    } else if (attributes.auto_pad == "VALID") {
+      if (in < 0) {
+        geometry.output[a] = -1;
+        continue;
+      }
+      if (in < extent) {
+        return absl::InvalidArgumentError(absl::StrCat("window of extent ", extent,
+                                                       " is larger than the input ", in));
+      }
+      geometry.output[a] = (in - extent) / geometry.stride[a] + 1;
+    } else {  // SAME_UPPER / SAME_LOWER
+      if (in < 0) {
+        geometry.output[a] = -1;
+        continue;
+      }
+      const int64_t out = (in + geometry.stride[a] - 1) / geometry.stride[a];
+      const int64_t total = std::max<int64_t>(0, (out - 1) * geometry.stride[a] + extent - in);
+      const int64_t small = total / 2;
+      geometry.pad_begin[a] = attributes.auto_pad == "SAME_UPPER" ? small : total - small;
+      geometry.pad_end[a] = total - geometry.pad_begin[a];
+      geometry.output[a] = out;
+    }
+  }
+  return geometry;
+}
+
+}  // namespace cloister::runtime
