@@ -30,8 +30,8 @@
 // Claims (same prefix): arch, chip, hwmodel, ueid, brom_serial, driver_version,
 // vbios_version, project, project_sku, chip_sku, board_id, fwid, nonce, cc_mode,
 // feature_flag, protected_pcie, nvdec0, measres, mismatched_indices, measurement.<block> (hex
-// of each non-zero block), certs.expires, driver_rim.* / vbios_rim.* (version, signer,
-// expires, oemid).
+// of each non-zero block), certs.expires, driver_rim.* / vbios_rim.* (id to fetch, version,
+// product, oemid, and once the signature verified: signer, expires).
 // Thread-safe: a pure function.
 #pragma once
 

@@ -21,7 +21,8 @@ using ::testing::HasSubstr;
 // (RIM index, source) pairs, ascending by index.
 std::vector<std::pair<uint32_t, std::string>> Mismatches(const MeasurementComparison& c) {
   std::vector<std::pair<uint32_t, std::string>> out;
-  for (const MeasurementMismatch& m : c.mismatches) out.emplace_back(m.index, RimKindName(m.source));
+  for (const MeasurementMismatch& m : c.mismatches)
+    out.emplace_back(m.index, RimKindName(m.source));
   return out;
 }
 
@@ -170,7 +171,8 @@ TEST(MeasurementsTest, SizesMustAgree) {
   TestReportSpec spec;
   spec.block_values = {{8, TestDigest(7)}};
   SpdmReport report = MakeTestReport(spec);
-  Rim rim = DriverRim({{7, {Bytes(TestDigest(7).begin(), TestDigest(7).begin() + 32)}}});
+  const Bytes digest = TestDigest(7);
+  Rim rim = DriverRim({{7, {Bytes(digest.begin(), digest.begin() + 32)}}});
   rim.measurements[7].size = 32;
   auto comparison = CompareMeasurements(report, &rim, nullptr);
   ASSERT_TRUE(comparison.ok());

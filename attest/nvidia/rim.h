@@ -9,7 +9,9 @@
 // Safety: documents are parsed with network access off, document type declarations (and so
 // external entities) refused, a size cap, and only same-document ("") references allowed, so
 // nothing is ever fetched. xmlsec and libxml2 are initialised once per process, thread-safely,
-// on first use. Thread-safe: pure functions; Rim is a plain value.
+// on first use; that initialisation also replaces libxml2's external entity loader for the
+// whole process with one that loads nothing, and removes xmlsec's I/O callbacks.
+// Thread-safe: pure functions; Rim is a plain value.
 #pragma once
 
 #include <cstdint>

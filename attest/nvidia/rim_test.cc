@@ -1,7 +1,7 @@
 #include "attest/nvidia/rim.h"
 
-#include <filesystem>
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -80,8 +80,7 @@ TEST(RimParseTest, VbiosRim545) {
 
 TEST(RimParseTest, EveryProductionVbiosRimParses) {
   size_t count = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(NvidiaPath("rims/nvtrust-vbios"))) {
+  for (const auto& entry : std::filesystem::directory_iterator(NvidiaPath("rims/nvtrust-vbios"))) {
     auto rim = ParseRim(ReadNvidiaText("rims/nvtrust-vbios/" + entry.path().filename().string()));
     ASSERT_TRUE(rim.ok()) << entry.path() << ": " << rim.status();
     // The file name carries the version without dots: ..._96005E0001_PROD.swidtag.
@@ -131,11 +130,10 @@ TEST(RimSignatureTest, NotYetValidIsNotExcusedByAllowExpired) {
 }
 
 TEST(RimSignatureTest, EveryProductionVbiosRimVerifiesIn2024) {
-  for (const auto& entry :
-       std::filesystem::directory_iterator(NvidiaPath("rims/nvtrust-vbios"))) {
-    auto info = VerifyRimSignature(
-        ReadNvidiaText("rims/nvtrust-vbios/" + entry.path().filename().string()), CorimRoot(),
-        ParseTestTime("2024-06-01T00:00:00Z"));
+  for (const auto& entry : std::filesystem::directory_iterator(NvidiaPath("rims/nvtrust-vbios"))) {
+    auto info =
+        VerifyRimSignature(ReadNvidiaText("rims/nvtrust-vbios/" + entry.path().filename().string()),
+                           CorimRoot(), ParseTestTime("2024-06-01T00:00:00Z"));
     EXPECT_TRUE(info.ok()) << entry.path() << ": " << info.status();
   }
 }
@@ -157,9 +155,9 @@ TEST(RimSignatureTest, AlteredSignatureValueFails) {
 }
 
 TEST(RimSignatureTest, DebugSignerDoesNotChainToTheCorimRoot) {
-  auto info = VerifyRimSignature(
-      ReadNvidiaText("rims/negative/driver_rim_BAD_CERT_CHAIN_debug_signer.xml"), CorimRoot(),
-      ParseTestTime("2025-06-01T00:00:00Z"));
+  auto info =
+      VerifyRimSignature(ReadNvidiaText("rims/negative/driver_rim_BAD_CERT_CHAIN_debug_signer.xml"),
+                         CorimRoot(), ParseTestTime("2025-06-01T00:00:00Z"));
   ASSERT_FALSE(info.ok());
   EXPECT_EQ(info.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(info.status().message(), HasSubstr("RIM signer chain"));
@@ -193,10 +191,10 @@ TEST(RimSignatureTest, ExpiredSdkSample570) {
 }
 
 TEST(RimSignatureTest, SdkSamples535) {
-  auto tampered = VerifyRimSignature(
-      ReadNvidiaText("attestation-sdk-samples/hopper-535.86.09/"
-                     "driver_rim_535.86.09_TAMPERED_measurement_mismatch.xml"),
-      CorimRoot(), ParseTestTime("2025-06-01T00:00:00Z"));
+  auto tampered =
+      VerifyRimSignature(ReadNvidiaText("attestation-sdk-samples/hopper-535.86.09/"
+                                        "driver_rim_535.86.09_TAMPERED_measurement_mismatch.xml"),
+                         CorimRoot(), ParseTestTime("2025-06-01T00:00:00Z"));
   ASSERT_FALSE(tampered.ok());
   EXPECT_THAT(tampered.status().message(), HasSubstr("digest"));
   auto vbios = VerifyRimSignature(
@@ -219,8 +217,8 @@ TEST(RimSignatureTest, EditedMeasurementFails) {
 
 TEST(RimSignatureTest, ExternalReferenceIsRefusedNotFetched) {
   std::string xml = ReadNvidiaText(kDriverRim545);
-  xml = absl::StrReplaceAll(xml, {{"<ds:Reference URI=\"\">",
-                                   "<ds:Reference URI=\"http://127.0.0.1:9/rim.xml\">"}});
+  xml = absl::StrReplaceAll(
+      xml, {{"<ds:Reference URI=\"\">", "<ds:Reference URI=\"http://127.0.0.1:9/rim.xml\">"}});
   auto info = VerifyRimSignature(xml, CorimRoot(), ParseTestTime("2024-06-01T00:00:00Z"));
   ASSERT_FALSE(info.ok());
   EXPECT_EQ(info.status().code(), absl::StatusCode::kPermissionDenied);
@@ -243,7 +241,8 @@ TEST(RimSignatureTest, ReorderedKeyInfoUsesTheFirstCertificateAndFails) {
 TEST(RimSignatureTest, RejectsUnsignedAndDoublySigned) {
   auto pki = MakeTestRimPki();
   std::string unsigned_xml = RimToXml(MakeTestRim("550.90.07", {{7, {TestDigest(7)}}}));
-  auto info = VerifyRimSignature(unsigned_xml, pki.root.cert, ParseTestTime("2024-06-01T00:00:00Z"));
+  auto info =
+      VerifyRimSignature(unsigned_xml, pki.root.cert, ParseTestTime("2024-06-01T00:00:00Z"));
   ASSERT_FALSE(info.ok());
   EXPECT_THAT(info.status().message(), HasSubstr("no ds:Signature"));
 
@@ -261,7 +260,8 @@ TEST(RimSignatureTest, RejectsUnsignedAndDoublySigned) {
 
 TEST(RimSignTest, RoundTrip) {
   auto pki = MakeTestRimPki();
-  Rim rim = MakeTestRim("550.90.07", {{7, {TestDigest(7)}}, {21, {TestDigest(21), TestDigest(22)}}});
+  Rim rim =
+      MakeTestRim("550.90.07", {{7, {TestDigest(7)}}, {21, {TestDigest(21), TestDigest(22)}}});
   std::string xml = SignTestRim(rim, pki);
   auto parsed = ParseRim(xml);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -298,8 +298,8 @@ TEST(RimSignTest, KeyInfoChainOfAnotherSignerFails) {
 }
 
 TEST(RimSignTest, ExpiredSyntheticSigner) {
-  auto pki = MakeTestRimPki(ParseTestTime("2023-01-01T00:00:00Z"),
-                            ParseTestTime("2024-01-01T00:00:00Z"));
+  auto pki =
+      MakeTestRimPki(ParseTestTime("2023-01-01T00:00:00Z"), ParseTestTime("2024-01-01T00:00:00Z"));
   std::string xml = SignTestRim(MakeTestRim("550.90.07", {{7, {TestDigest(7)}}}), pki);
   EXPECT_TRUE(VerifyRimSignature(xml, pki.root.cert, ParseTestTime("2023-06-01T00:00:00Z")).ok());
   auto late = VerifyRimSignature(xml, pki.root.cert, ParseTestTime("2024-06-01T00:00:00Z"));
@@ -348,8 +348,7 @@ TEST(RimParseTest, MinimalDocument) {
   ASSERT_EQ(rim->measurements.size(), 1u);
   EXPECT_EQ(rim->measurements[0].index, 3u);
   EXPECT_TRUE(rim->measurements[0].active);
-  EXPECT_EQ(rim->measurements[0].alternatives,
-            (std::vector<Bytes>{TestDigest(1), TestDigest(2)}));
+  EXPECT_EQ(rim->measurements[0].alternatives, (std::vector<Bytes>{TestDigest(1), TestDigest(2)}));
   EXPECT_TRUE(rim->signer_chain.empty());
 }
 
@@ -425,8 +424,8 @@ TEST(RimParseTest, RefusesBadDocuments) {
               "</SoftwareIdentity>",
        "unsupported element 'File'"},
       // External entities: refused before anything could be resolved or fetched.
-      {"<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY x SYSTEM \"http://127.0.0.1:9/x\">]>" +
-           open + "<Meta colloquialVersion=\"&x;\"/><Payload/></SoftwareIdentity>",
+      {"<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY x SYSTEM \"http://127.0.0.1:9/x\">]>" + open +
+           "<Meta colloquialVersion=\"&x;\"/><Payload/></SoftwareIdentity>",
        "document type declarations are refused"},
       {"<!DOCTYPE SoftwareIdentity SYSTEM \"file:///etc/passwd\">" + open +
            "<Meta colloquialVersion=\"1\"/><Payload/></SoftwareIdentity>",
@@ -440,6 +439,30 @@ TEST(RimParseTest, RefusesBadDocuments) {
   }
   std::string huge(kMaxRimXmlSize + 1, ' ');
   EXPECT_THAT(ParseRim(huge).status().message(), HasSubstr("at most"));
+}
+
+TEST(RimParseTest, RefusesDoctypeInUtf16) {
+  // The byte scan for "<!DOCTYPE" cannot see UTF-16 text; the parsed document is checked too.
+  auto utf16 = [](const std::string& utf8) {
+    std::string out = "\xFF\xFE";
+    for (char c : utf8) {
+      out.push_back(c);
+      out.push_back('\0');
+    }
+    return out;
+  };
+  const std::string document =
+      "<?xml version=\"1.0\" encoding=\"UTF-16\"?><!DOCTYPE r [<!ENTITY x SYSTEM "
+      "\"file:///etc/hostname\">]><SoftwareIdentity "
+      "xmlns=\"http://standards.iso.org/iso/19770/-2/2015/schema.xsd\"><Meta "
+      "colloquialVersion=\"VERSION\"/><Payload/></SoftwareIdentity>";
+  auto rim = ParseRim(utf16(absl::StrReplaceAll(document, {{"VERSION", "1"}})));
+  ASSERT_FALSE(rim.ok());
+  EXPECT_THAT(rim.status().message(), HasSubstr("document type declarations are refused"));
+  // Referencing the external entity is refused by the parser itself.
+  rim = ParseRim(utf16(absl::StrReplaceAll(document, {{"VERSION", "&x;"}})));
+  ASSERT_FALSE(rim.ok());
+  EXPECT_THAT(rim.status().message(), HasSubstr("external entity"));
 }
 
 TEST(RimParseTest, ToXmlEscapesText) {
@@ -458,10 +481,10 @@ TEST(Base64Test, StrictDecoding) {
   EXPECT_EQ(Base64Encode(ToBytes("hello")), "aGVsbG8=");
   EXPECT_EQ(ToString(*Base64Decode("aGVs\nbG8=", true)), "hello");
   EXPECT_FALSE(Base64Decode("aGVs\nbG8=").ok());
-  EXPECT_FALSE(Base64Decode("aGVsbG8").ok());     // length
-  EXPECT_FALSE(Base64Decode("aGVsbG9=").ok());    // non-zero padding bits
-  EXPECT_FALSE(Base64Decode("aG=sbG8=").ok());    // '=' inside
-  EXPECT_FALSE(Base64Decode("aGVs=G8=").ok());    // '=' in a middle group
+  EXPECT_FALSE(Base64Decode("aGVsbG8").ok());   // length
+  EXPECT_FALSE(Base64Decode("aGVsbG9=").ok());  // non-zero padding bits
+  EXPECT_FALSE(Base64Decode("aG=sbG8=").ok());  // '=' inside
+  EXPECT_FALSE(Base64Decode("aGVs=G8=").ok());  // '=' in a middle group
   EXPECT_FALSE(Base64Decode("a===").ok());
   EXPECT_FALSE(Base64Decode("aGV*bG8=").ok());
   EXPECT_TRUE(Base64Decode("").ok());
@@ -473,8 +496,9 @@ TEST(RootsTest, EmbeddedRootsEqualTheSharedCopies) {
   ASSERT_TRUE(device.ok() && corim.ok());
   EXPECT_EQ(device->ToDer(),
             Certificate::FromPem(ReadNvidiaText("roots/nvidia_device_identity_ca.pem"))->ToDer());
-  EXPECT_EQ(corim->ToDer(),
-            Certificate::FromPem(ReadNvidiaText("roots/nvidia_corim_signing_root_ca.pem"))->ToDer());
+  EXPECT_EQ(
+      corim->ToDer(),
+      Certificate::FromPem(ReadNvidiaText("roots/nvidia_corim_signing_root_ca.pem"))->ToDer());
   EXPECT_EQ(HexEncode(crypto::Sha256(device->ToDer())),
             "102bf659d5419614c9d8e6aecebc80454eb26b1df6a769ac720b9a690b167b48");
   EXPECT_EQ(HexEncode(crypto::Sha256(corim->ToDer())),

@@ -69,9 +69,9 @@ TestDevicePki MakeTestDevicePki(const std::string& chip) {
   TestIdentity brom = IssueTestCert(ica, absl::StrCat(chip, " A01 GSP BROM"), true);
   Bytes fwid = TestDigest(0xF1);
   // Hopper layout: INTEGER 1, the issuer's key, then (SHA-384 OID, FWID): the FWID is last.
-  Bytes dice = der::Sequence({der::Integer(1), der::OctetString(brom.cert.PublicKeyDer()),
-                              der::Sequence({Must(der::ObjectId("2.16.840.1.101.3.4.2.2")),
-                                             der::OctetString(fwid)})});
+  Bytes dice = der::Sequence(
+      {der::Integer(1), der::OctetString(brom.cert.PublicKeyDer()),
+       der::Sequence({Must(der::ObjectId("2.16.840.1.101.3.4.2.2")), der::OctetString(fwid)})});
   TestIdentity leaf = IssueTestCert(brom, absl::StrCat(chip, " A01 GSP FMC LF"), false,
                                     {{std::string(kTcgDiceFwidOid), dice}});
   return TestDevicePki{std::move(root), std::move(identity), std::move(ica),
@@ -130,7 +130,10 @@ SpdmReport MakeTestReport(const TestReportSpec& spec) {
   add(OpaqueType::kNvdec0Status, Bytes{spec.nvdec0_status});
   if (spec.fwid.has_value()) add(OpaqueType::kFwid, *spec.fwid);
   add(OpaqueType::kProtectedPcieStatus, Bytes{0x55});
-  return report;
+  // Parse the encoding back so that the decoded fields (versions, NVDEC, FWID) are filled.
+  Bytes bytes = Must(EncodeSpdmReportToSign(report));
+  Append(bytes, Bytes(kSpdmSignatureSize, 0));
+  return Must(ParseSpdmReport(bytes));
 }
 
 Bytes SignTestReport(const SpdmReport& report, const crypto::EcPrivateKey& leaf_key) {

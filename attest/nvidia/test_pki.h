@@ -59,8 +59,8 @@ struct TestRimPki {
 TestRimPki MakeTestRimPki(absl::Time signer_not_before = DefaultNotBefore(),
                           absl::Time signer_not_after = DefaultNotAfter());
 
-// A report that parses: 64 SHA-384 blocks (block i holds `block_values[i]` if given, else
-// zeros), the opaque fields of a Hopper GPU with the given versions, and `nonce`.
+// A parsed report (signature all zeros): 64 SHA-384 blocks (block i holds `block_values[i]` if
+// given, else zeros), the opaque fields of a Hopper GPU with the given versions, and `nonce`.
 struct TestReportSpec {
   Bytes nonce = Bytes(32, 0x11);
   std::string driver_version = "550.90.07";
