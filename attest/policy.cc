@@ -1,5 +1,8 @@
 #include "attest/policy.h"
 
+#include "attest/snp/snp_verifier.h"
+#include "attest/tdx/tdx_verifier.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <map>
@@ -272,6 +275,14 @@ class YamlPolicyReader {
     }
     if (sim_tee && policy.gpu() == v1::GPU_TYPE_NVIDIA_CC) {
       return Error("gpu", "a simulated CVM cannot vouch for a real GPU; use gpu: sim or none");
+    }
+    if (policy.has_snp()) {
+      absl::Status st = ValidateSnpPolicy(policy.snp());
+      if (!st.ok()) return Error("snp", std::string(st.message()));
+    }
+    if (policy.has_tdx()) {
+      absl::Status st = ValidateTdxPolicy(policy.tdx());
+      if (!st.ok()) return Error("tdx", std::string(st.message()));
     }
 
     if (policy.enclave_measurements().empty()) {

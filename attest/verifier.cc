@@ -6,6 +6,8 @@
 #include "absl/strings/str_join.h"
 #include "attest/binding.h"
 #include "attest/sim/sim_verifier.h"
+#include "attest/snp/snp_verifier.h"
+#include "attest/tdx/tdx_verifier.h"
 #include "crypto/keys.h"
 
 namespace cloister::attest {
@@ -144,6 +146,8 @@ std::string Verdict::FailedSummary() const {
 
 absl::StatusOr<std::unique_ptr<EvidenceVerifier>> MakeCvmVerifier(v1::TeeType type) {
   if (type == v1::TEE_TYPE_SIM) return std::make_unique<SimCvmVerifier>();
+  if (type == v1::TEE_TYPE_SEV_SNP) return std::make_unique<SnpCvmVerifier>();
+  if (type == v1::TEE_TYPE_TDX) return std::make_unique<TdxCvmVerifier>();
   return absl::UnimplementedError(
       absl::StrCat("this build cannot verify CVM evidence of type ", TeeName(type)));
 }

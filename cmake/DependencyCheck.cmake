@@ -49,6 +49,10 @@ function(cloister_check_dependencies)
                               "see DESIGN.md section 3")
         endif()
       endif()
+      if(layer STREQUAL "enclave" AND dep MATCHES "XMLSEC|xmlsec|cloister_attest_nvidia")
+        message(FATAL_ERROR "forbidden dependency: ${target} (${layer}) links ${dep}; "
+                            "the enclave's allowlist has no XML signature library")
+      endif()
       if(layer IN_LIST _CLOISTER_NO_GRPC AND dep MATCHES "grpc")
         message(FATAL_ERROR "forbidden dependency: ${target} (${layer}) links ${dep}; "
                             "the trusted side never links gRPC")

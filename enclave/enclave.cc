@@ -116,9 +116,36 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   EnclaveOptions& opts = enclave->options_;
   if (opts.measurement.size() != 48) return absl::InvalidArgumentError("measurement must be 48 bytes");
 
-  RETURN_IF_ERROR(attest::EnsureSimRoots(opts.sim_dir));
-  if (!opts.dev_policy_out.empty()) {
-    RETURN_IF_ERROR(attest::WriteDevPolicy(opts.dev_policy_out, opts.sim_dir, opts.measurement));
+  const bool sim_tee = opts.tee == TeeMode::kSim;
+  if (sim_tee && opts.gpu == GpuMode::kNvidiaCc) {
+    return absl::InvalidArgumentError(
+        "NVIDIA CC GPUs need a hardware TEE (SEV-SNP or TDX), not the simulated one");
+  }
+  if (!sim_tee && opts.gpu == GpuMode::kSim) {
+    return absl::InvalidArgumentError("the simulated GPU only works with the simulated TEE");
+  }
+  if (!sim_tee && !opts.dev_policy_out.empty()) {
+    return absl::InvalidArgumentError("a development policy needs the simulated TEE");
+  }
+  attest::HardwareOptions hardware{
+      .tee = opts.tee == TeeMode::kTdx ? attest::HardwareTee::kTdx : attest::HardwareTee::kSevSnp,
+      .gpu = opts.gpu == GpuMode::kNvidiaCc ? attest::HardwareGpu::kNvidiaCc
+                                            : attest::HardwareGpu::kNone,
+      .tsm_root = opts.tsm_root,
+      .sev_guest_device = opts.sev_guest_device,
+      .nvml_library = opts.nvml_library,
+      .clock = opts.clock,
+  };
+  const ByteSpan sealing_label = AsBytes("cloister/v1 model sealing");
+  SecretBytes sealing_key;
+  if (sim_tee) {
+    RETURN_IF_ERROR(attest::EnsureSimRoots(opts.sim_dir));
+    if (!opts.dev_policy_out.empty()) {
+      RETURN_IF_ERROR(attest::WriteDevPolicy(opts.dev_policy_out, opts.sim_dir, opts.measurement));
+    }
+  } else if (opts.tee == TeeMode::kTdx) {
+    // Refuse before touching any hardware: there is no TDX sealing key without a key service.
+    ASSIGN_OR_RETURN(sealing_key, attest::HardwareSealingKey(hardware, sealing_label));
   }
 
   crypto::X25519KeyPair hpke = crypto::GenerateX25519();
@@ -128,12 +155,24 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   enclave->keys_.signing_seed = std::move(signing.seed);
   enclave->keys_.signing_public_key = signing.public_key;
 
-  ASSIGN_OR_RETURN(enclave->collector_, attest::MakeSimCollector(opts.sim_dir, opts.measurement));
+  if (sim_tee) {
+    attest::SimOptions sim_options;
+    sim_options.gpu_count = opts.gpu == GpuMode::kSim ? 1 : 0;
+    sim_options.clock = opts.clock;
+    ASSIGN_OR_RETURN(enclave->collector_,
+                     attest::MakeSimCollector(opts.sim_dir, opts.measurement, sim_options));
+  } else {
+    ASSIGN_OR_RETURN(enclave->collector_, attest::MakeHardwareCollector(hardware));
+  }
   ASSIGN_OR_RETURN(auto evidence, enclave->CurrentEvidence());
 
-  ASSIGN_OR_RETURN(SecretBytes sealing_key,
-                   attest::SimSealingKey(opts.sim_dir, opts.measurement,
-                                         AsBytes("cloister/v1 model sealing")));
+  if (sim_tee) {
+    ASSIGN_OR_RETURN(sealing_key,
+                     attest::SimSealingKey(opts.sim_dir, opts.measurement, sealing_label));
+  } else if (opts.tee == TeeMode::kSevSnp) {
+    // The firmware's key, bound to this guest's launch measurement and policy.
+    ASSIGN_OR_RETURN(sealing_key, attest::HardwareSealingKey(hardware, sealing_label));
+  }
   enclave->sessions_ =
       std::make_unique<SessionManager>(&enclave->keys_, opts.clock, opts.session_limits);
   enclave->models_ = std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options,

@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "attest/collector.h"
+#include "attest/collectors/hardware_collector.h"
 #include "base/clock.h"
 #include "cloister/boundary/v1/boundary.pb.h"
 #include "enclave/models/model_store.h"
@@ -26,9 +27,22 @@
 
 namespace cloister::enclave {
 
+// Where evidence and the sealing key come from: the simulated TEE (development), or the
+// hardware of an SEV-SNP or TDX confidential VM (attest/collectors/hardware_collector.h).
+enum class TeeMode { kSim, kSevSnp, kTdx };
+// The GPUs whose evidence goes into the bundle: the simulated GPU (only with TeeMode::kSim),
+// NVIDIA GPUs in confidential-computing mode through NVML (only in a confidential VM), or none.
+enum class GpuMode { kSim, kNvidiaCc, kNone };
+
 struct EnclaveOptions {
-  std::string sim_dir;             // simulated TEE roots and device keys
-  std::string dev_policy_out;      // when set, write the development policy here
+  TeeMode tee = TeeMode::kSim;
+  GpuMode gpu = GpuMode::kSim;
+  std::string sim_dir;             // simulated TEE roots and device keys (TeeMode::kSim only)
+  std::string dev_policy_out;      // when set, write the development policy here (kSim only)
+  // Hardware interfaces; tests point them elsewhere.
+  std::string tsm_root = std::string(attest::kDefaultTsmReportRoot);
+  std::string sev_guest_device = std::string(attest::kDefaultSevGuestDevice);
+  std::string nvml_library = std::string(attest::kNvmlLibraryName);
   Bytes measurement;               // SHA-384 of this enclave binary
   runtime::LoadOptions load_options;
   SessionLimits session_limits;
@@ -39,6 +53,9 @@ struct EnclaveOptions {
 class Enclave {
  public:
   // Generates the enclave keys, collects evidence over a fresh nonce, derives the sealing key.
+  // With a hardware TEE: FailedPrecondition when its interfaces or the requested GPUs are not
+  // there, Unimplemented for TDX (its sealing key needs a key service). InvalidArgument for a
+  // simulated GPU with a hardware TEE or an NVIDIA GPU with the simulated TEE.
   static absl::StatusOr<std::unique_ptr<Enclave>> Create(EnclaveOptions options);
 
   boundary::v1::EnclaveToHost Handle(const boundary::v1::HostToEnclave& call);

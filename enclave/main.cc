@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "attest/collectors/hardware_collector.h"
 #include "attest/measurement.h"
 #include "base/log.h"
 #include "enclave/boundary/boundary_server.h"
@@ -20,8 +21,42 @@ namespace {
 
 void Usage() {
   std::fprintf(stderr,
-               "usage: cloister-enclave --fd N --sim-dir DIR [--dev-policy-out FILE] [--threads N]\n"
-               "  Serves the host<->enclave boundary protocol on file descriptor N.\n");
+               "usage: cloister-enclave --fd N [--tee sim|sev-snp|tdx] [--gpu sim|nvidia-cc|none]\n"
+               "                        [--sim-dir DIR] [--dev-policy-out FILE] [--threads N]\n"
+               "                        [--tsm-root DIR] [--sev-guest PATH] [--nvml-library NAME]\n"
+               "  Serves the host<->enclave boundary protocol on file descriptor N.\n"
+               "  --tee      where evidence and the sealing key come from (default sim; sim needs\n"
+               "             --sim-dir)\n"
+               "  --gpu      GPU evidence: sim (default with --tee sim), nvidia-cc (NVML, in a\n"
+               "             confidential VM) or none (default with a hardware TEE)\n"
+               "  --tsm-root, --sev-guest, --nvml-library  the hardware interfaces (defaults\n"
+               "             /sys/kernel/config/tsm/report, /dev/sev-guest, libnvidia-ml.so.1)\n");
+}
+
+bool ParseTee(const std::string& text, cloister::enclave::TeeMode* tee) {
+  using cloister::enclave::TeeMode;
+  if (text == "sim")
+    *tee = TeeMode::kSim;
+  else if (text == "sev-snp")
+    *tee = TeeMode::kSevSnp;
+  else if (text == "tdx")
+    *tee = TeeMode::kTdx;
+  else
+    return false;
+  return true;
+}
+
+bool ParseGpu(const std::string& text, cloister::enclave::GpuMode* gpu) {
+  using cloister::enclave::GpuMode;
+  if (text == "sim")
+    *gpu = GpuMode::kSim;
+  else if (text == "nvidia-cc")
+    *gpu = GpuMode::kNvidiaCc;
+  else if (text == "none")
+    *gpu = GpuMode::kNone;
+  else
+    return false;
+  return true;
 }
 
 }  // namespace
@@ -32,6 +67,7 @@ int main(int argc, char** argv) {
   int fd = -1;
   int threads = 2;
   enclave::EnclaveOptions options;
+  bool gpu_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -46,12 +82,34 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "cloister-enclave: --fd needs a file descriptor number\n");
         return 2;
       }
+    } else if (arg == "--tee") {
+      std::string text = value("--tee");
+      if (!ParseTee(text, &options.tee)) {
+        std::fprintf(stderr, "cloister-enclave: --tee must be sim, sev-snp or tdx, not '%s'\n",
+                     text.c_str());
+        return 2;
+      }
+    } else if (arg == "--gpu") {
+      std::string text = value("--gpu");
+      if (!ParseGpu(text, &options.gpu)) {
+        std::fprintf(stderr, "cloister-enclave: --gpu must be sim, nvidia-cc or none, not '%s'\n",
+                     text.c_str());
+        return 2;
+      }
+      gpu_given = true;
+    } else if (arg == "--tsm-root") {
+      options.tsm_root = value("--tsm-root");
+    } else if (arg == "--sev-guest") {
+      options.sev_guest_device = value("--sev-guest");
+    } else if (arg == "--nvml-library") {
+      options.nvml_library = value("--nvml-library");
     } else if (arg == "--sim-dir") {
       options.sim_dir = value("--sim-dir");
     } else if (arg == "--dev-policy-out") {
       options.dev_policy_out = value("--dev-policy-out");
     } else if (arg == "--data-dir") {
-      value("--data-dir");  // Accepted for symmetry with cloisterd; the enclave keeps no files there.
+      value(
+          "--data-dir");  // Accepted for symmetry with cloisterd; the enclave keeps no files there.
     } else if (arg == "--threads") {
       if (!absl::SimpleAtoi(value("--threads"), &threads) || threads < 1 || threads > 64) {
         std::fprintf(stderr, "cloister-enclave: --threads needs a number from 1 to 64\n");
@@ -66,7 +124,33 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (fd < 0 || options.sim_dir.empty()) {
+  const bool sim_tee = options.tee == enclave::TeeMode::kSim;
+  if (!gpu_given) options.gpu = sim_tee ? enclave::GpuMode::kSim : enclave::GpuMode::kNone;
+  // Refuse at once, before anything else, when the GPUs asked for cannot give evidence.
+  if (options.gpu == enclave::GpuMode::kNvidiaCc) {
+    attest::HardwareOptions gpu_check;
+    gpu_check.gpu = attest::HardwareGpu::kNvidiaCc;
+    gpu_check.nvml_library = options.nvml_library;
+    absl::Status ready = attest::CheckGpuReady(gpu_check);
+    if (!ready.ok()) {
+      std::fprintf(stderr, "cloister-enclave: --gpu nvidia-cc: %s\n",
+                   std::string(ready.message()).c_str());
+      return 1;
+    }
+  }
+  if (sim_tee && options.gpu == enclave::GpuMode::kNvidiaCc) {
+    std::fprintf(stderr, "cloister-enclave: --gpu nvidia-cc needs --tee sev-snp or tdx\n");
+    return 2;
+  }
+  if (!sim_tee && options.gpu == enclave::GpuMode::kSim) {
+    std::fprintf(stderr, "cloister-enclave: --gpu sim needs --tee sim\n");
+    return 2;
+  }
+  if (!sim_tee && !options.dev_policy_out.empty()) {
+    std::fprintf(stderr, "cloister-enclave: --dev-policy-out needs --tee sim\n");
+    return 2;
+  }
+  if (fd < 0 || (sim_tee && options.sim_dir.empty())) {
     Usage();
     return 2;
   }
@@ -85,7 +169,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::Status status = enclave::ServeBoundary(
-      fd, [&](const boundary::v1::HostToEnclave& call) { return (*worker)->Handle(call); }, threads);
+      fd, [&](const boundary::v1::HostToEnclave& call) { return (*worker)->Handle(call); },
+      threads);
   if (!status.ok()) {
     Log(LogLevel::kError, "boundary_failed", {{"reason", std::string(status.message())}});
     return 1;

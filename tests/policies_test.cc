@@ -34,7 +34,7 @@ TEST(PoliciesTest, EveryAttestationPolicyLoads) {
 }
 
 TEST(PoliciesTest, BrokenConfigNamesTheField) {
-  auto config = host::ParseDaemonConfig("listen: 1\nbatching:\n  max_batch_sise: 4\n", "broken.yaml");
+  auto config = host::ParseDaemonConfig("listen: \"127.0.0.1:1\"\nbatching:\n  max_batch_sise: 4\n", "broken.yaml");
   ASSERT_FALSE(config.ok());
   EXPECT_NE(std::string(config.status().message()).find("broken.yaml:3"), std::string::npos)
       << config.status();

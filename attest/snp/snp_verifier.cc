@@ -109,9 +109,8 @@ absl::StatusOr<uint8_t> ReadSpl(const Certificate& leaf, std::string_view oid,
   ASSIGN_OR_RETURN(Bytes value, leaf.ExtensionValue(oid));
   auto number = der::ParseInteger(value);
   if (!number.ok() || *number > 255) {
-    return absl::InvalidArgumentError(absl::StrCat("the certificate's ", what,
-                                                   " extension (", Sv(oid),
-                                                   ") is not an INTEGER from 0 to 255"));
+    return absl::InvalidArgumentError(absl::StrCat("the certificate's ", what, " extension (",
+                                                   Sv(oid), ") is not an INTEGER from 0 to 255"));
   }
   return static_cast<uint8_t>(*number);
 }
@@ -136,9 +135,9 @@ absl::StatusOr<std::string> CheckTcb(const Certificate& leaf, const SnpReport& r
   const bool turin = product == "Turin";
   const bool has_fmc = leaf.ExtensionValue(kVcekFmcSplOid).ok();
   if (turin != has_fmc) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a ", product, " certificate ", has_fmc ? "must not carry" : "must carry",
-                     " the FMC SPL extension ", Sv(kVcekFmcSplOid)));
+    return absl::InvalidArgumentError(absl::StrCat("a ", product, " certificate ",
+                                                   has_fmc ? "must not carry" : "must carry",
+                                                   " the FMC SPL extension ", Sv(kVcekFmcSplOid)));
   }
 
   SnpTcb certified;
@@ -149,13 +148,12 @@ absl::StatusOr<std::string> CheckTcb(const Certificate& leaf, const SnpReport& r
   if (turin) {
     ASSIGN_OR_RETURN(certified.fmc, ReadSpl(leaf, kVcekFmcSplOid, "FMC SPL"));
   }
-  SnpTcb reported = turin ? SnpTcb::FromTurin(report.reported_tcb)
-                          : SnpTcb::FromMilanGenoa(report.reported_tcb);
+  SnpTcb reported =
+      turin ? SnpTcb::FromTurin(report.reported_tcb) : SnpTcb::FromMilanGenoa(report.reported_tcb);
   if (!(reported == certified)) {
-    return absl::PermissionDeniedError(absl::StrCat("the certificate was issued for TCB ",
-                                                    TcbText(certified),
-                                                    " but the report's REPORTED_TCB is ",
-                                                    TcbText(reported)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the certificate was issued for TCB ", TcbText(certified),
+                     " but the report's REPORTED_TCB is ", TcbText(reported)));
   }
 
   std::string chip;
@@ -191,11 +189,11 @@ absl::StatusOr<std::string> CheckTcb(const Certificate& leaf, const SnpReport& r
   at_least("microcode", reported.microcode, minimum.microcode());
   if (turin) at_least("fmc", *reported.fmc, minimum.fmc());
   if (!below.empty()) {
-    return absl::PermissionDeniedError(absl::StrCat("REPORTED_TCB is below the policy's minimum: ",
-                                                    absl::StrJoin(below, ", ")));
+    return absl::PermissionDeniedError(
+        absl::StrCat("REPORTED_TCB is below the policy's minimum: ", absl::StrJoin(below, ", ")));
   }
-  return absl::StrCat("the ", vlek ? "VLEK" : "VCEK", " certifies TCB ", TcbText(reported),
-                      " (", product, " layout), at or above the policy's minimum; ", chip);
+  return absl::StrCat("the ", vlek ? "VLEK" : "VCEK", " certifies TCB ", TcbText(reported), " (",
+                      product, " layout), at or above the policy's minimum; ", chip);
 }
 
 std::string TcbClaimsPrefix(const std::string& prefix, absl::string_view which) {
@@ -241,8 +239,8 @@ absl::StatusOr<SnpChain> VerifySnpCertChain(const Certificate& leaf,
   if (leaf_name == kVlekCommonName) {
     out.vlek = true;
   } else if (leaf_name != kVcekCommonName) {
-    return absl::PermissionDeniedError(absl::StrCat("the leaf certificate is '", leaf_name,
-                                                    "', expected SEV-VCEK or SEV-VLEK"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the leaf certificate is '", leaf_name, "', expected SEV-VCEK or SEV-VLEK"));
   }
   auto curve = leaf.KeyCurve();
   if (!curve.ok() || *curve != crypto::EcCurve::kP384) {
@@ -251,22 +249,20 @@ absl::StatusOr<SnpChain> VerifySnpCertChain(const Certificate& leaf,
   }
   const std::string signer_name = leaf.IssuerCommonName();
   out.product = ProductOfSigner(signer_name);
-  const std::string expected_signer =
-      absl::StrCat(out.vlek ? "SEV-VLEK-" : "SEV-", out.product);
+  const std::string expected_signer = absl::StrCat(out.vlek ? "SEV-VLEK-" : "SEV-", out.product);
   if (out.product.empty() || signer_name != expected_signer) {
-    return absl::PermissionDeniedError(absl::StrCat("the ", leaf_name, " is issued by '",
-                                                    signer_name, "', not by an AMD ",
-                                                    out.vlek ? "ASVK (SEV-VLEK-<product>)"
-                                                             : "ASK (SEV-<product>)"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the ", leaf_name, " is issued by '", signer_name, "', not by an AMD ",
+                     out.vlek ? "ASVK (SEV-VLEK-<product>)" : "ASK (SEV-<product>)"));
   }
   const Certificate* signer = nullptr;
   for (const Certificate& cert : intermediates) {
     if (cert.SubjectCommonName() == signer_name) signer = &cert;
   }
   if (signer == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("the chain lacks the '", signer_name, "' certificate that issued the ",
-                     leaf_name, " (give the ASK/ASK-ARK file)"));
+    return absl::PermissionDeniedError(absl::StrCat("the chain lacks the '", signer_name,
+                                                    "' certificate that issued the ", leaf_name,
+                                                    " (give the ASK/ASK-ARK file)"));
   }
   const std::string ark_name = absl::StrCat("ARK-", out.product);
   const Certificate* ark = nullptr;
@@ -276,9 +272,9 @@ absl::StatusOr<SnpChain> VerifySnpCertChain(const Certificate& leaf,
     if (candidate.SubjectCommonName() == ark_name) ark = &candidate;
   }
   if (ark == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("the policy pins no ", ark_name, " (it pins: ",
-                     pinned_names.empty() ? "nothing" : absl::StrJoin(pinned_names, ", "), ")"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the policy pins no ", ark_name,
+        " (it pins: ", pinned_names.empty() ? "nothing" : absl::StrJoin(pinned_names, ", "), ")"));
   }
   RETURN_IF_ERROR(CheckRsaPssSha384(leaf));
   RETURN_IF_ERROR(CheckRsaPssSha384(*signer));
@@ -334,13 +330,13 @@ absl::Status ValidateSnpPolicy(const v1::SnpPolicy& policy) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& policy,
-                                        absl::Time at, std::string_view check_prefix) {
+absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& policy, absl::Time at,
+                                        std::string_view check_prefix) {
   const v1::SnpPolicy& snp = policy.snp();
   RETURN_IF_ERROR(ValidateSnpPolicy(snp));
   ASSIGN_OR_RETURN(std::vector<Certificate> arks, SnpPinnedArks(snp));
-  ASSIGN_OR_RETURN(std::vector<Bytes> host_data, DecodeHexList(snp.host_data(), kHostDataSize,
-                                                               "host_data"));
+  ASSIGN_OR_RETURN(std::vector<Bytes> host_data,
+                   DecodeHexList(snp.host_data(), kHostDataSize, "host_data"));
   ASSIGN_OR_RETURN(std::vector<Bytes> id_keys,
                    DecodeHexList(snp.id_key_digests(), kIdKeyDigestSize, "id_key_digests"));
   if (input.expected_report_data.has_value() &&
@@ -357,9 +353,8 @@ absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& pol
   // report.parse
   auto report = ParseSnpReport(input.report);
   if (report.ok()) {
-    verdict.Pass(name("report.parse"),
-                 absl::StrCat("SEV-SNP report version ", report->version, ", ",
-                              input.report.size(), " bytes"));
+    verdict.Pass(name("report.parse"), absl::StrCat("SEV-SNP report version ", report->version,
+                                                    ", ", input.report.size(), " bytes"));
   } else {
     verdict.Fail(name("report.parse"), std::string(report.status().message()));
   }
@@ -388,11 +383,11 @@ absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& pol
       if (verified.ok()) chain = *verified;
     }
     if (chain.has_value()) {
-      verdict.Pass(name("certs.chain"),
-                   absl::StrCat(leaf->SubjectCommonName(), " <- ", leaf->IssuerCommonName(),
-                                " <- pinned ARK-", chain->product,
-                                " (RSASSA-PSS/SHA-384), valid at ",
-                                absl::FormatTime(absl::RFC3339_sec, at, absl::UTCTimeZone())));
+      verdict.Pass(
+          name("certs.chain"),
+          absl::StrCat(leaf->SubjectCommonName(), " <- ", leaf->IssuerCommonName(),
+                       " <- pinned ARK-", chain->product, " (RSASSA-PSS/SHA-384), valid at ",
+                       absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", at, absl::UTCTimeZone())));
     } else {
       verdict.Fail(name("certs.chain"), std::string(status.message()));
     }
@@ -470,7 +465,8 @@ absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& pol
       problems.push_back(absl::StrCat("SIGNATURE_ALGO ", report->signature_algo, " is not 1"));
     }
     if (report->debug_allowed() && !policy.allow_debug()) {
-      problems.push_back("the guest POLICY allows debugging (DEBUG, bit 19) and the policy does not");
+      problems.push_back(
+          "the guest POLICY allows debugging (DEBUG, bit 19) and the policy does not");
     }
     if ((report->policy & kSnpPolicyMigrateMa) != 0 && !snp.allow_migration_agent()) {
       problems.push_back(
@@ -539,15 +535,14 @@ absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& pol
   } else if (ConstantTimeEquals(*input.expected_report_data, report->report_data)) {
     verdict.Pass(name("report_data"), "REPORT_DATA equals the expected value");
   } else {
-    verdict.Fail(name("report_data"),
-                 absl::StrCat("REPORT_DATA ", HexEncode(report->report_data),
-                              " differs from the expected ",
-                              HexEncode(*input.expected_report_data)));
+    verdict.Fail(name("report_data"), absl::StrCat("REPORT_DATA ", HexEncode(report->report_data),
+                                                   " differs from the expected ",
+                                                   HexEncode(*input.expected_report_data)));
   }
 
   if (authenticated) {
-    const bool turin = chain.has_value() ? chain->product == "Turin"
-                                         : leaf->ExtensionValue(kVcekFmcSplOid).ok();
+    const bool turin =
+        chain.has_value() ? chain->product == "Turin" : leaf->ExtensionValue(kVcekFmcSplOid).ok();
     auto& claims = verdict.claims;
     claims[name("report_version")] = absl::StrCat(report->version);
     claims[name("guest_svn")] = absl::StrCat(report->guest_svn);
@@ -571,9 +566,8 @@ absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& pol
     claims[name("platform_info")] = absl::StrCat("0x", absl::Hex(report->platform_info));
     claims[name("firmware")] = absl::StrCat(report->current_major, ".", report->current_minor,
                                             " build ", report->current_build);
-    claims[name("committed_firmware")] =
-        absl::StrCat(report->committed_major, ".", report->committed_minor, " build ",
-                     report->committed_build);
+    claims[name("committed_firmware")] = absl::StrCat(
+        report->committed_major, ".", report->committed_minor, " build ", report->committed_build);
     AddTcbClaims(verdict, prefix, "reported_tcb", report->reported_tcb, turin);
     AddTcbClaims(verdict, prefix, "current_tcb", report->current_tcb, turin);
     AddTcbClaims(verdict, prefix, "committed_tcb", report->committed_tcb, turin);

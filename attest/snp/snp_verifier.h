@@ -74,8 +74,8 @@ absl::Status ValidateSnpPolicy(const v1::SnpPolicy& policy);
 // Verifies one report as described above. InvalidArgument (not a verdict) only for a bad
 // policy section or an expected REPORT_DATA that is not 64 bytes; bad evidence gives failed
 // checks.
-absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& policy,
-                                        absl::Time at, std::string_view check_prefix = "");
+absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& policy, absl::Time at,
+                                        std::string_view check_prefix = "");
 
 // Splits a PEM chain "leaf, intermediates..." (a bundle's cvm_cert_chain_pem) into SnpInput's
 // leaf and ask_ark_pem. A chain that does not parse is passed on as the leaf bytes, so that the

@@ -99,15 +99,13 @@ std::vector<std::string> Failed(const Verdict& verdict) {
 std::string Dump(const Verdict& verdict) {
   std::string out;
   for (const Check& check : verdict.checks) {
-    absl::StrAppend(&out, check.name, " ", std::string(CheckResultName(check.result)), ": ", check.detail,
-                    "\n");
+    absl::StrAppend(&out, check.name, " ", std::string(CheckResultName(check.result)), ": ",
+                    check.detail, "\n");
   }
   return out;
 }
 
-uint64_t ParseHexNumber(const std::string& text) {
-  return std::stoull(text, nullptr, 16);
-}
+uint64_t ParseHexNumber(const std::string& text) { return std::stoull(text, nullptr, 16); }
 
 TEST(SnpRootsTest, BuiltInArksAreTheAmdRootsInTestData) {
   const std::vector<std::string> files = {"ask_ark_milan.pem", "ask_ark_genoa.pem",
@@ -122,8 +120,8 @@ TEST(SnpRootsTest, BuiltInArksAreTheAmdRootsInTestData) {
     EXPECT_EQ(built_in->ToDer(), (*chain)[1].ToDer()) << files[i];
   }
   // The VLEK bundles end in the same ARKs.
-  for (const char* file : {"ask_ark_milan_vlek.pem", "ask_ark_genoa_vlek.pem",
-                           "ask_ark_turin_vlek.pem"}) {
+  for (const char* file :
+       {"ask_ark_milan_vlek.pem", "ask_ark_genoa_vlek.pem", "ask_ark_turin_vlek.pem"}) {
     auto chain = ParsePemChain(ReadTestText(std::string("sev-snp/amd-roots/") + file));
     ASSERT_TRUE(chain.ok()) << chain.status();
     bool found = false;
@@ -169,9 +167,8 @@ TEST(SnpVerifierTest, ExpectedJsonVectorsPass) {
     EXPECT_EQ(claims.at("policy"), e["policy"].get<std::string>());
     EXPECT_EQ(claims.at("policy.debug"), e["policy_debug_allowed"].get<bool>() ? "true" : "false");
     EXPECT_EQ(claims.at("policy.smt"), e["policy_smt_allowed"].get<bool>() ? "true" : "false");
-    EXPECT_EQ(claims.at("policy.abi"),
-              absl::StrCat(e["policy_abi_major_minor"][0].get<int>(), ".",
-                           e["policy_abi_major_minor"][1].get<int>()));
+    EXPECT_EQ(claims.at("policy.abi"), absl::StrCat(e["policy_abi_major_minor"][0].get<int>(), ".",
+                                                    e["policy_abi_major_minor"][1].get<int>()));
     EXPECT_EQ(claims.at("vmpl"), absl::StrCat(e["vmpl"].get<int>()));
     EXPECT_EQ(claims.at("measurement"), e["measurement"].get<std::string>());
     EXPECT_EQ(claims.at("report_data"), e["report_data"].get<std::string>());
@@ -332,7 +329,7 @@ TEST_F(SnpMutationTest, SwappedLeafAndAskFailsTheChain) {
   ASSERT_TRUE(chain.ok());
   auto vcek = Certificate::FromDer(input.vcek_der_or_pem);
   ASSERT_TRUE(vcek.ok());
-  input.vcek_der_or_pem = (*chain)[0].ToDer();                 // the ASK as the leaf
+  input.vcek_der_or_pem = (*chain)[0].ToDer();              // the ASK as the leaf
   input.ask_ark_pem = vcek->ToPem() + (*chain)[1].ToPem();  // the VCEK as intermediate
   Verdict verdict = MustVerify(input, policy_);
   EXPECT_FALSE(verdict.pass);
@@ -447,9 +444,8 @@ TEST_F(SnpMutationTest, PemVcekAndPrefixAndBundleAdapter) {
   EXPECT_TRUE(from_bundle.pass) << Dump(from_bundle);
   EXPECT_EQ(from_bundle.Find("cvm.report_data"), nullptr) << "VerifyBundle owns that check";
   EXPECT_EQ(from_bundle.claims.at("cvm.report_data"), vector_.expected["report_data"]);
-  for (const char* check :
-       {"cvm.report.parse", "cvm.certs.chain", "cvm.report.signature", "cvm.policy",
-        "cvm.measurement", "cvm.tcb"}) {
+  for (const char* check : {"cvm.report.parse", "cvm.certs.chain", "cvm.report.signature",
+                            "cvm.policy", "cvm.measurement", "cvm.tcb"}) {
     EXPECT_EQ(ResultOf(from_bundle, check), Check::kPass) << check;
   }
 
@@ -514,6 +510,37 @@ TEST(SnpChainTest, TurinVcekChainsToTheBuiltInTurinArk) {
   // A Milan ASK does not issue a Turin VCEK.
   auto milan = ParsePemChain(ReadTestText("sev-snp/amd-roots/ask_ark_milan.pem"));
   EXPECT_FALSE(VerifySnpCertChain(*vcek, *milan, *arks, at).ok());
+}
+
+// A chain with the right names under a pinned root, signed with ECDSA instead of AMD's
+// RSASSA-PSS/SHA-384, is refused: the signature algorithm is pinned too.
+TEST(SnpChainTest, OnlyRsaPssSignedChainsAreAccepted) {
+  absl::Time now = absl::FromCivil(absl::CivilDay(2024, 6, 1), absl::UTCTimeZone());
+  auto make = [&](const std::string& name, bool is_ca, const crypto::EcPrivateKey& subject,
+                  const Certificate* issuer, const crypto::EcPrivateKey& issuer_key) {
+    CertificateTemplate spec;
+    spec.common_name = name;
+    spec.is_ca = is_ca;
+    spec.not_before = now - absl::Hours(24);
+    spec.not_after = now + absl::Hours(24);
+    auto cert = IssueCertificate(spec, subject.PublicKeyDer(), issuer, issuer_key);
+    EXPECT_TRUE(cert.ok()) << cert.status();
+    return *cert;
+  };
+  auto ark_key = crypto::EcPrivateKey::Generate(crypto::EcCurve::kP384);
+  auto ask_key = crypto::EcPrivateKey::Generate(crypto::EcCurve::kP384);
+  auto vcek_key = crypto::EcPrivateKey::Generate(crypto::EcCurve::kP384);
+  ASSERT_TRUE(ark_key.ok() && ask_key.ok() && vcek_key.ok());
+  Certificate ark = make("ARK-Milan", true, **ark_key, nullptr, **ark_key);
+  Certificate ask = make("SEV-Milan", true, **ask_key, &ark, **ark_key);
+  Certificate vcek = make("SEV-VCEK", false, **vcek_key, &ask, **ask_key);
+  // The chain itself is sound...
+  ASSERT_TRUE(VerifyChain({vcek, ask}, ark, now).ok());
+  // ...but not signed the way AMD signs.
+  auto chain = VerifySnpCertChain(vcek, {ask}, {ark}, now);
+  ASSERT_FALSE(chain.ok());
+  EXPECT_NE(chain.status().message().find("RSASSA-PSS/SHA-384"), std::string::npos)
+      << chain.status();
 }
 
 TEST(SnpPolicyYamlTest, TheSnpSectionLoadsFromYaml) {

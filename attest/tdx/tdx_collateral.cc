@@ -122,7 +122,8 @@ absl::StatusOr<size_t> SkipJsonValue(std::string_view text, size_t i) {
     }
   } while (depth > 0);
   // A bare number or literal runs until a delimiter.
-  while (i < text.size() && std::string_view(",}] \n\r\t").find(text[i]) == std::string_view::npos) {
+  while (i < text.size() &&
+         std::string_view(",}] \n\r\t").find(text[i]) == std::string_view::npos) {
     ++i;
   }
   return i;
@@ -160,8 +161,8 @@ absl::StatusOr<int64_t> IntMember(const Json& object, absl::string_view key,
                                   absl::string_view where, int64_t max) {
   ASSIGN_OR_RETURN(const Json* value, Member(object, key, where));
   if (!value->is_number_integer() || value->get<int64_t>() < 0 || value->get<int64_t>() > max) {
-    return JsonError(where, absl::StrCat("field '", key, "' is not a whole number from 0 to ",
-                                         max));
+    return JsonError(where,
+                     absl::StrCat("field '", key, "' is not a whole number from 0 to ", max));
   }
   return value->get<int64_t>();
 }
@@ -199,8 +200,8 @@ absl::StatusOr<std::array<uint8_t, 16>> Components(const Json& tcb, absl::string
                                                    absl::string_view where) {
   ASSIGN_OR_RETURN(const Json* list, ArrayMember(tcb, key, where));
   if (list->size() != 16) {
-    return JsonError(where, absl::StrCat("field '", key, "' has ", list->size(),
-                                         " components, expected 16"));
+    return JsonError(
+        where, absl::StrCat("field '", key, "' has ", list->size(), " components, expected 16"));
   }
   std::array<uint8_t, 16> out{};
   for (size_t i = 0; i < 16; ++i) {
@@ -273,8 +274,8 @@ absl::Time FromAsn1Time(const ASN1_TIME* time) {
   return absl::FromTimeT(timegm(&parts));
 }
 
-std::string FormatTime(absl::Time time) {
-  return absl::FormatTime(absl::RFC3339_sec, time, absl::UTCTimeZone());
+std::string TimeText(absl::Time time) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
 }
 
 }  // namespace
@@ -359,8 +360,7 @@ absl::StatusOr<PckExtensions> ReadPckExtensions(const Certificate& pck_leaf) {
     }
   }
   if (!have_ppid || !have_tcb || !have_pce_id || !have_fmspc) {
-    return absl::InvalidArgumentError(
-        "PCK SGX extension: PPID, TCB, PCE-ID or FMSPC is missing");
+    return absl::InvalidArgumentError("PCK SGX extension: PPID, TCB, PCE-ID or FMSPC is missing");
   }
   return out;
 }
@@ -370,9 +370,7 @@ absl::StatusOr<PckExtensions> ReadPckExtensions(const Certificate& pck_leaf) {
 absl::StatusOr<SignedJson> SplitSignedJson(std::string_view body, std::string_view member_text) {
   absl::string_view member = Sv(member_text);
   const std::string where = absl::StrCat("collateral with '", member, "'");
-  auto scan_error = [&](const absl::Status& status) {
-    return JsonError(where, status.message());
-  };
+  auto scan_error = [&](const absl::Status& status) { return JsonError(where, status.message()); };
   auto parsed = ParseJson(body, where);
   if (!parsed.ok()) return parsed.status();
   if (!parsed->is_object()) return JsonError(where, "expected a JSON object");
@@ -514,8 +512,7 @@ absl::StatusOr<Certificate> VerifyCollateralSignature(const SignedJson& signed_j
                                                     "', not 'Intel SGX TCB Signing'"));
   }
   if (auto status = VerifyChain(*chain, root, at); !status.ok()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("the collateral signer: ", status.message()));
+    return absl::PermissionDeniedError(absl::StrCat("the collateral signer: ", status.message()));
   }
   absl::Status signature = VerifyP1363WithCertificate(
       signer, crypto::HashAlg::kSha256, AsBytes(signed_json.signed_text), signed_json.signature);
@@ -561,9 +558,8 @@ absl::StatusOr<TdxTcbResult> EvaluateTdxTcb(const TdxTcbInfo& info, const PckExt
         HexEncode(module->mr_signer), " of the TCB info"));
   }
   if (!MaskedEquals(body.seam_attributes, module->attributes_mask, module->attributes)) {
-    return absl::PermissionDeniedError(absl::StrCat("SEAMATTRIBUTES ",
-                                                    HexEncode(body.seam_attributes),
-                                                    " do not match the TCB info's module"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "SEAMATTRIBUTES ", HexEncode(body.seam_attributes), " do not match the TCB info's module"));
   }
   if (!module->levels.empty()) {
     for (const TdxModuleLevel& level : module->levels) {
@@ -573,9 +569,10 @@ absl::StatusOr<TdxTcbResult> EvaluateTdxTcb(const TdxTcbInfo& info, const PckExt
       }
     }
     if (result.module_status.empty()) {
-      return absl::PermissionDeniedError(absl::StrCat("the TDX module SVN ",
-                                                      body.tee_tcb_svn[0], " is below every "
-                                                      "level of ", result.module_id));
+      return absl::PermissionDeniedError(absl::StrCat("the TDX module SVN ", body.tee_tcb_svn[0],
+                                                      " is below every "
+                                                      "level of ",
+                                                      result.module_id));
     }
   }
   const size_t first_tdx_component = module_major > 0 ? 2 : 0;
@@ -611,10 +608,9 @@ absl::StatusOr<std::string> EvaluateQeIdentity(const QeIdentity& identity,
                                                     " do not match the QE identity"));
   }
   if (!ConstantTimeEquals(qe_report.mr_signer, identity.mr_signer)) {
-    return absl::PermissionDeniedError(absl::StrCat("the QE's MRSIGNER ",
-                                                    HexEncode(qe_report.mr_signer),
-                                                    " is not Intel's ",
-                                                    HexEncode(identity.mr_signer)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the QE's MRSIGNER ", HexEncode(qe_report.mr_signer), " is not Intel's ",
+                     HexEncode(identity.mr_signer)));
   }
   if (qe_report.isv_prod_id != identity.isv_prod_id) {
     return absl::PermissionDeniedError(absl::StrCat("the QE's ISVPRODID ", qe_report.isv_prod_id,
@@ -671,7 +667,9 @@ std::string Crl::IssuerCommonName() const {
                      static_cast<size_t>(ASN1_STRING_length(value)));
 }
 
-absl::Time Crl::ThisUpdate() const { return FromAsn1Time(X509_CRL_get0_lastUpdate(NativeCrl(crl_))); }
+absl::Time Crl::ThisUpdate() const {
+  return FromAsn1Time(X509_CRL_get0_lastUpdate(NativeCrl(crl_)));
+}
 
 absl::Time Crl::NextUpdate() const {
   const ASN1_TIME* next = X509_CRL_get0_nextUpdate(NativeCrl(crl_));
@@ -695,13 +693,13 @@ absl::Status Crl::VerifyIssuedBy(const Certificate& issuer, absl::Time at) const
   int verified = key == nullptr ? -1 : X509_CRL_verify(NativeCrl(crl_), key);
   ERR_clear_error();
   if (verified != 1) {
-    return absl::PermissionDeniedError(absl::StrCat("the CRL of '", IssuerCommonName(),
-                                                    "' is not signed by its issuer's key"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the CRL of '", IssuerCommonName(), "' is not signed by its issuer's key"));
   }
   if (at < ThisUpdate() || at > NextUpdate()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the CRL of '", IssuerCommonName(), "' is valid from ", FormatTime(ThisUpdate()), " to ",
-        FormatTime(NextUpdate()), ", not at ", FormatTime(at)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the CRL of '", IssuerCommonName(), "' is valid from ", TimeText(ThisUpdate()),
+                     " to ", TimeText(NextUpdate()), ", not at ", TimeText(at)));
   }
   return absl::OkStatus();
 }
@@ -709,8 +707,8 @@ absl::Status Crl::VerifyIssuedBy(const Certificate& issuer, absl::Time at) const
 bool Crl::Revokes(const Certificate& cert) const {
   X509Ptr native = ToNative(cert);
   X509_REVOKED* entry = nullptr;
-  return X509_CRL_get0_by_serial(NativeCrl(crl_), &entry,
-                                 X509_get0_serialNumber(native.get())) == 1;
+  return X509_CRL_get0_by_serial(NativeCrl(crl_), &entry, X509_get0_serialNumber(native.get())) ==
+         1;
 }
 
 }  // namespace cloister::attest

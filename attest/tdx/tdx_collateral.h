@@ -60,9 +60,9 @@ struct TdxModuleLevel {
 // "TDX_<major version in hex>").
 struct TdxModuleIdentity {
   std::string id;
-  Bytes mr_signer;        // 48
-  Bytes attributes;       // 8
-  Bytes attributes_mask;  // 8
+  Bytes mr_signer;                     // 48
+  Bytes attributes;                    // 8
+  Bytes attributes_mask;               // 8
   std::vector<TdxModuleLevel> levels;  // empty for tdxModule
 };
 

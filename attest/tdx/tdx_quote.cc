@@ -133,13 +133,12 @@ absl::StatusOr<TdxQuote> ParseTdxQuote(ByteSpan bytes) {
   ASSIGN_OR_RETURN(uint64_t tee_type, reader.LittleEndian(4, "TEE type"));
   header.tee_type = static_cast<uint32_t>(tee_type);
   if (header.tee_type != kTdxTeeType) {
-    return Invalid(absl::StrCat("TEE type 0x", absl::Hex(header.tee_type),
-                                " is not TDX (0x81)"));
+    return Invalid(absl::StrCat("TEE type 0x", absl::Hex(header.tee_type), " is not TDX (0x81)"));
   }
-  ASSIGN_OR_RETURN(uint64_t qe_svn, reader.LittleEndian(2, "QE SVN"));
-  ASSIGN_OR_RETURN(uint64_t pce_svn, reader.LittleEndian(2, "PCE SVN"));
-  header.qe_svn = static_cast<uint16_t>(qe_svn);
-  header.pce_svn = static_cast<uint16_t>(pce_svn);
+  ASSIGN_OR_RETURN(uint64_t reserved1, reader.LittleEndian(2, "reserved header bytes"));
+  ASSIGN_OR_RETURN(uint64_t reserved2, reader.LittleEndian(2, "reserved header bytes"));
+  header.reserved1 = static_cast<uint16_t>(reserved1);
+  header.reserved2 = static_cast<uint16_t>(reserved2);
   ASSIGN_OR_RETURN(header.qe_vendor_id, TakeBytes(reader, 16, "QE vendor ID"));
   ASSIGN_OR_RETURN(header.user_data, TakeBytes(reader, 20, "user data"));
 
@@ -153,12 +152,12 @@ absl::StatusOr<TdxQuote> ParseTdxQuote(ByteSpan bytes) {
     } else if (quote.body_type == kTdxBodyType15) {
       expected_size = kTdReportBody15Size;
     } else {
-      return Invalid(absl::StrCat("body type ", body_type,
-                                  " is not a TD report (2 = TDX 1.0, 3 = TDX 1.5)"));
+      return Invalid(
+          absl::StrCat("body type ", body_type, " is not a TD report (2 = TDX 1.0, 3 = TDX 1.5)"));
     }
     if (body_size != expected_size) {
-      return Invalid(absl::StrCat("body size ", body_size, " does not match body type ",
-                                  body_type, " (", expected_size, " bytes)"));
+      return Invalid(absl::StrCat("body size ", body_size, " does not match body type ", body_type,
+                                  " (", expected_size, " bytes)"));
     }
   }
   ASSIGN_OR_RETURN(quote.body, ParseBody(reader, quote.body_type));
@@ -182,8 +181,8 @@ absl::StatusOr<TdxQuote> ParseTdxQuote(ByteSpan bytes) {
   ASSIGN_OR_RETURN(uint64_t cert_size, signed_data.LittleEndian(4, "certification data size"));
   ASSIGN_OR_RETURN(ByteSpan cert_data, signed_data.Take(cert_size, "certification data"));
   if (signed_data.remaining() != 0) {
-    return Invalid(absl::StrCat(signed_data.remaining(),
-                                " unexpected bytes after the certification data"));
+    return Invalid(
+        absl::StrCat(signed_data.remaining(), " unexpected bytes after the certification data"));
   }
   RETURN_IF_ERROR(ParseQeCertificationData(cert_data, quote));
   return quote;

@@ -40,23 +40,25 @@ struct TdxQuoteHeader {
   uint16_t version = 0;
   uint16_t attestation_key_type = 0;
   uint32_t tee_type = 0;
-  uint16_t qe_svn = 0;   // bytes 8-9 (reserved in Intel's v4 document)
-  uint16_t pce_svn = 0;  // bytes 10-11 (idem)
-  Bytes qe_vendor_id;    // 16
-  Bytes user_data;       // 20
+  // Bytes 8-9 and 10-11: reserved in Intel's v4 layout (go-tdx-guest reads a PCE SVN and a
+  // QE SVN there). Not covered by any check; kept for display.
+  uint16_t reserved1 = 0;
+  uint16_t reserved2 = 0;
+  Bytes qe_vendor_id;  // 16
+  Bytes user_data;     // 20
 };
 
 struct TdReportBody {
-  Bytes tee_tcb_svn;      // 16
-  Bytes mr_seam;          // 48
-  Bytes mr_signer_seam;   // 48
-  Bytes seam_attributes;  // 8
-  Bytes td_attributes;    // 8
-  Bytes xfam;             // 8
-  Bytes mr_td;            // 48
-  Bytes mr_config_id;     // 48
-  Bytes mr_owner;         // 48
-  Bytes mr_owner_config;  // 48
+  Bytes tee_tcb_svn;          // 16
+  Bytes mr_seam;              // 48
+  Bytes mr_signer_seam;       // 48
+  Bytes seam_attributes;      // 8
+  Bytes td_attributes;        // 8
+  Bytes xfam;                 // 8
+  Bytes mr_td;                // 48
+  Bytes mr_config_id;         // 48
+  Bytes mr_owner;             // 48
+  Bytes mr_owner_config;      // 48
   std::array<Bytes, 4> rtmr;  // 48 each
   Bytes report_data;          // 64
   // TDX 1.5 bodies (v5 body type 3) only.

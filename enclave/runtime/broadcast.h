@@ -13,14 +13,15 @@ namespace cloister::runtime {
 
 template <size_t N>
 struct BroadcastLayout {
-  std::vector<int64_t> dims;                       // merged output dims
-  std::array<std::vector<int64_t>, N> strides;     // element strides per input, per merged dim
+  std::vector<int64_t> dims;                    // merged output dims
+  std::array<std::vector<int64_t>, N> strides;  // element strides per input, per merged dim
 };
 
 // `input_shapes` must broadcast to `output_shape` (checked by the caller).
 template <size_t N>
-BroadcastLayout<N> MakeBroadcastLayout(const std::vector<int64_t>& output_shape,
-                                       const std::array<const std::vector<int64_t>*, N>& input_shapes) {
+BroadcastLayout<N> MakeBroadcastLayout(
+    const std::vector<int64_t>& output_shape,
+    const std::array<const std::vector<int64_t>*, N>& input_shapes) {
   const size_t rank = output_shape.size();
   std::vector<int64_t> dims;
   std::array<std::vector<int64_t>, N> strides;

@@ -66,8 +66,8 @@ absl::StatusOr<std::pair<std::string, Tensor>> ReadTensor(const fs::path& path) 
   ASSIGN_OR_RETURN(std::string bytes, ReadFile(path.string()));
   onnx::TensorProto proto;
   if (!proto.ParseFromString(bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(path.filename().string(),
-                                                   " is not a TensorProto"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.filename().string(), " is not a TensorProto"));
   }
   ASSIGN_OR_RETURN(Tensor tensor, TensorFromProto(proto));
   return std::make_pair(proto.name(), std::move(tensor));
@@ -100,7 +100,8 @@ std::string Compare(const Tensor& got, const Tensor& want, double atol, double r
         b = static_cast<double>(w[i]);
       }
       if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Float16Bits>) {
-        ok = (std::isnan(a) && std::isnan(b)) || a == b || std::fabs(a - b) <= atol + rtol * std::fabs(b);
+        ok = (std::isnan(a) && std::isnan(b)) || a == b ||
+             std::fabs(a - b) <= atol + rtol * std::fabs(b);
       } else {
         ok = a == b;
       }
@@ -147,8 +148,9 @@ std::string RunSet(const Model& model, const fs::path& set, const Options& optio
     for (int r = 0; r < options.repeat; ++r) {
       const auto start = std::chrono::steady_clock::now();
       auto again = model.Run(inputs);
-      times.push_back(std::chrono::duration<double, std::milli>(
-                          std::chrono::steady_clock::now() - start).count());
+      times.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
       if (!again.ok()) return std::string(again.status().message());
     }
     std::sort(times.begin(), times.end());
@@ -209,8 +211,9 @@ int Main(int argc, char** argv) {
     } else if (arg == "--failures-only") {
       options.failures_only = true;
     } else if (arg == "--help" || arg == "-h") {
-      std::printf("usage: onnx-conformance [--executor cpu] [--model FILE] [--atol X] [--rtol X] "
-                  "[--failures-only] [--repeat N [--profile]] DIR...\n");
+      std::printf(
+          "usage: onnx-conformance [--executor cpu] [--model FILE] [--atol X] [--rtol X] "
+          "[--failures-only] [--repeat N [--profile]] DIR...\n");
       return 0;
     } else if (!arg.empty() && arg[0] == '-') {
       std::fprintf(stderr, "unknown option %s\n", arg.c_str());
@@ -241,12 +244,13 @@ int Main(int argc, char** argv) {
   };
   for (const std::string& dir_name : options.dirs) {
     const fs::path dir(dir_name);
-    const std::string label = dir.filename().empty() ? dir.parent_path().filename().string()
-                                                     : dir.filename().string();
+    const std::string label =
+        dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
     std::vector<fs::path> sets;
     std::error_code error;
     for (const auto& entry : fs::directory_iterator(dir, error)) {
-      if (entry.is_directory() && entry.path().filename().string().rfind("test_data_set_", 0) == 0) {
+      if (entry.is_directory() &&
+          entry.path().filename().string().rfind("test_data_set_", 0) == 0) {
         sets.push_back(entry.path());
       }
     }
@@ -263,7 +267,8 @@ int Main(int argc, char** argv) {
         options.model.empty() ? (dir / "model.onnx").string() : options.model;
     auto bytes = ReadFile(model_path);
     absl::StatusOr<std::unique_ptr<Model>> model =
-        bytes.ok() ? Model::Load(AsBytes(*bytes)) : absl::StatusOr<std::unique_ptr<Model>>(bytes.status());
+        bytes.ok() ? Model::Load(AsBytes(*bytes))
+                   : absl::StatusOr<std::unique_ptr<Model>>(bytes.status());
     for (const fs::path& set : sets) {
       const std::string name = absl::StrCat(label, "/", set.filename().string());
       if (!model.ok()) {

@@ -12,9 +12,14 @@ namespace cloister::runtime {
 template <typename F>
 bool DispatchFloat(DataType dtype, F&& f) {
   switch (dtype) {
-    case DataType::kFloat: f(float{}); return true;
-    case DataType::kDouble: f(double{}); return true;
-    default: return false;
+    case DataType::kFloat:
+      f(float{});
+      return true;
+    case DataType::kDouble:
+      f(double{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -22,17 +27,38 @@ bool DispatchFloat(DataType dtype, F&& f) {
 template <typename F>
 bool DispatchNumeric(DataType dtype, F&& f) {
   switch (dtype) {
-    case DataType::kFloat: f(float{}); return true;
-    case DataType::kDouble: f(double{}); return true;
-    case DataType::kInt8: f(int8_t{}); return true;
-    case DataType::kInt16: f(int16_t{}); return true;
-    case DataType::kInt32: f(int32_t{}); return true;
-    case DataType::kInt64: f(int64_t{}); return true;
-    case DataType::kUint8: f(uint8_t{}); return true;
-    case DataType::kUint16: f(uint16_t{}); return true;
-    case DataType::kUint32: f(uint32_t{}); return true;
-    case DataType::kUint64: f(uint64_t{}); return true;
-    default: return false;
+    case DataType::kFloat:
+      f(float{});
+      return true;
+    case DataType::kDouble:
+      f(double{});
+      return true;
+    case DataType::kInt8:
+      f(int8_t{});
+      return true;
+    case DataType::kInt16:
+      f(int16_t{});
+      return true;
+    case DataType::kInt32:
+      f(int32_t{});
+      return true;
+    case DataType::kInt64:
+      f(int64_t{});
+      return true;
+    case DataType::kUint8:
+      f(uint8_t{});
+      return true;
+    case DataType::kUint16:
+      f(uint16_t{});
+      return true;
+    case DataType::kUint32:
+      f(uint32_t{});
+      return true;
+    case DataType::kUint64:
+      f(uint64_t{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -64,11 +90,20 @@ inline bool IsSignedOrFloat(DataType dtype) {
 template <typename F>
 bool DispatchBySize(DataType dtype, F&& f) {
   switch (ElementSize(dtype)) {
-    case 1: f(uint8_t{}); return true;
-    case 2: f(uint16_t{}); return true;
-    case 4: f(uint32_t{}); return true;
-    case 8: f(uint64_t{}); return true;
-    default: return false;
+    case 1:
+      f(uint8_t{});
+      return true;
+    case 2:
+      f(uint16_t{});
+      return true;
+    case 4:
+      f(uint32_t{});
+      return true;
+    case 8:
+      f(uint64_t{});
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -15,6 +15,7 @@ class CpuExecutorImpl : public Executor {
     RegisterControlKernels(registry_);
     RegisterResizeKernels(registry_);
     RegisterRecurrentKernels(registry_);
+    RegisterMiscKernels(registry_);
   }
   std::string_view name() const override { return "cpu"; }
   const KernelRegistry& kernels() const override { return registry_; }
@@ -32,7 +33,8 @@ const Executor& CpuExecutor() {
 
 absl::StatusOr<const Executor*> FindExecutor(std::string_view name) {
   if (name == "cpu") return &CpuExecutor();
-  return absl::NotFoundError(absl::StrCat("unknown executor '", std::string(name), "' (available: cpu)"));
+  return absl::NotFoundError(
+      absl::StrCat("unknown executor '", std::string(name), "' (available: cpu)"));
 }
 
 }  // namespace cloister::runtime

@@ -34,5 +34,6 @@ void RegisterReduceKernels(KernelRegistry& registry);
 void RegisterControlKernels(KernelRegistry& registry);
 void RegisterResizeKernels(KernelRegistry& registry);
 void RegisterRecurrentKernels(KernelRegistry& registry);
+void RegisterMiscKernels(KernelRegistry& registry);
 
 }  // namespace cloister::runtime

@@ -13,7 +13,8 @@ namespace {
 class PatternMatcher {
  public:
   PatternMatcher(const onnx::GraphProto& graph, int opset) : graph_(graph), opset_(opset) {
-    for (const auto& initializer : graph.initializer()) constants_[initializer.name()] = &initializer;
+    for (const auto& initializer : graph.initializer())
+      constants_[initializer.name()] = &initializer;
     for (int i = 0; i < graph.node_size(); ++i) {
       const onnx::NodeProto& node = graph.node(i);
       if (node.op_type() == "Constant" && node.domain().empty() && node.output_size() == 1 &&
@@ -41,7 +42,8 @@ class PatternMatcher {
 
   RewriteResult Run() {
     std::vector<bool> removed(graph_.node_size(), false);
-    std::vector<std::optional<std::pair<onnx::NodeProto, FusedNode>>> replacement(graph_.node_size());
+    std::vector<std::optional<std::pair<onnx::NodeProto, FusedNode>>> replacement(
+        graph_.node_size());
     for (int i = 0; i < graph_.node_size(); ++i) {
       if (removed[i]) continue;
       std::vector<int> members;
@@ -105,11 +107,16 @@ class PatternMatcher {
     auto tensor = TensorFromProto(*it->second);
     if (!tensor.ok() || tensor->count() != 1) return std::nullopt;
     switch (tensor->dtype()) {
-      case DataType::kFloat: return *tensor->data<float>();
-      case DataType::kDouble: return *tensor->data<double>();
-      case DataType::kInt32: return *tensor->data<int32_t>();
-      case DataType::kInt64: return static_cast<double>(*tensor->data<int64_t>());
-      default: return std::nullopt;
+      case DataType::kFloat:
+        return *tensor->data<float>();
+      case DataType::kDouble:
+        return *tensor->data<double>();
+      case DataType::kInt32:
+        return *tensor->data<int32_t>();
+      case DataType::kInt64:
+        return static_cast<double>(*tensor->data<int64_t>());
+      default:
+        return std::nullopt;
     }
   }
   bool IsConstant(const std::string& name) const { return constants_.count(name) > 0; }
@@ -157,8 +164,8 @@ class PatternMatcher {
     }
     auto l = SoleConsumer(mul.output(0));
     if (!l) return std::nullopt;
-    bool divides = Is(*l, "Div") && node(*l).input(0) == mul.output(0) &&
-                   ScalarIs(node(*l).input(1), 6.0);
+    bool divides =
+        Is(*l, "Div") && node(*l).input(0) == mul.output(0) && ScalarIs(node(*l).input(1), 6.0);
     bool multiplies = Is(*l, "Mul") && OtherThanScalar(*l, 1.0 / 6.0, 1e-7, true) ==
                                            std::optional<std::string>(mul.output(0));
     if (!divides && !multiplies) return std::nullopt;
@@ -275,8 +282,8 @@ class PatternMatcher {
         scale = other;
         members.push_back(*mul);
         output = m.output(0);
-        if (auto plus = SoleConsumer(output); plus && Is(*plus, "Add") &&
-                                              node(*plus).input_size() == 2) {
+        if (auto plus = SoleConsumer(output);
+            plus && Is(*plus, "Add") && node(*plus).input_size() == 2) {
           const auto& a = node(*plus);
           const std::string shift = a.input(0) == output ? a.input(1) : a.input(0);
           if (IsVector(shift)) {

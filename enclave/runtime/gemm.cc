@@ -54,9 +54,9 @@ void Gemm<float>(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64
 }
 
 template <>
-void Gemm<double>(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-                  double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
-                  double beta, double* c, int64_t ldc) {
+void Gemm<double>(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, double alpha,
+                  const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
+                  double* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i) {
@@ -70,11 +70,11 @@ void Gemm<double>(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
               c, static_cast<int>(ldc));
 }
 
-#define CLOISTER_NAIVE_GEMM(T)                                                                 \
-  template <>                                                                                  \
-  void Gemm<T>(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha,   \
-               const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {  \
-    NaiveGemm<T>(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);      \
+#define CLOISTER_NAIVE_GEMM(T)                                                                \
+  template <>                                                                                 \
+  void Gemm<T>(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha,  \
+               const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) { \
+    NaiveGemm<T>(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);     \
   }
 CLOISTER_NAIVE_GEMM(int32_t)
 CLOISTER_NAIVE_GEMM(int64_t)

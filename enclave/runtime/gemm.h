@@ -8,7 +8,7 @@
 namespace cloister::runtime {
 
 template <typename T>
-void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha,
-          const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
 }  // namespace cloister::runtime

@@ -77,20 +77,29 @@ absl::Status MissingAttribute(std::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("missing attribute '", std::string(name), "'"));
 }
 absl::Status WrongAttribute(std::string_view name, std::string_view kind) {
-  return absl::InvalidArgumentError(absl::StrCat("attribute '", std::string(name), "' must be ", std::string(kind)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("attribute '", std::string(name), "' must be ", std::string(kind)));
 }
 bool IsKind(const onnx::AttributeProto& attribute, onnx::AttributeProto::AttributeType type) {
   // Old exporters leave `type` unset; fall back to which field is filled in.
   if (attribute.type() != onnx::AttributeProto::UNDEFINED) return attribute.type() == type;
   switch (type) {
-    case onnx::AttributeProto::INT: return attribute.has_i();
-    case onnx::AttributeProto::FLOAT: return attribute.has_f();
-    case onnx::AttributeProto::STRING: return attribute.has_s();
-    case onnx::AttributeProto::TENSOR: return attribute.has_t();
-    case onnx::AttributeProto::GRAPH: return attribute.has_g();
-    case onnx::AttributeProto::INTS: return attribute.ints_size() > 0;
-    case onnx::AttributeProto::FLOATS: return attribute.floats_size() > 0;
-    default: return false;
+    case onnx::AttributeProto::INT:
+      return attribute.has_i();
+    case onnx::AttributeProto::FLOAT:
+      return attribute.has_f();
+    case onnx::AttributeProto::STRING:
+      return attribute.has_s();
+    case onnx::AttributeProto::TENSOR:
+      return attribute.has_t();
+    case onnx::AttributeProto::GRAPH:
+      return attribute.has_g();
+    case onnx::AttributeProto::INTS:
+      return attribute.ints_size() > 0;
+    case onnx::AttributeProto::FLOATS:
+      return attribute.floats_size() > 0;
+    default:
+      return false;
   }
 }
 }  // namespace
@@ -170,8 +179,8 @@ absl::StatusOr<std::shared_ptr<const Plan>> NodeContext::Subgraph(std::string_vi
   CLOISTER_CHECK(compiler_ != nullptr);
   auto plan = compiler_(attribute->g());
   if (!plan.ok()) {
-    return absl::Status(plan.status().code(),
-                        absl::StrCat("in subgraph '", std::string(name), "': ", plan.status().message()));
+    return absl::Status(plan.status().code(), absl::StrCat("in subgraph '", std::string(name),
+                                                           "': ", plan.status().message()));
   }
   return plan;
 }
@@ -196,7 +205,7 @@ KernelContext::KernelContext(std::vector<const Tensor*> inputs, std::vector<bool
       pool_(pool) {}
 
 // Largest single tensor a kernel may produce (shapes can come from request data).
-constexpr uint64_t kMaxOutputSize = uint64_t{1} << 34;
+constexpr uint64_t kMaxOutputSize = uint64_t{1} << 32;
 
 absl::StatusOr<Tensor*> KernelContext::Output(int index, DataType dtype,
                                               std::vector<int64_t> shape) {
@@ -234,8 +243,8 @@ absl::StatusOr<Tensor*> KernelContext::OutputReusingInput(int index, int input_i
     if (input.buffer() != nullptr && input.buffer().use_count() == 1 &&
         input.buffer()->capacity() >= input.size()) {
       auto count = ElementCount(shape);
-      if (count.ok() && static_cast<size_t>(*count) * ElementSize(dtype) <=
-                            input.buffer()->capacity()) {
+      if (count.ok() &&
+          static_cast<size_t>(*count) * ElementSize(dtype) <= input.buffer()->capacity()) {
         outputs_[index] = Tensor(dtype, std::move(shape), input.buffer());
         return &outputs_[index];
       }
@@ -262,15 +271,16 @@ absl::StatusOr<KernelRegistry::Match> KernelRegistry::Find(std::string_view op_t
                                                            int opset) const {
   auto it = entries_.find(op_type);
   if (it == entries_.end()) {
-    return absl::NotFoundError(absl::StrCat("operator ", std::string(op_type), " is not supported"));
+    return absl::NotFoundError(
+        absl::StrCat("operator ", std::string(op_type), " is not supported"));
   }
   const Entry* best = nullptr;
   for (const Entry& entry : it->second) {
     if (entry.since_version <= opset) best = &entry;
   }
   if (best == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("operator ", std::string(op_type), " at opset ", opset,
-                                                 " is not supported (supported from opset ",
+    return absl::UnimplementedError(absl::StrCat("operator ", std::string(op_type), " at opset ",
+                                                 opset, " is not supported (supported from opset ",
                                                  it->second.front().since_version, ")"));
   }
   return Match{best->factory.get(), best->since_version};

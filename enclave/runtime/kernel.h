@@ -84,8 +84,8 @@ class NodeContext {
                                      std::optional<std::string> fallback = {}) const;
   absl::StatusOr<std::vector<int64_t>> Ints(
       std::string_view name, std::optional<std::vector<int64_t>> fallback = {}) const;
-  absl::StatusOr<std::vector<float>> Floats(
-      std::string_view name, std::optional<std::vector<float>> fallback = {}) const;
+  absl::StatusOr<std::vector<float>> Floats(std::string_view name,
+                                            std::optional<std::vector<float>> fallback = {}) const;
   absl::StatusOr<Tensor> TensorAttribute(std::string_view name) const;
   // Compiles the graph attribute `name` into a plan whose inputs are this node's implicit
   // (outer-scope) inputs, in order.
@@ -119,13 +119,11 @@ class NodeContext {
 // The run-time view of one node execution: its inputs and a place for its outputs.
 class KernelContext {
  public:
-  KernelContext(std::vector<const Tensor*> inputs, std::vector<bool> input_dies,
-                int output_count, BufferPool& pool);
+  KernelContext(std::vector<const Tensor*> inputs, std::vector<bool> input_dies, int output_count,
+                BufferPool& pool);
 
   int input_count() const { return static_cast<int>(inputs_.size()); }
-  bool has_input(int index) const {
-    return index < input_count() && inputs_[index] != nullptr;
-  }
+  bool has_input(int index) const { return index < input_count() && inputs_[index] != nullptr; }
   const Tensor& input(int index) const { return *inputs_[index]; }
 
   // Allocates output `index`. The contents are unspecified: the kernel writes every element.

@@ -21,10 +21,9 @@ absl::Status RequireType(const NodeContext& context, int index, Predicate accept
   if (!context.has_input(index) || accepted(context.input(index).dtype)) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("input ", index, " ('",
-                                                 context.node().input(index),
-                                                 "') has unsupported element type ",
-                                                 TypeName(context.input(index).dtype)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("input ", index, " ('", context.node().input(index),
+                   "') has unsupported element type ", TypeName(context.input(index).dtype)));
 }
 
 // Fails unless inputs `a` and `b` have the same element type.
@@ -33,14 +32,15 @@ inline absl::Status RequireSameType(const NodeContext& context, int a, int b) {
       context.input(a).dtype == context.input(b).dtype) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "inputs ", a, " and ", b, " must have the same element type, got ",
-      TypeName(context.input(a).dtype), " and ", TypeName(context.input(b).dtype)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("inputs ", a, " and ", b, " must have the same element type, got ",
+                   TypeName(context.input(a).dtype), " and ", TypeName(context.input(b).dtype)));
 }
 
 // Reads a constant integer tensor (int32 or int64) as int64 values.
 inline std::vector<int64_t> ToInt64Vector(const Tensor& tensor) {
   std::vector<int64_t> values(tensor.count());
+  if (tensor.count() == 0) return values;
   if (tensor.dtype() == DataType::kInt64) {
     std::memcpy(values.data(), tensor.raw_data(), tensor.size());
   } else {

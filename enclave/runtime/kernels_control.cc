@@ -66,10 +66,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeIf(NodeContext& context) {
         else_branch->output_slots().size(), " outputs for ", outputs, " node outputs"));
   }
   for (size_t i = 0; i < outputs; ++i) {
-    ASSIGN_OR_RETURN(ValueInfo info,
-                     MergeBranches(then_branch->slot_info(then_branch->output_slots()[i]),
-                                   else_branch->slot_info(else_branch->output_slots()[i]),
-                                   static_cast<int>(i)));
+    ASSIGN_OR_RETURN(
+        ValueInfo info,
+        MergeBranches(then_branch->slot_info(then_branch->output_slots()[i]),
+                      else_branch->slot_info(else_branch->output_slots()[i]), static_cast<int>(i)));
     context.SetOutput(static_cast<int>(i), std::move(info));
   }
   return MakeKernel<IfKernel>(std::move(then_branch), std::move(else_branch));

@@ -48,10 +48,10 @@ uint16_t FloatToHalf(float value) {
   std::memcpy(&bits, &value, sizeof(bits));
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
   const uint32_t magnitude = bits & 0x7fffffff;
-  if (magnitude > 0x7f800000) return sign | 0x7e00;  // NaN
+  if (magnitude > 0x7f800000) return sign | 0x7e00;   // NaN
   if (magnitude >= 0x47800000) return sign | 0x7c00;  // overflow to infinity (>= 65536)
-  if (magnitude < 0x38800000) {                        // subnormal or zero in half
-    if (magnitude < 0x33000000) return sign;           // rounds to zero
+  if (magnitude < 0x38800000) {                       // subnormal or zero in half
+    if (magnitude < 0x33000000) return sign;          // rounds to zero
     // value = mantissa * 2^(exponent - 150); in half subnormal units (2^-24) that is a right
     // shift by 126 - exponent, rounded to nearest even.
     const uint32_t exponent = magnitude >> 23;
@@ -79,10 +79,14 @@ enum class TypeSet { kFloat, kSignedOrFloat, kNumeric, kBool };
 
 bool InTypeSet(TypeSet set, DataType dtype) {
   switch (set) {
-    case TypeSet::kFloat: return IsFloat(dtype);
-    case TypeSet::kSignedOrFloat: return IsSignedOrFloat(dtype);
-    case TypeSet::kNumeric: return IsNumeric(dtype);
-    case TypeSet::kBool: return dtype == DataType::kBool;
+    case TypeSet::kFloat:
+      return IsFloat(dtype);
+    case TypeSet::kSignedOrFloat:
+      return IsSignedOrFloat(dtype);
+    case TypeSet::kNumeric:
+      return IsNumeric(dtype);
+    case TypeSet::kBool:
+      return dtype == DataType::kBool;
   }
   return false;
 }
@@ -93,11 +97,20 @@ bool DispatchSet(DataType dtype, F&& f) {
     return DispatchFloat(dtype, f);
   } else if constexpr (kSet == TypeSet::kSignedOrFloat) {
     switch (dtype) {
-      case DataType::kInt8: f(int8_t{}); return true;
-      case DataType::kInt16: f(int16_t{}); return true;
-      case DataType::kInt32: f(int32_t{}); return true;
-      case DataType::kInt64: f(int64_t{}); return true;
-      default: return DispatchFloat(dtype, f);
+      case DataType::kInt8:
+        f(int8_t{});
+        return true;
+      case DataType::kInt16:
+        f(int16_t{});
+        return true;
+      case DataType::kInt32:
+        f(int32_t{});
+        return true;
+      case DataType::kInt64:
+        f(int64_t{});
+        return true;
+      default:
+        return DispatchFloat(dtype, f);
     }
   } else if constexpr (kSet == TypeSet::kNumeric) {
     return DispatchNumeric(dtype, f);
@@ -155,15 +168,22 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeUnary(NodeContext& context, Op op) {
 
 struct ReluOp {
   static constexpr TypeSet kTypes = TypeSet::kSignedOrFloat;
-  template <typename T> T operator()(T x) const { return x > T(0) ? x : T(0); }
+  template <typename T>
+  T operator()(T x) const {
+    return x > T(0) ? x : T(0);
+  }
 };
 struct NegOp {
   static constexpr TypeSet kTypes = TypeSet::kSignedOrFloat;
-  template <typename T> T operator()(T x) const { return static_cast<T>(-x); }
+  template <typename T>
+  T operator()(T x) const {
+    return static_cast<T>(-x);
+  }
 };
 struct AbsOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) {
       return x;
     } else {
@@ -173,7 +193,8 @@ struct AbsOp {
 };
 struct SignOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     if (std::isnan(static_cast<double>(x))) return x;
     return x > T(0) ? T(1) : (x < T(0) ? static_cast<T>(-1) : T(0));
   }
@@ -184,19 +205,26 @@ struct NotOp {
 };
 
 // Float-only math. The double overloads come from <cmath>.
-#define CLOISTER_FLOAT_UNARY(Name, expression)                   \
-  struct Name {                                                  \
-    static constexpr TypeSet kTypes = TypeSet::kFloat;           \
-    template <typename T> T operator()(T x) const { return expression; } \
+#define CLOISTER_FLOAT_UNARY(Name, expression)         \
+  struct Name {                                        \
+    static constexpr TypeSet kTypes = TypeSet::kFloat; \
+    template <typename T>                              \
+    T operator()(T x) const {                          \
+      return expression;                               \
+    }                                                  \
   };
-#define CLOISTER_VECTOR_UNARY(Name, expression, vector)                \
-  struct Name {                                                        \
-    static constexpr TypeSet kTypes = TypeSet::kFloat;                 \
-    template <typename T> T operator()(T x) const { return expression; } \
-    simd::Vec Vector(simd::Vec v) const { return vector(v); }          \
+#define CLOISTER_VECTOR_UNARY(Name, expression, vector)       \
+  struct Name {                                               \
+    static constexpr TypeSet kTypes = TypeSet::kFloat;        \
+    template <typename T>                                     \
+    T operator()(T x) const {                                 \
+      return expression;                                      \
+    }                                                         \
+    simd::Vec Vector(simd::Vec v) const { return vector(v); } \
   };
-CLOISTER_VECTOR_UNARY(SigmoidOp, x >= T(0) ? T(1) / (T(1) + std::exp(-x))
-                                           : std::exp(x) / (T(1) + std::exp(x)), simd::Sigmoid)
+CLOISTER_VECTOR_UNARY(SigmoidOp,
+                      x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)),
+                      simd::Sigmoid)
 CLOISTER_VECTOR_UNARY(TanhOp, std::tanh(x), simd::Tanh)
 CLOISTER_VECTOR_UNARY(ErfOp, std::erf(x), simd::Erf)
 CLOISTER_VECTOR_UNARY(ExpOp, std::exp(x), simd::Exp)
@@ -220,13 +248,14 @@ CLOISTER_FLOAT_UNARY(RoundOp, std::nearbyint(x))
 CLOISTER_FLOAT_UNARY(ReciprocalOp, T(1) / x)
 CLOISTER_FLOAT_UNARY(SoftsignOp, x / (T(1) + std::abs(x)))
 CLOISTER_FLOAT_UNARY(SoftplusOp, x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
-CLOISTER_FLOAT_UNARY(HardSwishOp, x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))))
+CLOISTER_FLOAT_UNARY(HardSwishOp, x* std::max(T(0), std::min(T(1), x / T(6) + T(0.5))))
 #undef CLOISTER_FLOAT_UNARY
 
 struct GeluOp {
   static constexpr TypeSet kTypes = TypeSet::kFloat;
   bool tanh_approximation = false;
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     if (tanh_approximation) {
       const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
       return T(0.5) * x * (T(1) + std::tanh(inner));
@@ -243,40 +272,50 @@ struct GeluOp {
 struct HardSigmoidOp {
   static constexpr TypeSet kTypes = TypeSet::kFloat;
   float alpha, beta;
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     return std::max(T(0), std::min(T(1), T(alpha) * x + T(beta)));
   }
 };
 struct LeakyReluOp {
   static constexpr TypeSet kTypes = TypeSet::kFloat;
   float alpha;
-  template <typename T> T operator()(T x) const { return x >= T(0) ? x : T(alpha) * x; }
+  template <typename T>
+  T operator()(T x) const {
+    return x >= T(0) ? x : T(alpha) * x;
+  }
 };
 struct EluOp {
   static constexpr TypeSet kTypes = TypeSet::kFloat;
   float alpha;
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     return x >= T(0) ? x : T(alpha) * (std::exp(x) - T(1));
   }
 };
 struct CeluOp {
   static constexpr TypeSet kTypes = TypeSet::kFloat;
   float alpha;
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     return std::max(T(0), x) + std::min(T(0), T(alpha) * (std::exp(x / T(alpha)) - T(1)));
   }
 };
 struct SeluOp {
   static constexpr TypeSet kTypes = TypeSet::kFloat;
   float alpha, gamma;
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     return x > T(0) ? T(gamma) * x : T(gamma) * (T(alpha) * std::exp(x) - T(alpha));
   }
 };
 struct ThresholdedReluOp {
   static constexpr TypeSet kTypes = TypeSet::kFloat;
   float alpha;
-  template <typename T> T operator()(T x) const { return x > T(alpha) ? x : T(0); }
+  template <typename T>
+  T operator()(T x) const {
+    return x > T(alpha) ? x : T(0);
+  }
 };
 
 template <typename Op>
@@ -320,24 +359,37 @@ void RunBinary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
 
 struct AddOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> T operator()(T a, T b) const { return static_cast<T>(a + b); }
+  template <typename T>
+  T operator()(T a, T b) const {
+    return static_cast<T>(a + b);
+  }
 };
 struct SubOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> T operator()(T a, T b) const { return static_cast<T>(a - b); }
+  template <typename T>
+  T operator()(T a, T b) const {
+    return static_cast<T>(a - b);
+  }
 };
 struct MulOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> T operator()(T a, T b) const { return static_cast<T>(a * b); }
+  template <typename T>
+  T operator()(T a, T b) const {
+    return static_cast<T>(a * b);
+  }
 };
 struct DivOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
   static constexpr bool kChecksZero = true;
-  template <typename T> T operator()(T a, T b) const { return static_cast<T>(a / b); }
+  template <typename T>
+  T operator()(T a, T b) const {
+    return static_cast<T>(a / b);
+  }
 };
 struct MaxOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> T operator()(T a, T b) const {
+  template <typename T>
+  T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
     }
@@ -346,7 +398,8 @@ struct MaxOp {
 };
 struct MinOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> T operator()(T a, T b) const {
+  template <typename T>
+  T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
     }
@@ -355,14 +408,16 @@ struct MinOp {
 };
 struct PReluOp {
   static constexpr TypeSet kTypes = TypeSet::kSignedOrFloat;
-  template <typename T> T operator()(T x, T slope) const {
+  template <typename T>
+  T operator()(T x, T slope) const {
     return x < T(0) ? static_cast<T>(slope * x) : x;
   }
 };
 struct ModOp {  // integer mod with the sign of the divisor (Python semantics)
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
   static constexpr bool kChecksZero = true;
-  template <typename T> T operator()(T a, T b) const {
+  template <typename T>
+  T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       T r = std::fmod(a, b);
       if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
@@ -379,7 +434,8 @@ struct ModOp {  // integer mod with the sign of the divisor (Python semantics)
 struct FmodOp {  // C fmod: sign of the dividend
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
   static constexpr bool kChecksZero = true;
-  template <typename T> T operator()(T a, T b) const {
+  template <typename T>
+  T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       return std::fmod(a, b);
     } else {
@@ -464,23 +520,38 @@ KernelFactory ModFactory() {
 // Comparisons and logic produce bool.
 struct EqualOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> bool operator()(T a, T b) const { return a == b; }
+  template <typename T>
+  bool operator()(T a, T b) const {
+    return a == b;
+  }
 };
 struct LessOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> bool operator()(T a, T b) const { return a < b; }
+  template <typename T>
+  bool operator()(T a, T b) const {
+    return a < b;
+  }
 };
 struct GreaterOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> bool operator()(T a, T b) const { return a > b; }
+  template <typename T>
+  bool operator()(T a, T b) const {
+    return a > b;
+  }
 };
 struct LessOrEqualOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> bool operator()(T a, T b) const { return a <= b; }
+  template <typename T>
+  bool operator()(T a, T b) const {
+    return a <= b;
+  }
 };
 struct GreaterOrEqualOp {
   static constexpr TypeSet kTypes = TypeSet::kNumeric;
-  template <typename T> bool operator()(T a, T b) const { return a >= b; }
+  template <typename T>
+  bool operator()(T a, T b) const {
+    return a >= b;
+  }
 };
 struct AndOp {
   static constexpr TypeSet kTypes = TypeSet::kBool;
@@ -584,11 +655,20 @@ void RunPow(const Tensor& a, const Tensor& b, Tensor& out) {
 template <typename F>
 bool DispatchPowType(DataType dtype, F&& f) {
   switch (dtype) {
-    case DataType::kFloat: f(float{}); return true;
-    case DataType::kDouble: f(double{}); return true;
-    case DataType::kInt32: f(int32_t{}); return true;
-    case DataType::kInt64: f(int64_t{}); return true;
-    default: return false;
+    case DataType::kFloat:
+      f(float{});
+      return true;
+    case DataType::kDouble:
+      f(double{});
+      return true;
+    case DataType::kInt32:
+      f(int32_t{});
+      return true;
+    case DataType::kInt64:
+      f(int64_t{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -654,8 +734,8 @@ class WhereKernel : public Kernel {
       ForEachBroadcastRow(layout, [&](int64_t o, int64_t n, const std::array<int64_t, 3>& off,
                                       const std::array<int64_t, 3>& inner) {
         for (int64_t i = 0; i < n; ++i) {
-          po[o + i] = pc[off[0] + i * inner[0]] ? px[off[1] + i * inner[1]]
-                                                 : py[off[2] + i * inner[2]];
+          po[o + i] =
+              pc[off[0] + i * inner[0]] ? px[off[1] + i * inner[1]] : py[off[2] + i * inner[2]];
         }
       });
     });
@@ -707,10 +787,16 @@ class VariadicKernel : public Kernel {
       });
       for (int i = 1; i < context.input_count(); ++i) {
         switch (kind_) {
-          case Variadic::kMax: RunBinary<T, T>(*out, context.input(i), *out, MaxOp{}); break;
-          case Variadic::kMin: RunBinary<T, T>(*out, context.input(i), *out, MinOp{}); break;
+          case Variadic::kMax:
+            RunBinary<T, T>(*out, context.input(i), *out, MaxOp{});
+            break;
+          case Variadic::kMin:
+            RunBinary<T, T>(*out, context.input(i), *out, MinOp{});
+            break;
           case Variadic::kSum:
-          case Variadic::kMean: RunBinary<T, T>(*out, context.input(i), *out, AddOp{}); break;
+          case Variadic::kMean:
+            RunBinary<T, T>(*out, context.input(i), *out, AddOp{});
+            break;
         }
       }
       if (kind_ == Variadic::kMean) {
@@ -888,26 +974,53 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeCast(NodeContext& context) {
   ASSIGN_OR_RETURN(int64_t to_code, context.Int("to"));
   auto mapped = [&]() -> absl::StatusOr<DataType> {
     switch (to_code) {
-      case onnx::TensorProto::FLOAT: return DataType::kFloat;
-      case onnx::TensorProto::DOUBLE: return DataType::kDouble;
-      case onnx::TensorProto::FLOAT16: return DataType::kFloat16;
-      case onnx::TensorProto::INT8: return DataType::kInt8;
-      case onnx::TensorProto::INT16: return DataType::kInt16;
-      case onnx::TensorProto::INT32: return DataType::kInt32;
-      case onnx::TensorProto::INT64: return DataType::kInt64;
-      case onnx::TensorProto::UINT8: return DataType::kUint8;
-      case onnx::TensorProto::UINT16: return DataType::kUint16;
-      case onnx::TensorProto::UINT32: return DataType::kUint32;
-      case onnx::TensorProto::UINT64: return DataType::kUint64;
-      case onnx::TensorProto::BOOL: return DataType::kBool;
+      case onnx::TensorProto::FLOAT:
+        return DataType::kFloat;
+      case onnx::TensorProto::DOUBLE:
+        return DataType::kDouble;
+      case onnx::TensorProto::FLOAT16:
+        return DataType::kFloat16;
+      case onnx::TensorProto::INT8:
+        return DataType::kInt8;
+      case onnx::TensorProto::INT16:
+        return DataType::kInt16;
+      case onnx::TensorProto::INT32:
+        return DataType::kInt32;
+      case onnx::TensorProto::INT64:
+        return DataType::kInt64;
+      case onnx::TensorProto::UINT8:
+        return DataType::kUint8;
+      case onnx::TensorProto::UINT16:
+        return DataType::kUint16;
+      case onnx::TensorProto::UINT32:
+        return DataType::kUint32;
+      case onnx::TensorProto::UINT64:
+        return DataType::kUint64;
+      case onnx::TensorProto::BOOL:
+        return DataType::kBool;
       default:
-        return absl::UnimplementedError(absl::StrCat("cast to element type ", to_code,
-                                                     " is not supported"));
+        return absl::UnimplementedError(
+            absl::StrCat("cast to element type ", to_code, " is not supported"));
     }
   }();
   if (!mapped.ok()) return mapped.status();
   to = *mapped;
   RETURN_IF_ERROR(RequireType(context, 0, [](DataType t) { return t != DataType::kString; }));
+  const ValueInfo& x = context.input(0);
+  if (x.rank_known) {
+    context.SetOutput(0, to, x.dims);
+  } else {
+    context.SetOutputUnranked(0, to);
+  }
+  return MakeKernel<CastKernel>(to);
+}
+
+// CastLike: Cast to the element type of input 1.
+absl::StatusOr<std::unique_ptr<Kernel>> MakeCastLike(NodeContext& context) {
+  RETURN_IF_ERROR(context.ExpectInputs(2, 2));
+  RETURN_IF_ERROR(RequireType(context, 0, [](DataType t) { return t != DataType::kString; }));
+  RETURN_IF_ERROR(RequireType(context, 1, [](DataType t) { return t != DataType::kString; }));
+  const DataType to = context.input(1).dtype;
   const ValueInfo& x = context.input(0);
   if (x.rank_known) {
     context.SetOutput(0, to, x.dims);
@@ -949,42 +1062,50 @@ void RegisterElementwiseKernels(KernelRegistry& registry) {
   registry.Register("Softsign", {1}, Unary<SoftsignOp>());
   registry.Register("Softplus", {1}, Unary<SoftplusOp>());
   registry.Register("HardSwish", {14}, Unary<HardSwishOp>());
-  registry.Register("HardSigmoid", {6}, [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 0.2f));
-    ASSIGN_OR_RETURN(float beta, context.Float("beta", 0.5f));
-    return MakeUnary(context, HardSigmoidOp{alpha, beta});
-  });
+  registry.Register("HardSigmoid", {6},
+                    [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                      ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 0.2f));
+                      ASSIGN_OR_RETURN(float beta, context.Float("beta", 0.5f));
+                      return MakeUnary(context, HardSigmoidOp{alpha, beta});
+                    });
   // Gelu is an opset-20 operator; at the opsets we accept it appears only as a fused node.
-  registry.Register("Gelu", {20}, [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    absl::StatusOr<std::string> approximate = context.String("approximate", "none");
-    if (!approximate.ok()) return approximate.status();
-    const bool tanh = approximate->compare("tanh") == 0;
-    if (!tanh && approximate->compare("none") != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("approximate '", *approximate, "' is not valid"));
-    }
-    return MakeUnary(context, GeluOp{tanh});
-  });
-  registry.Register("LeakyRelu", {6, 16}, [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 0.01f));
-    return MakeUnary(context, LeakyReluOp{alpha});
-  });
-  registry.Register("Elu", {6}, [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 1.0f));
-    return MakeUnary(context, EluOp{alpha});
-  });
-  registry.Register("Celu", {12}, [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 1.0f));
-    return MakeUnary(context, CeluOp{alpha});
-  });
-  registry.Register("Selu", {6}, [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 1.67326319217681884765625f));
-    ASSIGN_OR_RETURN(float gamma, context.Float("gamma", 1.05070102214813232421875f));
-    return MakeUnary(context, SeluOp{alpha, gamma});
-  });
-  registry.Register("ThresholdedRelu", {10}, [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 1.0f));
-    return MakeUnary(context, ThresholdedReluOp{alpha});
-  });
+  registry.Register(
+      "Gelu", {20}, [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        absl::StatusOr<std::string> approximate = context.String("approximate", "none");
+        if (!approximate.ok()) return approximate.status();
+        const bool tanh = approximate->compare("tanh") == 0;
+        if (!tanh && approximate->compare("none") != 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("approximate '", *approximate, "' is not valid"));
+        }
+        return MakeUnary(context, GeluOp{tanh});
+      });
+  registry.Register("LeakyRelu", {6, 16},
+                    [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                      ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 0.01f));
+                      return MakeUnary(context, LeakyReluOp{alpha});
+                    });
+  registry.Register("Elu", {6},
+                    [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                      ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 1.0f));
+                      return MakeUnary(context, EluOp{alpha});
+                    });
+  registry.Register("Celu", {12},
+                    [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                      ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 1.0f));
+                      return MakeUnary(context, CeluOp{alpha});
+                    });
+  registry.Register(
+      "Selu", {6}, [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 1.67326319217681884765625f));
+        ASSIGN_OR_RETURN(float gamma, context.Float("gamma", 1.05070102214813232421875f));
+        return MakeUnary(context, SeluOp{alpha, gamma});
+      });
+  registry.Register("ThresholdedRelu", {10},
+                    [](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                      ASSIGN_OR_RETURN(float alpha, context.Float("alpha", 1.0f));
+                      return MakeUnary(context, ThresholdedReluOp{alpha});
+                    });
 
   // Binary arithmetic: version 7 introduced numpy broadcasting; 13/14 only widened the types.
   registry.Register("Add", {7, 13, 14}, Arithmetic<AddOp>());
@@ -1009,6 +1130,7 @@ void RegisterElementwiseKernels(KernelRegistry& registry) {
   registry.Register("Mean", {8, 13}, VariadicFactory(Variadic::kMean));
   registry.Register("Clip", {6, 11, 12, 13}, MakeClip);
   registry.Register("Cast", {6, 9, 13}, MakeCast);
+  registry.Register("CastLike", {15}, MakeCastLike);
 }
 
 }  // namespace cloister::runtime

@@ -99,7 +99,8 @@ void DepthwiseChannel(const float* x, const float* w, float bias, const WindowGe
   const int64_t ph = g.pad_begin[1], pw = g.pad_begin[2];
   const int64_t PW = PaddedWidth(g), PH = PaddedHeight(g);
   std::memset(padded, 0, sizeof(float) * PW * PH);
-  for (int64_t h = 0; h < H; ++h) std::memcpy(padded + (h + ph) * PW + pw, x + h * W, sizeof(float) * W);
+  for (int64_t h = 0; h < H; ++h)
+    std::memcpy(padded + (h + ph) * PW + pw, x + h * W, sizeof(float) * W);
   for (int64_t oh = 0; oh < OH; ++oh) {
     float* out = y + oh * OW;
     const float* base = padded + oh * sh * PW;
@@ -257,22 +258,22 @@ class ConvKernel : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     const Tensor& x = context.input(0);
     const Tensor& w = weights_.has_value() ? *weights_ : context.input(1);
-    const Tensor* b = bias_.has_value() ? &*bias_
-                                        : (context.has_input(2) ? &context.input(2) : nullptr);
+    const Tensor* b =
+        bias_.has_value() ? &*bias_ : (context.has_input(2) ? &context.input(2) : nullptr);
     if (x.rank() < 3 || w.rank() != x.rank()) {
       return absl::InvalidArgumentError(absl::StrCat("input shape ", ShapeToString(x.shape()),
-                                                     " and weight shape ",
-                                                     ShapeToString(w.shape()), " do not fit"));
+                                                     " and weight shape ", ShapeToString(w.shape()),
+                                                     " do not fit"));
     }
     const int64_t batch = x.dim(0), channels = x.dim(1), maps = w.dim(0);
     if (channels != w.dim(1) * group_ || maps % group_ != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input has ", channels, " channels; weights ", ShapeToString(w.shape()), " with group ",
-          group_, " need ", w.dim(1) * group_));
+      return absl::InvalidArgumentError(absl::StrCat("input has ", channels, " channels; weights ",
+                                                     ShapeToString(w.shape()), " with group ",
+                                                     group_, " need ", w.dim(1) * group_));
     }
     if (b != nullptr && (b->rank() != 1 || b->dim(0) != maps)) {
       return absl::InvalidArgumentError(absl::StrCat("bias shape ", ShapeToString(b->shape()),
-                                                      " does not match ", maps, " maps"));
+                                                     " does not match ", maps, " maps"));
     }
     WindowAttributes attributes = attributes_;
     std::vector<int64_t> kernel = SpatialOf(w.shape());
@@ -344,13 +345,11 @@ class ConvKernel : public Kernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeConvKernel(NodeContext& context,
-                                                       WindowAttributes attributes,
-                                                       int64_t group) {
+                                                       WindowAttributes attributes, int64_t group) {
   std::optional<Tensor> weights, bias;
   if (const Tensor* w = context.constant_input(1)) weights = *w;
   if (const Tensor* b = context.constant_input(2)) bias = *b;
-  return MakeKernel<ConvKernel>(std::move(attributes), group, std::move(weights),
-                                std::move(bias));
+  return MakeKernel<ConvKernel>(std::move(attributes), group, std::move(weights), std::move(bias));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeConv(NodeContext& context) {
@@ -367,14 +366,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeConv(NodeContext& context) {
   }
   if (x.rank_known && w.rank_known) {
     if (w.rank() != x.rank()) {
-      return absl::InvalidArgumentError(absl::StrCat("weight shape ", ShapeToString(w.dims),
-                                                     " does not fit input ",
-                                                     ShapeToString(x.dims)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight shape ", ShapeToString(w.dims), " does not fit input ", ShapeToString(x.dims)));
     }
     if (x.dims[1] >= 0 && w.dims[1] >= 0 && x.dims[1] != w.dims[1] * group) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input has ", x.dims[1], " channels; weights ", ShapeToString(w.dims),
-          " with group ", group, " need ", w.dims[1] * group));
+      return absl::InvalidArgumentError(absl::StrCat("input has ", x.dims[1], " channels; weights ",
+                                                     ShapeToString(w.dims), " with group ", group,
+                                                     " need ", w.dims[1] * group));
     }
     if (w.dims[0] >= 0 && w.dims[0] % group != 0) {
       return absl::InvalidArgumentError("output channels are not divisible by group");
@@ -446,8 +444,8 @@ class ConvTransposeKernel : public Kernel {
           g.pad_begin[a] = attributes_.pads[i];
           g.pad_end[a] = attributes_.pads[i + rank];
         }
-        g.input[a] = g.stride[a] * (input_spatial[i] - 1) + out_pad + extent - g.pad_begin[a] -
-                     g.pad_end[a];
+        g.input[a] =
+            g.stride[a] * (input_spatial[i] - 1) + out_pad + extent - g.pad_begin[a] - g.pad_end[a];
       }
       if (g.input[a] <= 0 || g.stride[a] <= 0 || g.dilation[a] <= 0) {
         return absl::InvalidArgumentError("ConvTranspose output would be empty");
@@ -462,8 +460,8 @@ class ConvTransposeKernel : public Kernel {
     const Tensor* b = context.has_input(2) ? &context.input(2) : nullptr;
     if (x.rank() < 3 || w.rank() != x.rank() || x.dim(1) != w.dim(0) || x.dim(1) % group_ != 0) {
       return absl::InvalidArgumentError(absl::StrCat("input shape ", ShapeToString(x.shape()),
-                                                     " and weight shape ",
-                                                     ShapeToString(w.shape()), " do not fit"));
+                                                     " and weight shape ", ShapeToString(w.shape()),
+                                                     " do not fit"));
     }
     const int64_t batch = x.dim(0), channels = x.dim(1);
     const int64_t mg = w.dim(1), maps = mg * group_, cg = channels / group_;
@@ -472,10 +470,11 @@ class ConvTransposeKernel : public Kernel {
     }
     ASSIGN_OR_RETURN(WindowGeometry g, Geometry(SpatialOf(x.shape()), SpatialOf(w.shape())));
     std::vector<int64_t> out_shape = {batch, maps};
-    for (int i = kMaxSpatial - g.spatial_rank; i < kMaxSpatial; ++i) out_shape.push_back(g.input[i]);
+    for (int i = kMaxSpatial - g.spatial_rank; i < kMaxSpatial; ++i)
+      out_shape.push_back(g.input[i]);
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, DataType::kFloat, out_shape));
-    const int64_t in_plane = g.output_count();   // our input positions
-    const int64_t out_plane = g.input_count();   // our output positions
+    const int64_t in_plane = g.output_count();  // our input positions
+    const int64_t out_plane = g.input_count();  // our output positions
     const int64_t k = mg * g.kernel_count();
     ASSIGN_OR_RETURN(auto columns, context.Scratch(sizeof(float) * k * in_plane));
     float* col = static_cast<float*>(columns->data());
@@ -574,8 +573,8 @@ class BatchNormKernel : public Kernel {
     for (int i = 1; i <= 4; ++i) {
       if (context.input(i).count() != channels) {
         return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " has ",
-                                                       context.input(i).count(),
-                                                       " values for ", channels, " channels"));
+                                                       context.input(i).count(), " values for ",
+                                                       channels, " channels"));
       }
     }
     std::vector<float> scale(channels), shift(channels);
@@ -906,8 +905,7 @@ KernelFactory PoolFactory(PoolKind kind) {
     const int version = context.since_version();
     const bool dilations = kind == PoolKind::kMax ? version >= 10 : version >= 19;
     const bool ceil = version >= 10;
-    ASSIGN_OR_RETURN(WindowAttributes attributes,
-                     WindowAttributes::Read(context, dilations, ceil));
+    ASSIGN_OR_RETURN(WindowAttributes attributes, WindowAttributes::Read(context, dilations, ceil));
     if (attributes.kernel_shape.empty()) {
       return absl::InvalidArgumentError("missing attribute 'kernel_shape'");
     }
@@ -1044,7 +1042,8 @@ class SoftmaxKernel : public Kernel {
           if (log_) {
             for (int64_t j = 0; j < width; ++j) sum += std::exp(src[j * inner] - max_value);
             const T log_sum = std::log(sum);
-            for (int64_t j = 0; j < width; ++j) dst[j * inner] = src[j * inner] - max_value - log_sum;
+            for (int64_t j = 0; j < width; ++j)
+              dst[j * inner] = src[j * inner] - max_value - log_sum;
           } else {
             for (int64_t j = 0; j < width; ++j) {
               const T e = std::exp(src[j * inner] - max_value);
@@ -1090,8 +1089,8 @@ absl::StatusOr<std::vector<int64_t>> MatMulShape(std::vector<int64_t> a, std::ve
   if (b_vector) b.push_back(1);
   const int64_t ka = a[a.size() - 1], kb = b[b.size() - 2];
   if (ka >= 0 && kb >= 0 && ka != kb) {
-    return absl::InvalidArgumentError(absl::StrCat("inner dimensions differ: ",
-                                                   ShapeToString(a), " x ", ShapeToString(b)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("inner dimensions differ: ", ShapeToString(a), " x ", ShapeToString(b)));
   }
   std::vector<int64_t> batch_a(a.begin(), a.end() - 2), batch_b(b.begin(), b.end() - 2);
   ASSIGN_OR_RETURN(std::vector<int64_t> out, BroadcastShapes(batch_a, batch_b));
@@ -1162,13 +1161,8 @@ class MatMulKernel : public Kernel {
       T* yd = y->data<T>();
       const T beta = has_bias ? T(1) : T(0);
       if (b_batches == 1) {
-        // Weights shared by every batch: one tall multiply.
+        // Weights shared by every batch (then the batch dims are A's): one tall multiply.
         Gemm<T>(false, false, a_batches * m, n, k, T(1), ad, k, bd, n, beta, yd, n);
-        if (a_batches < batches) {
-          for (int64_t i = 1; i < batches / a_batches; ++i) {
-            std::memcpy(yd + i * a_batches * m * n, yd, sizeof(T) * a_batches * m * n);
-          }
-        }
         return;
       }
       // General broadcast over batch dims: walk the output batch index.
@@ -1196,13 +1190,26 @@ class MatMulKernel : public Kernel {
       }
     };
     switch (a.dtype()) {
-      case DataType::kFloat: run(float{}); break;
-      case DataType::kDouble: run(double{}); break;
-      case DataType::kInt32: run(int32_t{}); break;
-      case DataType::kInt64: run(int64_t{}); break;
-      case DataType::kUint32: run(uint32_t{}); break;
-      case DataType::kUint64: run(uint64_t{}); break;
-      default: ok = false;
+      case DataType::kFloat:
+        run(float{});
+        break;
+      case DataType::kDouble:
+        run(double{});
+        break;
+      case DataType::kInt32:
+        run(int32_t{});
+        break;
+      case DataType::kInt64:
+        run(int64_t{});
+        break;
+      case DataType::kUint32:
+        run(uint32_t{});
+        break;
+      case DataType::kUint64:
+        run(uint64_t{});
+        break;
+      default:
+        ok = false;
     }
     if (!ok) return absl::InternalError("MatMul dispatched on an unchecked type");
     if (activation_.kind != Activation::Kind::kNone) {
@@ -1254,9 +1261,8 @@ class GemmKernel : public Kernel {
     const int64_t kb = trans_b_ ? b.dim(1) : b.dim(0);
     const int64_t n = trans_b_ ? b.dim(0) : b.dim(1);
     if (k != kb) {
-      return absl::InvalidArgumentError(absl::StrCat("inner dimensions differ: ",
-                                                     ShapeToString(a.shape()), " x ",
-                                                     ShapeToString(b.shape())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inner dimensions differ: ", ShapeToString(a.shape()), " x ", ShapeToString(b.shape())));
     }
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, a.dtype(), {m, n}));
     const Tensor* c = context.has_input(2) ? &context.input(2) : nullptr;
@@ -1264,8 +1270,7 @@ class GemmKernel : public Kernel {
       auto shape = BroadcastShapes(c->shape(), {m, n});
       if (!shape.ok() || *shape != std::vector<int64_t>{m, n}) {
         return absl::InvalidArgumentError(absl::StrCat("C of shape ", ShapeToString(c->shape()),
-                                                       " does not broadcast to [", m, ",", n,
-                                                       "]"));
+                                                       " does not broadcast to [", m, ",", n, "]"));
       }
     }
     absl::Status status;
@@ -1290,13 +1295,26 @@ class GemmKernel : public Kernel {
               b.data<T>(), b.dim(1), beta, yd, n);
     };
     switch (a.dtype()) {
-      case DataType::kFloat: run(float{}); break;
-      case DataType::kDouble: run(double{}); break;
-      case DataType::kInt32: run(int32_t{}); break;
-      case DataType::kInt64: run(int64_t{}); break;
-      case DataType::kUint32: run(uint32_t{}); break;
-      case DataType::kUint64: run(uint64_t{}); break;
-      default: return absl::InternalError("Gemm dispatched on an unchecked type");
+      case DataType::kFloat:
+        run(float{});
+        break;
+      case DataType::kDouble:
+        run(double{});
+        break;
+      case DataType::kInt32:
+        run(int32_t{});
+        break;
+      case DataType::kInt64:
+        run(int64_t{});
+        break;
+      case DataType::kUint32:
+        run(uint32_t{});
+        break;
+      case DataType::kUint64:
+        run(uint64_t{});
+        break;
+      default:
+        return absl::InternalError("Gemm dispatched on an unchecked type");
     }
     return status;
   }
@@ -1325,9 +1343,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeGemm(NodeContext& context) {
   if (a.rank_known && b.rank_known) {
     const int64_t ka = a.dims[trans_a ? 0 : 1], kb = b.dims[trans_b ? 1 : 0];
     if (ka >= 0 && kb >= 0 && ka != kb) {
-      return absl::InvalidArgumentError(absl::StrCat("inner dimensions differ: ",
-                                                     ShapeToString(a.dims), " x ",
-                                                     ShapeToString(b.dims)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inner dimensions differ: ", ShapeToString(a.dims), " x ", ShapeToString(b.dims)));
     }
   }
   context.SetOutput(0, a.dtype, {m, n});

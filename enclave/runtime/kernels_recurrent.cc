@@ -20,11 +20,16 @@ struct GateActivation {
   float alpha = 0, beta = 0;
   float operator()(float x) const {
     switch (kind) {
-      case Kind::kSigmoid: return 1.0f / (1.0f + std::exp(-x));
-      case Kind::kTanh: return std::tanh(x);
-      case Kind::kRelu: return x > 0 ? x : 0;
-      case Kind::kHardSigmoid: return std::clamp(alpha * x + beta, 0.0f, 1.0f);
-      case Kind::kLeakyRelu: return x >= 0 ? x : alpha * x;
+      case Kind::kSigmoid:
+        return 1.0f / (1.0f + std::exp(-x));
+      case Kind::kTanh:
+        return std::tanh(x);
+      case Kind::kRelu:
+        return x > 0 ? x : 0;
+      case Kind::kHardSigmoid:
+        return std::clamp(alpha * x + beta, 0.0f, 1.0f);
+      case Kind::kLeakyRelu:
+        return x >= 0 ? x : alpha * x;
     }
     return x;
   }
@@ -51,7 +56,7 @@ struct LstmAttributes {
   bool reverse_only = false;
   bool batch_first = false;
   bool input_forget = false;
-  float clip = 0;  // 0 = no clip
+  float clip = 0;                   // 0 = no clip
   GateActivation f[2], g[2], h[2];  // per direction
 };
 
@@ -75,14 +80,13 @@ class LstmKernel : public Kernel {
                                                      ShapeToString(r.shape()),
                                                      " does not fit hidden_size ", H));
     }
-    auto optional = [&](int index, std::vector<int64_t> shape, const char* name)
-        -> absl::StatusOr<const float*> {
+    auto optional = [&](int index, std::vector<int64_t> shape,
+                        const char* name) -> absl::StatusOr<const float*> {
       if (!context.has_input(index)) return nullptr;
       const Tensor& t = context.input(index);
       if (t.shape() != shape) {
-        return absl::InvalidArgumentError(absl::StrCat(name, " has shape ",
-                                                       ShapeToString(t.shape()), ", expected ",
-                                                       ShapeToString(shape)));
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " has shape ", ShapeToString(t.shape()), ", expected ", ShapeToString(shape)));
       }
       return t.data<float>();
     };
@@ -108,8 +112,8 @@ class LstmKernel : public Kernel {
     std::vector<float> x(seq * batch * input_size);
     for (int64_t t = 0; t < seq; ++t) {
       for (int64_t b = 0; b < batch; ++b) {
-        const float* src = x_in.data<float>() +
-                           (a_.batch_first ? (b * seq + t) : (t * batch + b)) * input_size;
+        const float* src =
+            x_in.data<float>() + (a_.batch_first ? (b * seq + t) : (t * batch + b)) * input_size;
         std::memcpy(&x[(t * batch + b) * input_size], src, sizeof(float) * input_size);
       }
     }
@@ -184,8 +188,8 @@ class LstmKernel : public Kernel {
             h[b * H + k] = o_gate * a_.h[d](c_new);
           }
           if (y != nullptr) {
-            float* dst = y->data<float>() +
-                         (a_.batch_first ? ((b * seq + t) * D + d) * H : ((t * D + d) * batch + b) * H);
+            float* dst = y->data<float>() + (a_.batch_first ? ((b * seq + t) * D + d) * H
+                                                            : ((t * D + d) * batch + b) * H);
             std::memcpy(dst, &h[b * H], sizeof(float) * H);
           }
         }
@@ -230,22 +234,25 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeLstm(NodeContext& context) {
   }
   std::vector<std::string> names;
   for (const auto& attribute : context.node().attribute()) {
-    if (attribute.name() == "activations") names.assign(attribute.strings().begin(), attribute.strings().end());
+    if (attribute.name() == "activations")
+      names.assign(attribute.strings().begin(), attribute.strings().end());
   }
   if (names.empty()) names = {"Sigmoid", "Tanh", "Tanh"};
   if (static_cast<int>(names.size()) != 3 * a.directions) {
     return absl::InvalidArgumentError("activations must list 3 functions per direction");
   }
-  ASSIGN_OR_RETURN(std::vector<float> alphas, context.Floats("activation_alpha", std::vector<float>{}));
-  ASSIGN_OR_RETURN(std::vector<float> betas, context.Floats("activation_beta", std::vector<float>{}));
+  ASSIGN_OR_RETURN(std::vector<float> alphas,
+                   context.Floats("activation_alpha", std::vector<float>{}));
+  ASSIGN_OR_RETURN(std::vector<float> betas,
+                   context.Floats("activation_beta", std::vector<float>{}));
   for (int d = 0; d < a.directions; ++d) {
     GateActivation* slots[3] = {&a.f[d], &a.g[d], &a.h[d]};
     for (int k = 0; k < 3; ++k) {
       const size_t index = d * 3 + k;
-      ASSIGN_OR_RETURN(*slots[k], ParseActivation(names[index],
-                                                  index < alphas.size() ? alphas[index] : 0,
-                                                  index < betas.size() ? betas[index] : 0,
-                                                  index < alphas.size(), index < betas.size()));
+      ASSIGN_OR_RETURN(
+          *slots[k], ParseActivation(names[index], index < alphas.size() ? alphas[index] : 0,
+                                     index < betas.size() ? betas[index] : 0, index < alphas.size(),
+                                     index < betas.size()));
     }
   }
   const ValueInfo& x = context.input(0);
@@ -257,8 +264,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeLstm(NodeContext& context) {
   const int64_t D = a.directions, H = a.hidden;
   std::vector<int64_t> y = a.batch_first ? std::vector<int64_t>{batch, seq, D, H}
                                          : std::vector<int64_t>{seq, D, batch, H};
-  std::vector<int64_t> state = a.batch_first ? std::vector<int64_t>{batch, D, H}
-                                             : std::vector<int64_t>{D, batch, H};
+  std::vector<int64_t> state =
+      a.batch_first ? std::vector<int64_t>{batch, D, H} : std::vector<int64_t>{D, batch, H};
   for (int i = 0; i < context.output_count(); ++i) {
     context.SetOutput(i, DataType::kFloat, i == 0 ? y : state);
   }

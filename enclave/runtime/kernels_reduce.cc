@@ -48,14 +48,16 @@ using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double,
 template <typename A>
 A InitialValue(Reduce kind) {
   switch (kind) {
-    case Reduce::kMax: return std::numeric_limits<A>::has_infinity
-                                  ? -std::numeric_limits<A>::infinity()
-                                  : std::numeric_limits<A>::lowest();
-    case Reduce::kMin: return std::numeric_limits<A>::has_infinity
-                                  ? std::numeric_limits<A>::infinity()
-                                  : std::numeric_limits<A>::max();
-    case Reduce::kProd: return A(1);
-    default: return A(0);
+    case Reduce::kMax:
+      return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::lowest();
+    case Reduce::kMin:
+      return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::max();
+    case Reduce::kProd:
+      return A(1);
+    default:
+      return A(0);
   }
 }
 
@@ -64,14 +66,21 @@ inline A Accumulate(Reduce kind, A acc, A x) {
   switch (kind) {
     case Reduce::kSum:
     case Reduce::kMean:
-    case Reduce::kLogSum: return acc + x;
-    case Reduce::kMax: return x > acc ? x : acc;
-    case Reduce::kMin: return x < acc ? x : acc;
-    case Reduce::kProd: return acc * x;
-    case Reduce::kL1: return acc + (x < A(0) ? A(0) - x : x);
+    case Reduce::kLogSum:
+      return acc + x;
+    case Reduce::kMax:
+      return x > acc ? x : acc;
+    case Reduce::kMin:
+      return x < acc ? x : acc;
+    case Reduce::kProd:
+      return acc * x;
+    case Reduce::kL1:
+      return acc + (x < A(0) ? A(0) - x : x);
     case Reduce::kL2:
-    case Reduce::kSumSquare: return acc + x * x;
-    case Reduce::kLogSumExp: return acc + static_cast<A>(std::exp(static_cast<double>(x)));
+    case Reduce::kSumSquare:
+      return acc + x * x;
+    case Reduce::kLogSumExp:
+      return acc + static_cast<A>(std::exp(static_cast<double>(x)));
   }
   return acc;
 }
@@ -79,11 +88,15 @@ inline A Accumulate(Reduce kind, A acc, A x) {
 template <typename A>
 inline A Finish(Reduce kind, A acc, int64_t count) {
   switch (kind) {
-    case Reduce::kMean: return count > 0 ? acc / static_cast<A>(count) : acc;
-    case Reduce::kL2: return static_cast<A>(std::sqrt(static_cast<double>(acc)));
+    case Reduce::kMean:
+      return count > 0 ? acc / static_cast<A>(count) : acc;
+    case Reduce::kL2:
+      return static_cast<A>(std::sqrt(static_cast<double>(acc)));
     case Reduce::kLogSum:
-    case Reduce::kLogSumExp: return static_cast<A>(std::log(static_cast<double>(acc)));
-    default: return acc;
+    case Reduce::kLogSumExp:
+      return static_cast<A>(std::log(static_cast<double>(acc)));
+    default:
+      return acc;
   }
 }
 
@@ -146,7 +159,8 @@ class ReduceKernel : public Kernel {
         for (int64_t r = 0; r < rows; ++r) {
           const T* row = in + r * width;
           A acc = InitialValue<A>(kind);
-          for (int64_t i = 0; i < width; ++i) acc = Accumulate<A>(kind, acc, static_cast<A>(row[i]));
+          for (int64_t i = 0; i < width; ++i)
+            acc = Accumulate<A>(kind, acc, static_cast<A>(row[i]));
           out[r] = static_cast<T>(Finish<A>(kind, acc, width));
         }
         return;
@@ -195,11 +209,12 @@ KernelFactory ReduceFactory(Reduce kind, int input_version) {
     RETURN_IF_ERROR(context.ExpectInputs(1, from_input ? 2 : 1));
     const bool float_only = kind == Reduce::kMean || kind == Reduce::kL2 ||
                             kind == Reduce::kLogSum || kind == Reduce::kLogSumExp;
-    RETURN_IF_ERROR(RequireType(context, 0, float_only ? IsFloat : [](DataType t) {
-      return IsFloat(t) || t == DataType::kInt32 || t == DataType::kInt64 ||
-             t == DataType::kUint32 || t == DataType::kUint64 || t == DataType::kInt8 ||
-             t == DataType::kUint8;
-    }));
+    RETURN_IF_ERROR(RequireType(
+        context, 0, float_only ? IsFloat : [](DataType t) {
+          return IsFloat(t) || t == DataType::kInt32 || t == DataType::kInt64 ||
+                 t == DataType::kUint32 || t == DataType::kUint64 || t == DataType::kInt8 ||
+                 t == DataType::kUint8;
+        }));
     ASSIGN_OR_RETURN(int64_t keep_dims, context.Int("keepdims", 1));
     int64_t noop = 0;
     std::vector<int64_t> axes;
@@ -232,8 +247,7 @@ KernelFactory ReduceFactory(Reduce kind, int input_version) {
     } else {
       context.SetOutputUnranked(0, x.dtype);
     }
-    return MakeKernel<ReduceKernel>(kind, std::move(axes), dynamic_axes, keep_dims != 0,
-                                    noop != 0);
+    return MakeKernel<ReduceKernel>(kind, std::move(axes), dynamic_axes, keep_dims != 0, noop != 0);
   };
 }
 

@@ -48,11 +48,21 @@ AxisTaps ComputeTaps(const ResizeAttributes& a, int64_t x, int64_t in, double sc
   const double out = scale * static_cast<double>(in);
   double original = 0;
   switch (a.transform) {
-    case Transform::kHalfPixel: original = (x + 0.5) / scale - 0.5; break;
-    case Transform::kPytorchHalfPixel: original = out == 1 ? -0.5 : (x + 0.5) / scale - 0.5; break;
-    case Transform::kAlignCorners: original = out == 1 ? 0.0 : x * (in - 1) / (out - 1); break;
-    case Transform::kAsymmetric: original = x / scale; break;
-    case Transform::kTfHalfPixelForNn: original = (x + 0.5) / scale; break;
+    case Transform::kHalfPixel:
+      original = (x + 0.5) / scale - 0.5;
+      break;
+    case Transform::kPytorchHalfPixel:
+      original = out == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+      break;
+    case Transform::kAlignCorners:
+      original = out == 1 ? 0.0 : x * (in - 1) / (out - 1);
+      break;
+    case Transform::kAsymmetric:
+      original = x / scale;
+      break;
+    case Transform::kTfHalfPixelForNn:
+      original = (x + 0.5) / scale;
+      break;
     case Transform::kTfCropAndResize:
       original = out == 1 ? (roi_end - roi_start) * (in - 1) / 2
                           : x * (roi_end - roi_start) * (in - 1) / (out - 1);
@@ -79,10 +89,18 @@ AxisTaps ComputeTaps(const ResizeAttributes& a, int64_t x, int64_t in, double sc
         upper = true;
       } else {
         switch (a.rounding) {
-          case Rounding::kRoundPreferFloor: upper = ratio > 0.5; break;
-          case Rounding::kRoundPreferCeil: upper = ratio >= 0.5; break;
-          case Rounding::kFloor: upper = false; break;
-          case Rounding::kCeil: upper = true; break;
+          case Rounding::kRoundPreferFloor:
+            upper = ratio > 0.5;
+            break;
+          case Rounding::kRoundPreferCeil:
+            upper = ratio >= 0.5;
+            break;
+          case Rounding::kFloor:
+            upper = false;
+            break;
+          case Rounding::kCeil:
+            upper = true;
+            break;
         }
       }
       coefficients[0] = upper ? 0 : 1;
@@ -144,7 +162,8 @@ class ResizeKernel : public Kernel {
         roi_end[i] = roi.data<float>()[i + rank];
       }
     }
-    const bool have_sizes = context.has_input(sizes_input) && context.input(sizes_input).count() > 0;
+    const bool have_sizes =
+        context.has_input(sizes_input) && context.input(sizes_input).count() > 0;
     const bool have_scales =
         context.has_input(scales_input) && context.input(scales_input).count() > 0;
     if (have_sizes == have_scales) {
@@ -170,9 +189,8 @@ class ResizeKernel : public Kernel {
       for (int i = 0; i < rank; ++i) {
         scales[i] = scale_tensor.data<float>()[i];
         if (!(scales[i] > 0)) return absl::InvalidArgumentError("scales must be positive");
-        double extent = attributes_.transform == Transform::kTfCropAndResize
-                            ? roi_end[i] - roi_start[i]
-                            : 1.0;
+        double extent =
+            attributes_.transform == Transform::kTfCropAndResize ? roi_end[i] - roi_start[i] : 1.0;
         out_shape[i] = static_cast<int64_t>(x.dim(i) * extent * scales[i]);
       }
     }
@@ -183,8 +201,8 @@ class ResizeKernel : public Kernel {
     for (int axis = 0; axis < rank; ++axis) {
       taps[axis].reserve(out_shape[axis]);
       for (int64_t i = 0; i < out_shape[axis]; ++i) {
-        taps[axis].push_back(ComputeTaps(attributes_, i, x.dim(axis), scales[axis],
-                                         roi_start[axis], roi_end[axis]));
+        taps[axis].push_back(
+            ComputeTaps(attributes_, i, x.dim(axis), scales[axis], roi_start[axis], roi_end[axis]));
       }
     }
     std::vector<int64_t> strides(rank, 1);
@@ -212,7 +230,8 @@ class ResizeKernel : public Kernel {
     if (t.extrapolate) return attributes_.extrapolation;
     double sum = 0;
     for (int i = 0; i < t.count; ++i) {
-      sum += t.weight[i] * Interpolate(in, strides, taps, axis + 1, offset + t.index[i] * strides[axis]);
+      sum += t.weight[i] *
+             Interpolate(in, strides, taps, axis + 1, offset + t.index[i] * strides[axis]);
     }
     return sum;
   }
@@ -256,8 +275,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeResize(NodeContext& context) {
     } else if (transform == "tf_crop_and_resize") {
       a.transform = Transform::kTfCropAndResize;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("coordinate_transformation_mode '",
-                                                     transform, "' is not supported"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("coordinate_transformation_mode '", transform, "' is not supported"));
     }
     ASSIGN_OR_RETURN(std::string rounding, context.String("nearest_mode", "round_prefer_floor"));
     if (rounding == "round_prefer_floor") {
@@ -287,12 +306,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeResize(NodeContext& context) {
   }
   const int sizes_input = 3;
   if (context.has_input(sizes_input)) {
-    RETURN_IF_ERROR(RequireType(context, sizes_input, [](DataType t) { return t == DataType::kInt64; }));
+    RETURN_IF_ERROR(
+        RequireType(context, sizes_input, [](DataType t) { return t == DataType::kInt64; }));
   }
   const ValueInfo& x = context.input(0);
   if (x.rank_known) {
     std::vector<int64_t> dims(x.rank(), -1);
-    if (const Tensor* sizes = context.constant_input(sizes_input); sizes && sizes->count() == x.rank()) {
+    if (const Tensor* sizes = context.constant_input(sizes_input);
+        sizes && sizes->count() == x.rank()) {
       dims = ToInt64Vector(*sizes);
     }
     context.SetOutput(0, DataType::kFloat, dims);

@@ -59,9 +59,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeConstant(NodeContext& context) {
     ASSIGN_OR_RETURN(std::vector<int64_t> v, context.Ints("value_ints"));
     value = Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v);
   } else {
-    return absl::UnimplementedError(absl::StrCat("value attribute '",
-                                                 context.node().attribute(0).name(),
-                                                 "' is not supported"));
+    return absl::UnimplementedError(absl::StrCat(
+        "value attribute '", context.node().attribute(0).name(), "' is not supported"));
   }
   if (!value.ok()) return value.status();
   context.SetConstantOutput(0, *value);
@@ -134,8 +133,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeDropout(NodeContext& context) {
   RETURN_IF_ERROR(RequireType(context, 0, IsFloat));
   if (context.has_input(2)) {
     const Tensor* training = context.constant_input(2);
-    if (training == nullptr || training->dtype() != DataType::kBool ||
-        *training->data<bool>()) {
+    if (training == nullptr || training->dtype() != DataType::kBool || *training->data<bool>()) {
       return absl::UnimplementedError("training mode is not supported");
     }
   }
@@ -194,8 +192,8 @@ absl::StatusOr<std::vector<int64_t>> ResolveReshape(const std::vector<int64_t>& 
     if (input_unknown || unknown) {
       out[infer] = -1;
     } else if (known_product == 0 || input_count % known_product != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", ShapeToString(input),
-                                                     " to ", ShapeToString(target)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot reshape ", ShapeToString(input), " to ", ShapeToString(target)));
     } else {
       out[infer] = input_count / known_product;
     }
@@ -274,8 +272,8 @@ class FlattenKernel : public Kernel {
     const Tensor& x = context.input(0);
     int64_t axis = axis_ < 0 ? axis_ + x.rank() : axis_;
     if (axis < 0 || axis > x.rank()) return absl::InvalidArgumentError("axis out of range");
-    context.SetOutput(0, x.Reshaped({Product(x.shape(), 0, axis),
-                                     Product(x.shape(), axis, x.rank())}));
+    context.SetOutput(
+        0, x.Reshaped({Product(x.shape(), 0, axis), Product(x.shape(), axis, x.rank())}));
     return absl::OkStatus();
   }
 
@@ -299,8 +297,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeFlatten(NodeContext& context) {
       }
       return p;
     };
-    context.SetOutput(0, x.dtype, {product(0, static_cast<int>(a)),
-                                   product(static_cast<int>(a), x.rank())});
+    context.SetOutput(0, x.dtype,
+                      {product(0, static_cast<int>(a)), product(static_cast<int>(a), x.rank())});
   } else {
     context.SetOutput(0, x.dtype, {-1, -1});
   }
@@ -583,8 +581,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeTranspose(NodeContext& context) {
   }
   if (x.rank_known) {
     if (!perm.empty() && static_cast<int>(perm.size()) != x.rank()) {
-      return absl::InvalidArgumentError(absl::StrCat("perm has ", perm.size(),
-                                                     " entries for rank ", x.rank()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("perm has ", perm.size(), " entries for rank ", x.rank()));
     }
     std::vector<int64_t> dims(x.rank());
     for (int i = 0; i < x.rank(); ++i) {
@@ -700,14 +698,13 @@ class SplitKernel : public Kernel {
         split.push_back(std::max<int64_t>(0, std::min(part, dim - part * i)));
       }
       if (split_.empty() && !split_from_input_ && dim % outputs != 0 && !uneven_allowed_) {
-        return absl::InvalidArgumentError(absl::StrCat("axis of size ", dim,
-                                                       " does not split into ", outputs,
-                                                       " equal parts"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("axis of size ", dim, " does not split into ", outputs, " equal parts"));
       }
     }
     if (static_cast<int>(split.size()) != outputs) {
-      return absl::InvalidArgumentError(absl::StrCat("split has ", split.size(),
-                                                     " entries for ", outputs, " outputs"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("split has ", split.size(), " entries for ", outputs, " outputs"));
     }
     int64_t total = 0;
     for (int64_t s : split) {
@@ -771,8 +768,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeSplit(NodeContext& context) {
     if (context.has_attribute("num_outputs")) {
       ASSIGN_OR_RETURN(int64_t num_outputs, context.Int("num_outputs"));
       if (num_outputs != context.output_count()) {
-        return absl::InvalidArgumentError(absl::StrCat("num_outputs is ", num_outputs, " but the node has ",
-                                                       context.output_count(), " outputs"));
+        return absl::InvalidArgumentError(absl::StrCat("num_outputs is ", num_outputs,
+                                                       " but the node has ", context.output_count(),
+                                                       " outputs"));
       }
       if (context.has_input(1)) {
         return absl::InvalidArgumentError("num_outputs and the split input are exclusive");
@@ -1000,9 +998,8 @@ class GatherKernel : public Kernel {
     const int64_t n = static_cast<int64_t>(index.size());
     for (int64_t i = 0; i < n; ++i) {
       if (index[i] < -dim || index[i] >= dim) {
-        return absl::InvalidArgumentError(absl::StrCat("index ", index[i],
-                                                       " is out of range for an axis of size ",
-                                                       dim));
+        return absl::InvalidArgumentError(
+            absl::StrCat("index ", index[i], " is out of range for an axis of size ", dim));
       }
     }
     for (int64_t o = 0; o < outer; ++o) {
@@ -1030,9 +1027,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeGather(NodeContext& context) {
     if (const Tensor* constant = context.constant_input(1); constant && data.dims[a] >= 0) {
       for (int64_t k : ToInt64Vector(*constant)) {
         if (k < -data.dims[a] || k >= data.dims[a]) {
-          return absl::InvalidArgumentError(absl::StrCat("index ", k,
-                                                         " is out of range for an axis of size ",
-                                                         data.dims[a]));
+          return absl::InvalidArgumentError(
+              absl::StrCat("index ", k, " is out of range for an axis of size ", data.dims[a]));
         }
       }
     }
@@ -1242,8 +1238,8 @@ class PadKernel : public Kernel {
       }
     }
     if (static_cast<int>(pads.size()) != 2 * rank) {
-      return absl::InvalidArgumentError(absl::StrCat("pads has ", pads.size(),
-                                                     " entries for rank ", rank));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pads has ", pads.size(), " entries for rank ", rank));
     }
     std::vector<int64_t> shape(rank);
     for (int i = 0; i < rank; ++i) {
@@ -1252,8 +1248,8 @@ class PadKernel : public Kernel {
       if (mode_ != PadMode::kConstant && x.dim(i) == 0 && shape[i] > 0) {
         return absl::InvalidArgumentError("cannot pad an empty axis except with a constant");
       }
-      if (mode_ == PadMode::kReflect &&
-          (pads[i] >= x.dim(i) || pads[i + rank] >= x.dim(i)) && (pads[i] > 0 || pads[i + rank] > 0)) {
+      if (mode_ == PadMode::kReflect && (pads[i] >= x.dim(i) || pads[i + rank] >= x.dim(i)) &&
+          (pads[i] > 0 || pads[i + rank] > 0)) {
         return absl::InvalidArgumentError("reflect pads must be smaller than the axis");
       }
     }
@@ -1314,8 +1310,11 @@ class PadKernel : public Kernel {
   bool MapIndex(int64_t& index, int64_t size) const {
     if (index >= 0 && index < size) return true;
     switch (mode_) {
-      case PadMode::kConstant: return false;
-      case PadMode::kEdge: index = index < 0 ? 0 : size - 1; return true;
+      case PadMode::kConstant:
+        return false;
+      case PadMode::kEdge:
+        index = index < 0 ? 0 : size - 1;
+        return true;
       case PadMode::kReflect:
         if (size == 1) {
           index = 0;
@@ -1338,7 +1337,8 @@ class PadKernel : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakePad(NodeContext& context) {
   const int version = context.since_version();
-  RETURN_IF_ERROR(RequireType(context, 0, [](DataType t) { return IsNumeric(t) || t == DataType::kBool; }));
+  RETURN_IF_ERROR(
+      RequireType(context, 0, [](DataType t) { return IsNumeric(t) || t == DataType::kBool; }));
   ASSIGN_OR_RETURN(std::string mode_name, context.String("mode", "constant"));
   PadMode mode;
   if (mode_name == "constant") {
@@ -1370,8 +1370,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakePad(NodeContext& context) {
   if (x.rank_known && (!from_inputs || (constant_pads && !context.has_input(3)))) {
     std::vector<int64_t> p = from_inputs ? ToInt64Vector(*constant_pads) : pads;
     if (static_cast<int>(p.size()) != 2 * x.rank()) {
-      return absl::InvalidArgumentError(absl::StrCat("pads has ", p.size(),
-                                                     " entries for rank ", x.rank()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pads has ", p.size(), " entries for rank ", x.rank()));
     }
     std::vector<int64_t> dims(x.rank());
     for (int i = 0; i < x.rank(); ++i) {
@@ -1418,15 +1418,27 @@ class RangeKernel : public Kernel {
         return;
       }
       T* out = (*y)->template data<T>();
-      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
     };
     switch (dtype) {
-      case DataType::kFloat: run(float{}); break;
-      case DataType::kDouble: run(double{}); break;
-      case DataType::kInt16: run(int16_t{}); break;
-      case DataType::kInt32: run(int32_t{}); break;
-      case DataType::kInt64: run(int64_t{}); break;
-      default: return absl::InternalError("Range dispatched on an unchecked type");
+      case DataType::kFloat:
+        run(float{});
+        break;
+      case DataType::kDouble:
+        run(double{});
+        break;
+      case DataType::kInt16:
+        run(int16_t{});
+        break;
+      case DataType::kInt32:
+        run(int32_t{});
+        break;
+      case DataType::kInt64:
+        run(int64_t{});
+        break;
+      default:
+        return absl::InternalError("Range dispatched on an unchecked type");
     }
     return status;
   }

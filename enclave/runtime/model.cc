@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/plan.h"
@@ -27,6 +28,25 @@ TensorSpec SpecFor(const std::string& name, const ValueInfo& info) {
   return spec;
 }
 
+// OpenBLAS picks its kernels from the CPU model. Virtual machines that report a generic CPU
+// ("Intel Xeon Processor") make it fall back to Prescott (SSE3) kernels, 2-3x slower than the
+// AVX2/AVX-512 ones. The choice is made when the library loads, so it cannot be changed here;
+// say once how to fix it (OPENBLAS_CORETYPE in the enclave's environment).
+void WarnAboutGenericBlasKernels() {
+  static const bool warned = [] {
+    const char* core = openblas_get_corename();
+    const std::string name = core != nullptr ? core : "";
+    if ((name == "Prescott" || name == "Core2" || name == "Nehalem" || name == "Sandybridge") &&
+        __builtin_cpu_supports("avx2")) {
+      Log(LogLevel::kWarning, "blas_generic_kernels",
+          {{"core", name},
+           {"fix", "set OPENBLAS_CORETYPE=Haswell (AVX2) or SkylakeX (AVX-512) for this process"}});
+    }
+    return true;
+  }();
+  (void)warned;
+}
+
 }  // namespace
 
 Model::~Model() = default;
@@ -34,9 +54,8 @@ Model::~Model() = default;
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(ByteSpan onnx_bytes,
                                                    const LoadOptions& options) {
   if (onnx_bytes.size() > options.max_model_size) {
-    return absl::InvalidArgumentError(absl::StrCat("model is ", onnx_bytes.size(),
-                                                   " bytes, over the limit of ",
-                                                   options.max_model_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model is ", onnx_bytes.size(), " bytes, over the limit of ", options.max_model_size));
   }
   if (onnx_bytes.size() > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError("model is over 2 GiB, which protobuf cannot parse");
@@ -57,20 +76,21 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(ByteSpan onnx_bytes,
   }
   if (opset == 0) return absl::InvalidArgumentError("model imports no default ONNX opset");
   if (opset > kMaxOpset) {
-    return absl::UnimplementedError(absl::StrCat("model opset ", opset,
-                                                 " is newer than the runtime supports (",
-                                                 kMaxOpset, ")"));
+    return absl::UnimplementedError(absl::StrCat(
+        "model opset ", opset, " is newer than the runtime supports (", kMaxOpset, ")"));
   }
   if (!proto.has_graph()) return absl::InvalidArgumentError("model has no graph");
   if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
   if (options.threads > 0) openblas_set_num_threads(options.threads);
+  WarnAboutGenericBlasKernels();
 
   CompileOptions compile{&CpuExecutor(), opset};
   ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, CompileGraph(proto.graph(), compile, {}));
 
   std::unique_ptr<Model> model(new Model());
   for (size_t i = 0; i < plan->input_slots().size(); ++i) {
-    model->inputs_.push_back(SpecFor(plan->input_names()[i], plan->slot_info(plan->input_slots()[i])));
+    model->inputs_.push_back(
+        SpecFor(plan->input_names()[i], plan->slot_info(plan->input_slots()[i])));
     model->input_index_[plan->input_names()[i]] = static_cast<int>(i);
   }
   for (size_t i = 0; i < plan->output_slots().size(); ++i) {
@@ -99,9 +119,8 @@ absl::StatusOr<std::vector<Tensor>> Model::OrderInputs(
     }
     const TensorSpec& spec = inputs_[index];
     if (tensor.dtype() != spec.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", name, "' must be ",
-                                                     TypeName(spec.dtype), ", got ",
-                                                     TypeName(tensor.dtype())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", name, "' must be ", TypeName(spec.dtype), ", got ", TypeName(tensor.dtype())));
     }
     const ValueInfo& info = plan_->slot_info(plan_->input_slots()[index]);
     if (info.rank_known) {
@@ -137,8 +156,7 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
   for (const std::string& name : requested_outputs) {
     auto it = output_index_.find(name);
     if (it == output_index_.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the model has no output named '", name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("the model has no output named '", name, "'"));
     }
     wanted.push_back(it->second);
   }

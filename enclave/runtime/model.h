@@ -1,8 +1,10 @@
 // The enclave's ONNX inference runtime: loads a model from bytes, validates it completely (every
 // operator, version, attribute and element type is checked when the model is loaded, never
-// first at request time), folds constants, plans buffer reuse, and runs requests on the CPU
-// executor. Small and auditable by design: our own graph runtime over the ONNX protobuf classes
-// and BLAS, no third-party inference engine.
+// first at request time), infers shapes (batch and other dimensions may stay dynamic), folds
+// constants, fuses what exporters decompose (LayerNorm, GELU, HardSwish; Conv/MatMul with the
+// BatchNorm, bias, scale and activation after them), plans buffer reuse by liveness, and runs
+// requests on the CPU executor. Small and auditable by design: our own graph runtime over the
+// ONNX protobuf classes and BLAS, no third-party inference engine.
 //
 // Threading: Model::Load may run on any thread. A loaded Model is immutable; Run() is const and
 // may be called from many threads at once (each run has its own buffers). BLAS threading is

@@ -1,5 +1,6 @@
 #include "enclave/runtime/onnx_tensor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -21,20 +22,34 @@ void CopyField(const Field& field, Tensor& tensor) {
 
 absl::StatusOr<DataType> DataTypeFromOnnx(int onnx_type) {
   switch (onnx_type) {
-    case TensorProto::FLOAT: return DataType::kFloat;
-    case TensorProto::DOUBLE: return DataType::kDouble;
-    case TensorProto::FLOAT16: return DataType::kFloat16;
-    case TensorProto::INT8: return DataType::kInt8;
-    case TensorProto::INT16: return DataType::kInt16;
-    case TensorProto::INT32: return DataType::kInt32;
-    case TensorProto::INT64: return DataType::kInt64;
-    case TensorProto::UINT8: return DataType::kUint8;
-    case TensorProto::UINT16: return DataType::kUint16;
-    case TensorProto::UINT32: return DataType::kUint32;
-    case TensorProto::UINT64: return DataType::kUint64;
-    case TensorProto::BOOL: return DataType::kBool;
-    case TensorProto::STRING: return DataType::kString;
-    default: break;
+    case TensorProto::FLOAT:
+      return DataType::kFloat;
+    case TensorProto::DOUBLE:
+      return DataType::kDouble;
+    case TensorProto::FLOAT16:
+      return DataType::kFloat16;
+    case TensorProto::INT8:
+      return DataType::kInt8;
+    case TensorProto::INT16:
+      return DataType::kInt16;
+    case TensorProto::INT32:
+      return DataType::kInt32;
+    case TensorProto::INT64:
+      return DataType::kInt64;
+    case TensorProto::UINT8:
+      return DataType::kUint8;
+    case TensorProto::UINT16:
+      return DataType::kUint16;
+    case TensorProto::UINT32:
+      return DataType::kUint32;
+    case TensorProto::UINT64:
+      return DataType::kUint64;
+    case TensorProto::BOOL:
+      return DataType::kBool;
+    case TensorProto::STRING:
+      return DataType::kString;
+    default:
+      break;
   }
   std::string name = TensorProto::DataType_IsValid(onnx_type)
                          ? TensorProto::DataType_Name(static_cast<TensorProto::DataType>(onnx_type))
@@ -44,19 +59,32 @@ absl::StatusOr<DataType> DataTypeFromOnnx(int onnx_type) {
 
 int OnnxDataType(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat: return TensorProto::FLOAT;
-    case DataType::kDouble: return TensorProto::DOUBLE;
-    case DataType::kFloat16: return TensorProto::FLOAT16;
-    case DataType::kInt8: return TensorProto::INT8;
-    case DataType::kInt16: return TensorProto::INT16;
-    case DataType::kInt32: return TensorProto::INT32;
-    case DataType::kInt64: return TensorProto::INT64;
-    case DataType::kUint8: return TensorProto::UINT8;
-    case DataType::kUint16: return TensorProto::UINT16;
-    case DataType::kUint32: return TensorProto::UINT32;
-    case DataType::kUint64: return TensorProto::UINT64;
-    case DataType::kBool: return TensorProto::BOOL;
-    case DataType::kString: return TensorProto::STRING;
+    case DataType::kFloat:
+      return TensorProto::FLOAT;
+    case DataType::kDouble:
+      return TensorProto::DOUBLE;
+    case DataType::kFloat16:
+      return TensorProto::FLOAT16;
+    case DataType::kInt8:
+      return TensorProto::INT8;
+    case DataType::kInt16:
+      return TensorProto::INT16;
+    case DataType::kInt32:
+      return TensorProto::INT32;
+    case DataType::kInt64:
+      return TensorProto::INT64;
+    case DataType::kUint8:
+      return TensorProto::UINT8;
+    case DataType::kUint16:
+      return TensorProto::UINT16;
+    case DataType::kUint32:
+      return TensorProto::UINT32;
+    case DataType::kUint64:
+      return TensorProto::UINT64;
+    case DataType::kBool:
+      return TensorProto::BOOL;
+    case DataType::kString:
+      return TensorProto::STRING;
   }
   return TensorProto::UNDEFINED;
 }
@@ -71,11 +99,32 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto) {
     return absl::InvalidArgumentError(absl::StrCat(label, " is segmented, which is refused"));
   }
   auto dtype = DataTypeFromOnnx(proto.data_type());
-  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(label, ": ", dtype.status().message()));
+  if (!dtype.ok())
+    return absl::InvalidArgumentError(absl::StrCat(label, ": ", dtype.status().message()));
   if (*dtype == DataType::kString) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": string tensors are not supported"));
   }
   std::vector<int64_t> shape(proto.dims().begin(), proto.dims().end());
+  // Check that the data fills the shape before allocating anything for it.
+  auto declared = ElementCount(shape);
+  if (!declared.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": ", declared.status().message()));
+  }
+  {
+    int64_t available = 0;
+    if (proto.has_raw_data()) {
+      available = static_cast<int64_t>(proto.raw_data().size() / ElementSize(*dtype));
+    } else {
+      available =
+          std::max({proto.float_data_size(), proto.int32_data_size(), proto.int64_data_size(),
+                    proto.double_data_size(), proto.uint64_data_size()});
+    }
+    if (available != *declared) {
+      return absl::InvalidArgumentError(absl::StrCat(label, " holds ", available,
+                                                     " elements for shape ", ShapeToString(shape),
+                                                     " (", *declared, " expected)"));
+    }
+  }
   auto created = Tensor::Create(*dtype, shape);
   if (!created.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": ", created.status().message()));
@@ -89,10 +138,9 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto) {
   };
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != tensor.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(label, " has ", proto.raw_data().size(),
-                                                     " bytes of raw data for shape ",
-                                                     ShapeToString(shape), " (", tensor.size(),
-                                                     " expected)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, " has ", proto.raw_data().size(), " bytes of raw data for shape ",
+                       ShapeToString(shape), " (", tensor.size(), " expected)"));
     }
     if (tensor.size() > 0) std::memcpy(tensor.raw_data(), proto.raw_data().data(), tensor.size());
     if (*dtype == DataType::kBool) {

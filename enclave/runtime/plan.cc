@@ -113,9 +113,9 @@ bool HasSubgraph(const onnx::NodeProto& node) {
 
 absl::StatusOr<ValueInfo> InfoFromValueInfoProto(const onnx::ValueInfoProto& value) {
   if (!value.type().has_tensor_type()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value '", value.name(), "' is not a tensor (sequences and maps are not "
-                                              "supported)"));
+    return absl::InvalidArgumentError(absl::StrCat("value '", value.name(),
+                                                   "' is not a tensor (sequences and maps are not "
+                                                   "supported)"));
   }
   const auto& tensor_type = value.type().tensor_type();
   auto dtype = DataTypeFromOnnx(tensor_type.elem_type());
@@ -132,8 +132,8 @@ absl::StatusOr<ValueInfo> InfoFromValueInfoProto(const onnx::ValueInfoProto& val
   for (const auto& dim : tensor_type.shape().dim()) {
     if (dim.has_dim_value()) {
       if (dim.dim_value() < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("value '", value.name(),
-                                                       "' declares a negative dimension"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("value '", value.name(), "' declares a negative dimension"));
       }
       dims.push_back(dim.dim_value());
     } else {
@@ -158,18 +158,18 @@ absl::StatusOr<ValueInfo> MergeDeclared(const ValueInfo& inferred, const ValueIn
     return merged;
   }
   if (inferred.rank() != declared.rank()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "value '", name, "' is declared with shape ", ShapeToString(declared.dims),
-        " but computes shape ", ShapeToString(inferred.dims)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("value '", name, "' is declared with shape ", ShapeToString(declared.dims),
+                     " but computes shape ", ShapeToString(inferred.dims)));
   }
   ValueInfo merged = inferred;
   for (int i = 0; i < merged.rank(); ++i) {
     if (merged.dims[i] < 0) {
       merged.dims[i] = declared.dims[i];
     } else if (declared.dims[i] >= 0 && declared.dims[i] != merged.dims[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "value '", name, "' is declared with shape ", ShapeToString(declared.dims),
-          " but computes shape ", ShapeToString(inferred.dims)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("value '", name, "' is declared with shape ", ShapeToString(declared.dims),
+                       " but computes shape ", ShapeToString(inferred.dims)));
     }
   }
   return merged;
@@ -200,7 +200,7 @@ class GraphCompiler {
   explicit GraphCompiler(const CompileOptions& options) : options_(options) {}
 
   absl::StatusOr<std::shared_ptr<const Plan>> Compile(const onnx::GraphProto& graph,
-                                                       const std::vector<OuterValue>& outer);
+                                                      const std::vector<OuterValue>& outer);
 
  private:
   absl::StatusOr<int> NewSlot(const std::string& name, ValueInfo info) {
@@ -322,10 +322,9 @@ absl::Status GraphCompiler::FoldNode(const onnx::NodeProto& node, const Kernel& 
   for (int i = 0; i < node.output_size(); ++i) {
     Tensor& value = context.outputs()[i];
     if (!MatchesInfo(value, outputs[i])) {
-      return absl::InternalError(absl::StrCat("folded output ", i, " has shape ",
-                                              ShapeToString(value.shape()),
-                                              " against the inferred ",
-                                              ShapeToString(outputs[i].dims)));
+      return absl::InternalError(
+          absl::StrCat("folded output ", i, " has shape ", ShapeToString(value.shape()),
+                       " against the inferred ", ShapeToString(outputs[i].dims)));
     }
     // Constants are shared by all runs; copy views so they own exactly their bytes.
     if (value.BufferShared()) value = value.Clone();
@@ -406,11 +405,11 @@ absl::StatusOr<bool> GraphCompiler::FuseIntoProducer(const onnx::NodeProto& node
 absl::Status GraphCompiler::CompileNode(const onnx::NodeProto& node, bool fused,
                                         bool allow_epilogue) {
   if (!fused && !node.domain().empty() && node.domain() != "ai.onnx") {
-    return NodeError(node, absl::UnimplementedError(absl::StrCat(
-                               "operator domain '", node.domain(), "' is not supported")));
+    return NodeError(node, absl::UnimplementedError(absl::StrCat("operator domain '", node.domain(),
+                                                                 "' is not supported")));
   }
-  auto match = options_.executor->kernels().Find(node.op_type(),
-                                                 fused ? kFusedOpset : options_.opset);
+  auto match =
+      options_.executor->kernels().Find(node.op_type(), fused ? kFusedOpset : options_.opset);
   if (!match.ok()) return NodeError(node, match.status());
 
   std::vector<int> input_slots;
@@ -429,8 +428,8 @@ absl::Status GraphCompiler::CompileNode(const onnx::NodeProto& node, bool fused,
   for (const std::string& name : ImplicitInputs(node)) {
     auto it = scope_.find(name);
     if (it == scope_.end()) {
-      return NodeError(node, absl::InvalidArgumentError(absl::StrCat(
-                                 "subgraph reads '", name, "', which is not defined")));
+      return NodeError(node, absl::InvalidArgumentError(absl::StrCat("subgraph reads '", name,
+                                                                     "', which is not defined")));
     }
     input_slots.push_back(it->second);
     input_infos.push_back(plan_->slot_infos_[it->second]);
@@ -489,8 +488,12 @@ absl::Status GraphCompiler::CompileNode(const onnx::NodeProto& node, bool fused,
     if (slot >= 0) plan_->producer_step_[slot] = step_index;
   }
   plan_->kernels_.push_back(std::move(kernel).value());
-  plan_->steps_.push_back(Step{plan_->kernels_.back().get(), node.name(), node.op_type(),
-                               std::move(input_slots), std::move(output_slots), {}});
+  plan_->steps_.push_back(Step{plan_->kernels_.back().get(),
+                               node.name(),
+                               node.op_type(),
+                               std::move(input_slots),
+                               std::move(output_slots),
+                               {}});
   return absl::OkStatus();
 }
 
@@ -544,8 +547,8 @@ absl::StatusOr<std::shared_ptr<const Plan>> GraphCompiler::Compile(
   for (const onnx::TensorProto& initializer : graph.initializer()) {
     auto tensor = TensorFromProto(initializer);
     if (!tensor.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("initializer '", initializer.name(),
-                                                     "': ", tensor.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("initializer '", initializer.name(), "': ", tensor.status().message()));
     }
     ValueInfo info = ValueInfo::Shaped(tensor->dtype(), tensor->shape());
     info.constant = std::move(tensor).value();
@@ -591,9 +594,9 @@ absl::StatusOr<std::shared_ptr<const Plan>> GraphCompiler::Compile(
     }
     auto declared = declared_.find(output.name());
     if (declared != declared_.end()) {
-      ASSIGN_OR_RETURN(plan_->slot_infos_[it->second],
-                       MergeDeclared(plan_->slot_infos_[it->second], declared->second,
-                                     output.name()));
+      ASSIGN_OR_RETURN(
+          plan_->slot_infos_[it->second],
+          MergeDeclared(plan_->slot_infos_[it->second], declared->second, output.name()));
     }
     plan_->output_slots_.push_back(it->second);
     plan_->output_names_.push_back(output.name());
@@ -658,8 +661,8 @@ absl::StatusOr<std::vector<Tensor>> Plan::Execute(std::vector<Tensor> inputs,
     }
     KernelContext context(std::move(step_inputs), std::move(dies),
                           static_cast<int>(step.outputs.size()), pool);
-    const auto started = step_seconds ? std::chrono::steady_clock::now()
-                                      : std::chrono::steady_clock::time_point();
+    const auto started =
+        step_seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     absl::Status status = step.kernel->Compute(context);
     if (step_seconds != nullptr) {
       (*step_seconds)[s] =
@@ -682,9 +685,9 @@ absl::StatusOr<std::vector<Tensor>> Plan::Execute(std::vector<Tensor> inputs,
       if (!MatchesInfo(produced, slot_infos_[slot])) {
         return absl::InternalError(absl::StrCat(
             "node '", step.node_name, "' (", step.op_type, "): output '", slot_names_[slot],
-            "' has type ", TypeName(produced.dtype()), " shape ",
-            ShapeToString(produced.shape()), ", inferred ", TypeName(slot_infos_[slot].dtype),
-            " ", slot_infos_[slot].rank_known ? ShapeToString(slot_infos_[slot].dims) : "[*]"));
+            "' has type ", TypeName(produced.dtype()), " shape ", ShapeToString(produced.shape()),
+            ", inferred ", TypeName(slot_infos_[slot].dtype), " ",
+            slot_infos_[slot].rank_known ? ShapeToString(slot_infos_[slot].dims) : "[*]"));
       }
       values[slot] = std::move(produced);
     }

@@ -1,6 +1,7 @@
-// A compiled ONNX graph: values numbered into slots, constants folded, kernels built and
-// ordered, and for each step the slots whose last use it is, so a run can hand their buffers
-// back to a per-run pool (liveness-based reuse).
+// A compiled ONNX graph: values numbered into slots, decomposed patterns fused (fusion.h),
+// constants folded, kernels built and ordered, nodes folded into the kernel that produces their
+// input where the kernel allows (Kernel::FuseNext), and for each step the slots whose last use it
+// is, so a run can hand their buffers back to the pool (liveness-based reuse).
 //
 // Threading: a Plan is immutable after CompileGraph(); Execute() is const and runs concurrently
 // on many threads, each with its own BufferPool. Ownership: the Plan owns its kernels and

@@ -176,10 +176,10 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, f
 // Tensor basics.
 
 TEST(TensorTest, KServeNamesRoundTrip) {
-  for (DataType dtype : {DataType::kFloat, DataType::kDouble, DataType::kFloat16, DataType::kInt8,
-                         DataType::kInt16, DataType::kInt32, DataType::kInt64, DataType::kUint8,
-                         DataType::kUint16, DataType::kUint32, DataType::kUint64, DataType::kBool,
-                         DataType::kString}) {
+  for (DataType dtype :
+       {DataType::kFloat, DataType::kDouble, DataType::kFloat16, DataType::kInt8, DataType::kInt16,
+        DataType::kInt32, DataType::kInt64, DataType::kUint8, DataType::kUint16, DataType::kUint32,
+        DataType::kUint64, DataType::kBool, DataType::kString}) {
     auto parsed = DataTypeFromKServe(KServeName(dtype));
     ASSERT_TRUE(parsed.ok()) << KServeName(dtype);
     EXPECT_EQ(*parsed, dtype);
@@ -265,9 +265,12 @@ struct BroadcastCase {
 
 TEST(ElementwiseTest, BroadcastingMatchesReference) {
   const std::vector<BroadcastCase> cases = {
-      {{2, 3}, {3}, {2, 3}},          {{2, 1, 3}, {4, 1}, {2, 4, 3}},
-      {{1}, {2, 2}, {2, 2}},          {{3, 1, 5}, {1, 4, 1}, {3, 4, 5}},
-      {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}}, {{}, {3}, {3}},
+      {{2, 3}, {3}, {2, 3}},
+      {{2, 1, 3}, {4, 1}, {2, 4, 3}},
+      {{1}, {2, 2}, {2, 2}},
+      {{3, 1, 5}, {1, 4, 1}, {3, 4, 5}},
+      {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}},
+      {{}, {3}, {3}},
       {{1, 3, 1, 2}, {2, 1, 4, 1}, {2, 3, 4, 2}},
   };
   struct Op {
@@ -419,13 +422,19 @@ TEST(ConvTest, MatchesReferenceForGroupsPadsStridesDilations) {
       {"plain3x3_stride2_pad1", {2, 3, 9, 11}, 4, {3, 3}, 1, {2, 2}, {1, 1, 1, 1}, {1, 1}, true},
       {"pointwise", {1, 8, 5, 6}, 6, {1, 1}, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},
       {"depthwise_dilated", {1, 6, 8, 8}, 6, {3, 3}, 6, {1, 1}, {2, 2, 2, 2}, {2, 2}, true},
-      {"depthwise_stride_asym_pads", {2, 4, 7, 9}, 4, {5, 3}, 4, {2, 1}, {2, 0, 1, 2}, {1, 1},
+      {"depthwise_stride_asym_pads",
+       {2, 4, 7, 9},
+       4,
+       {5, 3},
+       4,
+       {2, 1},
+       {2, 0, 1, 2},
+       {1, 1},
        false},
       {"grouped", {1, 6, 6, 7}, 4, {3, 2}, 2, {1, 2}, {1, 0, 0, 1}, {1, 1}, true},
       {"depthwise_multiplier", {1, 3, 6, 6}, 6, {3, 3}, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},
       {"conv1d_stride", {2, 3, 20}, 5, {4}, 1, {3}, {1, 2}, {1}, true},
-      {"same_upper", {1, 2, 7, 8}, 3, {3, 3}, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, false,
-       "SAME_UPPER"},
+      {"same_upper", {1, 2, 7, 8}, 3, {3, 3}, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, false, "SAME_UPPER"},
   };
   uint32_t seed = 100;
   for (const ConvCase& c : cases) {
@@ -529,7 +538,8 @@ TEST(VersionTest, SoftmaxOneCoercesTo2D) {
       for (int r = 0; r < 2; ++r) {
         double sum = 0;
         for (int i = 0; i < 4; ++i) sum += std::exp(x[r * 4 + i]);
-        for (int i = 0; i < 4; ++i) want[r * 4 + i] = static_cast<float>(std::exp(x[r * 4 + i]) / sum);
+        for (int i = 0; i < 4; ++i)
+          want[r * 4 + i] = static_cast<float>(std::exp(x[r * 4 + i]) / sum);
       }
     } else {  // softmax along axis 1 only (pairs 2 apart)
       for (int n = 0; n < 2; ++n) {
@@ -587,12 +597,14 @@ TEST(VersionTest, ReduceMeanAxesAttributeAndInput) {
 
 TEST(MatMulTest, BatchedBroadcastMatchesReference) {
   GraphBuilder builder;
-  builder.Input("a", onnx::TensorProto::FLOAT, {2, 1, 3, 4}).Input("b", onnx::TensorProto::FLOAT, {3, 4, 2});
+  builder.Input("a", onnx::TensorProto::FLOAT, {2, 1, 3, 4})
+      .Input("b", onnx::TensorProto::FLOAT, {3, 4, 2});
   builder.Node("MatMul", {"a", "b"}, {"y"});
   builder.Output("y");
   auto model = LoadOrDie(builder);
   std::vector<float> a = RandomFloats(24, 7), b = RandomFloats(24, 8);
-  Tensor y = RunOne(*model, {{"a", FloatTensor({2, 1, 3, 4}, a)}, {"b", FloatTensor({3, 4, 2}, b)}});
+  Tensor y =
+      RunOne(*model, {{"a", FloatTensor({2, 1, 3, 4}, a)}, {"b", FloatTensor({3, 4, 2}, b)}});
   ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 3, 3, 2}));
   std::vector<float> want;
   for (int i = 0; i < 2; ++i) {
@@ -790,8 +802,9 @@ TEST_F(RunValidationTest, WrongTypeRankShapeAndNamesRefused) {
 
   status = model_->Run({}).status();
   EXPECT_THAT(status.message(), HasSubstr("missing"));
-  status = model_->Run({{"pixels", FloatTensor({1, 3}, {1, 2, 3})},
-                        {"other", FloatTensor({1}, {1})}}).status();
+  status =
+      model_->Run({{"pixels", FloatTensor({1, 3}, {1, 2, 3})}, {"other", FloatTensor({1}, {1})}})
+          .status();
   EXPECT_THAT(status.message(), HasSubstr("other"));
   status = model_->Run({{"pixels", FloatTensor({1, 3}, {1, 2, 3})}}, {"nope"}).status();
   EXPECT_THAT(status.message(), HasSubstr("nope"));
@@ -820,8 +833,8 @@ TEST_F(RunValidationTest, ConcurrentRunsAgree) {
       for (int i = 0; i < 200; ++i) {
         const float v = static_cast<float>(t * 1000 + i);
         auto out = model_->Run({{"pixels", FloatTensor({1, 3}, {v, v, v})}});
-        good = good && out.ok() &&
-               Values((*out)[1].second) == std::vector<float>{v + 1, v + 2, v + 3};
+        good =
+            good && out.ok() && Values((*out)[1].second) == std::vector<float>{v + 1, v + 2, v + 3};
       }
       ok[t] = good;
     });
@@ -829,7 +842,6 @@ TEST_F(RunValidationTest, ConcurrentRunsAgree) {
   for (auto& thread : threads) thread.join();
   for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
 }
-
 
 TEST(ConcurrencyTest, ConvMatMulModelFromManyThreadsMatchesSerial) {
   GraphBuilder builder;
@@ -966,7 +978,6 @@ TEST(GraphTest, RuntimeShapeErrorNamesNode) {
   EXPECT_THAT(result.status().message(), HasSubstr("dynamic_reshape"));
   EXPECT_THAT(result.status().message(), HasSubstr("(Reshape)"));
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Load-time fusion: a fused graph must compute what the unfused graph computes. Exposing an
@@ -1124,6 +1135,35 @@ TEST(FusionTest, MatMulBiasAddFusesWhenBiasIsFirst) {
     }
   }
   ExpectNear(Values(z), want, 1e-5f);
+}
+
+TEST(LoadTest, CorruptedModelsFailCleanlyOrRun) {
+  // Byte flips in a valid model must give an error or a model that runs; never a crash. (The
+  // sanitizer build turns memory errors here into failures.)
+  GraphBuilder builder(13);
+  BuildConvChain(builder, false);
+  const std::string original = builder.Bytes();
+  std::mt19937 generator(1234);
+  int loaded = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::string bytes = original;
+    const int flips = 1 + round % 4;
+    for (int f = 0; f < flips; ++f) {
+      const size_t at = generator() % bytes.size();
+      bytes[at] = static_cast<char>(bytes[at] ^ (1u << (generator() % 8)));
+    }
+    auto model = Model::Load(AsBytes(bytes));
+    if (!model.ok()) continue;
+    ++loaded;
+    for (const TensorSpec& spec : (*model)->inputs()) {
+      std::vector<int64_t> shape = spec.shape;
+      for (int64_t& d : shape) d = d < 0 ? 1 : std::min<int64_t>(d, 64);
+      auto tensor = Tensor::Create(spec.dtype, shape);
+      if (!tensor.ok()) continue;
+      (void)(*model)->Run({{spec.name, *tensor}});
+    }
+  }
+  EXPECT_GT(loaded, 0);
 }
 
 }  // namespace

@@ -58,8 +58,9 @@ inline Vec Tanh(Vec x) {
   // Large |x|: 1 - 2 / (e^{2|x|} + 1); small |x|: odd Taylor series (no cancellation).
   const Vec large = 1.0f - 2.0f / (Exp(a + a) + 1.0f);
   const Vec x2 = x * x;
-  const Vec small = a * (1.0f + x2 * (-0.333333333f + x2 * (0.133333333f + x2 *
-                                       (-0.0539682540f + x2 * 0.0218694885f))));
+  const Vec small =
+      a * (1.0f +
+           x2 * (-0.333333333f + x2 * (0.133333333f + x2 * (-0.0539682540f + x2 * 0.0218694885f))));
   const Vec magnitude = Select(a < 0.125f, small, large);
   return Select(x < 0, -magnitude, magnitude);
 }
@@ -76,8 +77,10 @@ inline Vec Erf(Vec x) {
   const Vec large = 1.0f - poly * t * Exp(-a * a);
   // |x| < 0.5: Maclaurin series, accurate in relative terms near zero.
   const Vec x2 = a * a;
-  const Vec small = a * (1.1283791671f + x2 * (-0.3761263890f + x2 * (0.1128379167f + x2 *
-                                      (-0.0268661706f + x2 * 0.0052239776f))));
+  const Vec small =
+      a *
+      (1.1283791671f +
+       x2 * (-0.3761263890f + x2 * (0.1128379167f + x2 * (-0.0268661706f + x2 * 0.0052239776f))));
   const Vec magnitude = Select(a < 0.5f, small, large);
   return Select(x < 0, -magnitude, magnitude);
 }

@@ -18,10 +18,10 @@ struct TypeEntry {
   size_t size;
 };
 constexpr TypeEntry kTypes[] = {
-    {DataType::kFloat, "FP32", 4},   {DataType::kDouble, "FP64", 8},
-    {DataType::kFloat16, "FP16", 2}, {DataType::kInt8, "INT8", 1},
-    {DataType::kInt16, "INT16", 2},  {DataType::kInt32, "INT32", 4},
-    {DataType::kInt64, "INT64", 8},  {DataType::kUint8, "UINT8", 1},
+    {DataType::kFloat, "FP32", 4},    {DataType::kDouble, "FP64", 8},
+    {DataType::kFloat16, "FP16", 2},  {DataType::kInt8, "INT8", 1},
+    {DataType::kInt16, "INT16", 2},   {DataType::kInt32, "INT32", 4},
+    {DataType::kInt64, "INT64", 8},   {DataType::kUint8, "UINT8", 1},
     {DataType::kUint16, "UINT16", 2}, {DataType::kUint32, "UINT32", 4},
     {DataType::kUint64, "UINT64", 8}, {DataType::kBool, "BOOL", 1},
     {DataType::kString, "BYTES", 0},
@@ -33,7 +33,8 @@ absl::StatusOr<DataType> DataTypeFromKServe(std::string_view name) {
   for (const TypeEntry& type : kTypes) {
     if (type.kserve == name) return type.dtype;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown KServe datatype '", std::string(name), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KServe datatype '", std::string(name), "'"));
 }
 
 std::string_view KServeName(DataType dtype) {
@@ -90,8 +91,7 @@ Buffer::~Buffer() { std::free(data_); }
 
 Tensor::Tensor() : shape_{0} {}
 
-Tensor::Tensor(DataType dtype, std::vector<int64_t> shape,
-               std::shared_ptr<internal::Buffer> buffer)
+Tensor::Tensor(DataType dtype, std::vector<int64_t> shape, std::shared_ptr<internal::Buffer> buffer)
     : dtype_(dtype), shape_(std::move(shape)), buffer_(std::move(buffer)) {
   count_ = 1;
   for (int64_t dim : shape_) {

@@ -56,18 +56,54 @@ struct Float16Bits {
 };
 template <typename T>
 struct DataTypeOf;
-template <> struct DataTypeOf<float> { static constexpr DataType value = DataType::kFloat; };
-template <> struct DataTypeOf<double> { static constexpr DataType value = DataType::kDouble; };
-template <> struct DataTypeOf<Float16Bits> { static constexpr DataType value = DataType::kFloat16; };
-template <> struct DataTypeOf<int8_t> { static constexpr DataType value = DataType::kInt8; };
-template <> struct DataTypeOf<int16_t> { static constexpr DataType value = DataType::kInt16; };
-template <> struct DataTypeOf<int32_t> { static constexpr DataType value = DataType::kInt32; };
-template <> struct DataTypeOf<int64_t> { static constexpr DataType value = DataType::kInt64; };
-template <> struct DataTypeOf<uint8_t> { static constexpr DataType value = DataType::kUint8; };
-template <> struct DataTypeOf<uint16_t> { static constexpr DataType value = DataType::kUint16; };
-template <> struct DataTypeOf<uint32_t> { static constexpr DataType value = DataType::kUint32; };
-template <> struct DataTypeOf<uint64_t> { static constexpr DataType value = DataType::kUint64; };
-template <> struct DataTypeOf<bool> { static constexpr DataType value = DataType::kBool; };
+template <>
+struct DataTypeOf<float> {
+  static constexpr DataType value = DataType::kFloat;
+};
+template <>
+struct DataTypeOf<double> {
+  static constexpr DataType value = DataType::kDouble;
+};
+template <>
+struct DataTypeOf<Float16Bits> {
+  static constexpr DataType value = DataType::kFloat16;
+};
+template <>
+struct DataTypeOf<int8_t> {
+  static constexpr DataType value = DataType::kInt8;
+};
+template <>
+struct DataTypeOf<int16_t> {
+  static constexpr DataType value = DataType::kInt16;
+};
+template <>
+struct DataTypeOf<int32_t> {
+  static constexpr DataType value = DataType::kInt32;
+};
+template <>
+struct DataTypeOf<int64_t> {
+  static constexpr DataType value = DataType::kInt64;
+};
+template <>
+struct DataTypeOf<uint8_t> {
+  static constexpr DataType value = DataType::kUint8;
+};
+template <>
+struct DataTypeOf<uint16_t> {
+  static constexpr DataType value = DataType::kUint16;
+};
+template <>
+struct DataTypeOf<uint32_t> {
+  static constexpr DataType value = DataType::kUint32;
+};
+template <>
+struct DataTypeOf<uint64_t> {
+  static constexpr DataType value = DataType::kUint64;
+};
+template <>
+struct DataTypeOf<bool> {
+  static constexpr DataType value = DataType::kBool;
+};
 
 // Number of elements of a shape; InvalidArgument for a negative dimension or an overflow.
 absl::StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape);
@@ -101,7 +137,8 @@ class Tensor {
   static absl::StatusOr<Tensor> Create(DataType dtype, std::vector<int64_t> shape);
   // Convenience for tests and tools: a tensor holding `values` with `shape` (counts must match).
   template <typename T>
-  static absl::StatusOr<Tensor> FromVector(std::vector<int64_t> shape, const std::vector<T>& values);
+  static absl::StatusOr<Tensor> FromVector(std::vector<int64_t> shape,
+                                           const std::vector<T>& values);
 
   // Runtime-internal: wraps an existing buffer of at least count*ElementSize bytes.
   Tensor(DataType dtype, std::vector<int64_t> shape, std::shared_ptr<internal::Buffer> buffer);

@@ -48,8 +48,9 @@ absl::StatusOr<WindowGeometry> ComputeWindow(const WindowAttributes& attributes,
   auto check_length = [&](const std::vector<int64_t>& values, int expected,
                           std::string_view name) -> absl::Status {
     if (!values.empty() && static_cast<int>(values.size()) != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("attribute '", std::string(name), "' has ", values.size(),
-                                                     " values, expected ", expected));
+      return absl::InvalidArgumentError(absl::StrCat("attribute '", std::string(name), "' has ",
+                                                     values.size(), " values, expected ",
+                                                     expected));
     }
     return absl::OkStatus();
   };
@@ -85,10 +86,9 @@ absl::StatusOr<WindowGeometry> ComputeWindow(const WindowAttributes& attributes,
       }
       const int64_t span = in + geometry.pad_begin[a] + geometry.pad_end[a] - extent;
       if (span < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("window of extent ", extent,
-                                                       " is larger than the padded input ",
-                                                       in + geometry.pad_begin[a] +
-                                                           geometry.pad_end[a]));
+        return absl::InvalidArgumentError(
+            absl::StrCat("window of extent ", extent, " is larger than the padded input ",
+                         in + geometry.pad_begin[a] + geometry.pad_end[a]));
       }
       int64_t out;
       if (attributes.ceil_mode) {
@@ -105,8 +105,8 @@ absl::StatusOr<WindowGeometry> ComputeWindow(const WindowAttributes& attributes,
         continue;
       }
       if (in < extent) {
-        return absl::InvalidArgumentError(absl::StrCat("window of extent ", extent,
-                                                       " is larger than the input ", in));
+        return absl::InvalidArgumentError(
+            absl::StrCat("window of extent ", extent, " is larger than the input ", in));
       }
       geometry.output[a] = (in - extent) / geometry.stride[a] + 1;
     } else {  // SAME_UPPER / SAME_LOWER
