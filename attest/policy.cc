@@ -493,4 +493,27 @@ absl::Status WriteDevPolicy(const std::string& path, const std::string& sim_dir,
   return WriteFileAtomic(path, text, 0644);
 }
 
+absl::StatusOr<std::vector<Bytes>> DecodeHexAllowList(
+    const google::protobuf::RepeatedPtrField<std::string>& list, size_t size,
+    std::string_view field) {
+  std::vector<Bytes> out;
+  for (int i = 0; i < list.size(); ++i) {
+    auto bytes = HexDecode(list.Get(i));
+    if (!bytes.ok() || bytes->size() != size) {
+      return absl::InvalidArgumentError(absl::StrCat("policy field '", std::string(field), "[", i,
+                                                     "]': expected ", 2 * size,
+                                                     " hex digits, got '", list.Get(i), "'"));
+    }
+    out.push_back(*std::move(bytes));
+  }
+  return out;
+}
+
+bool AllowListContains(const std::vector<Bytes>& list, ByteSpan value) {
+  for (const Bytes& item : list) {
+    if (ConstantTimeEquals(item, value)) return true;
+  }
+  return false;
+}
+
 }  // namespace cloister::attest

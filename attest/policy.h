@@ -6,6 +6,8 @@
 // Thread-safe: pure functions (yaml-cpp exceptions are caught here and never escape).
 #pragma once
 
+#include <vector>
+
 #include <string>
 #include <string_view>
 
@@ -30,6 +32,14 @@ absl::StatusOr<Policy> ParsePolicyYaml(std::string_view text, std::string_view s
 
 // Reads (at most 1 MiB) and parses a policy file; errors name the path.
 absl::StatusOr<Policy> LoadPolicyFile(const std::string& path);
+
+// Decodes an allow-list of hex values of `size` bytes each from a policy section; the
+// InvalidArgument error names `field` (e.g. "snp.host_data") and the index.
+absl::StatusOr<std::vector<Bytes>> DecodeHexAllowList(
+    const google::protobuf::RepeatedPtrField<std::string>& list, size_t size,
+    std::string_view field);
+// True when `value` equals an entry of `list` (constant-time per entry).
+bool AllowListContains(const std::vector<Bytes>& list, ByteSpan value);
 
 // Writes a policy as YAML that ParsePolicyYaml reads back to an equal message (PEM text as
 // literal blocks, unset sections left out).

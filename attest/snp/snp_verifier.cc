@@ -79,29 +79,6 @@ absl::StatusOr<Certificate> ParseLeaf(ByteSpan bytes) {
   return Certificate::FromDer(bytes);
 }
 
-// Hex allow-lists of the policy, decoded.
-absl::StatusOr<std::vector<Bytes>> DecodeHexList(
-    const google::protobuf::RepeatedPtrField<std::string>& list, size_t size,
-    absl::string_view field) {
-  std::vector<Bytes> out;
-  for (int i = 0; i < list.size(); ++i) {
-    auto bytes = HexDecode(list.Get(i));
-    if (!bytes.ok() || bytes->size() != size) {
-      return absl::InvalidArgumentError(absl::StrCat("policy field 'snp.", field, "[", i,
-                                                     "]': expected ", 2 * size,
-                                                     " hex digits, got '", list.Get(i), "'"));
-    }
-    out.push_back(*std::move(bytes));
-  }
-  return out;
-}
-
-bool Contains(const std::vector<Bytes>& list, ByteSpan value) {
-  for (const Bytes& item : list) {
-    if (ConstantTimeEquals(item, value)) return true;
-  }
-  return false;
-}
 
 // Reads one VCEK TCB extension (a small INTEGER).
 absl::StatusOr<uint8_t> ReadSpl(const Certificate& leaf, std::string_view oid,
@@ -308,9 +285,9 @@ absl::StatusOr<std::vector<Certificate>> SnpPinnedArks(const v1::SnpPolicy& poli
 
 absl::Status ValidateSnpPolicy(const v1::SnpPolicy& policy) {
   RETURN_IF_ERROR(SnpPinnedArks(policy).status());
-  RETURN_IF_ERROR(DecodeHexList(policy.host_data(), kHostDataSize, "host_data").status());
+  RETURN_IF_ERROR(DecodeHexAllowList(policy.host_data(), kHostDataSize, "snp.host_data").status());
   RETURN_IF_ERROR(
-      DecodeHexList(policy.id_key_digests(), kIdKeyDigestSize, "id_key_digests").status());
+      DecodeHexAllowList(policy.id_key_digests(), kIdKeyDigestSize, "snp.id_key_digests").status());
   if (policy.minimum_report_version() > kSnpMaxVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("policy field 'snp.minimum_report_version': ", policy.minimum_report_version(),
@@ -336,9 +313,9 @@ absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& pol
   RETURN_IF_ERROR(ValidateSnpPolicy(snp));
   ASSIGN_OR_RETURN(std::vector<Certificate> arks, SnpPinnedArks(snp));
   ASSIGN_OR_RETURN(std::vector<Bytes> host_data,
-                   DecodeHexList(snp.host_data(), kHostDataSize, "host_data"));
+                   DecodeHexAllowList(snp.host_data(), kHostDataSize, "snp.host_data"));
   ASSIGN_OR_RETURN(std::vector<Bytes> id_keys,
-                   DecodeHexList(snp.id_key_digests(), kIdKeyDigestSize, "id_key_digests"));
+                   DecodeHexAllowList(snp.id_key_digests(), kIdKeyDigestSize, "snp.id_key_digests"));
   if (input.expected_report_data.has_value() &&
       input.expected_report_data->size() != kSnpReportDataSize) {
     return absl::InvalidArgumentError(absl::StrCat("the expected REPORT_DATA is ",
@@ -480,7 +457,7 @@ absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& pol
       problems.push_back(absl::StrCat("GUEST_SVN ", report->guest_svn,
                                       " is below the policy's minimum ", snp.minimum_guest_svn()));
     }
-    if (!id_keys.empty() && !Contains(id_keys, report->id_key_digest)) {
+    if (!id_keys.empty() && !AllowListContains(id_keys, report->id_key_digest)) {
       problems.push_back(absl::StrCat("ID_KEY_DIGEST ", HexEncode(report->id_key_digest),
                                       " is not among the policy's ", id_keys.size(),
                                       " accepted ID keys"));
@@ -520,7 +497,7 @@ absl::StatusOr<Verdict> VerifySnpReport(const SnpInput& input, const Policy& pol
   // host_data
   if (host_data.empty()) {
     verdict.Skip(name("host_data"), "the policy does not constrain HOST_DATA");
-  } else if (Contains(host_data, report->host_data)) {
+  } else if (AllowListContains(host_data, report->host_data)) {
     verdict.Pass(name("host_data"),
                  absl::StrCat("HOST_DATA ", HexEncode(report->host_data), " is accepted"));
   } else {

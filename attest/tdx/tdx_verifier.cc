@@ -27,27 +27,6 @@ std::string TimeText(absl::Time time) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
 }
 
-absl::StatusOr<std::vector<Bytes>> DecodeHexList(
-    const google::protobuf::RepeatedPtrField<std::string>& list, absl::string_view field) {
-  std::vector<Bytes> out;
-  for (int i = 0; i < list.size(); ++i) {
-    auto bytes = HexDecode(list.Get(i));
-    if (!bytes.ok() || bytes->size() != kMeasurementRegisterSize) {
-      return absl::InvalidArgumentError(absl::StrCat("policy field 'tdx.", field, "[", i,
-                                                     "]': expected ", 2 * kMeasurementRegisterSize,
-                                                     " hex digits, got '", list.Get(i), "'"));
-    }
-    out.push_back(*std::move(bytes));
-  }
-  return out;
-}
-
-bool Contains(const std::vector<Bytes>& list, ByteSpan value) {
-  for (const Bytes& item : list) {
-    if (ConstantTimeEquals(item, value)) return true;
-  }
-  return false;
-}
 
 absl::StatusOr<Certificate> PinnedRoot(const v1::TdxPolicy& policy) {
   const bool built_in = policy.root_pem().empty();
@@ -162,11 +141,11 @@ void Conclude(Verdict& verdict, const std::string& prefix,
 
 absl::Status ValidateTdxPolicy(const v1::TdxPolicy& policy) {
   RETURN_IF_ERROR(PinnedRoot(policy).status());
-  RETURN_IF_ERROR(DecodeHexList(policy.rtmr0(), "rtmr0").status());
-  RETURN_IF_ERROR(DecodeHexList(policy.rtmr1(), "rtmr1").status());
-  RETURN_IF_ERROR(DecodeHexList(policy.rtmr2(), "rtmr2").status());
-  RETURN_IF_ERROR(DecodeHexList(policy.rtmr3(), "rtmr3").status());
-  RETURN_IF_ERROR(DecodeHexList(policy.mr_seams(), "mr_seams").status());
+  RETURN_IF_ERROR(DecodeHexAllowList(policy.rtmr0(), kMeasurementRegisterSize, "tdx.rtmr0").status());
+  RETURN_IF_ERROR(DecodeHexAllowList(policy.rtmr1(), kMeasurementRegisterSize, "tdx.rtmr1").status());
+  RETURN_IF_ERROR(DecodeHexAllowList(policy.rtmr2(), kMeasurementRegisterSize, "tdx.rtmr2").status());
+  RETURN_IF_ERROR(DecodeHexAllowList(policy.rtmr3(), kMeasurementRegisterSize, "tdx.rtmr3").status());
+  RETURN_IF_ERROR(DecodeHexAllowList(policy.mr_seams(), kMeasurementRegisterSize, "tdx.mr_seams").status());
   for (int i = 0; i < policy.accepted_tcb_statuses_size(); ++i) {
     const std::string& status = policy.accepted_tcb_statuses(i);
     if (std::find(std::begin(kTdxTcbStatuses), std::end(kTdxTcbStatuses), status) ==
@@ -185,11 +164,11 @@ absl::StatusOr<Verdict> VerifyTdxQuote(const TdxInput& input, const Policy& poli
   const v1::TdxPolicy& tdx = policy.tdx();
   RETURN_IF_ERROR(ValidateTdxPolicy(tdx));
   ASSIGN_OR_RETURN(Certificate root, PinnedRoot(tdx));
-  ASSIGN_OR_RETURN(std::vector<Bytes> rtmr0, DecodeHexList(tdx.rtmr0(), "rtmr0"));
-  ASSIGN_OR_RETURN(std::vector<Bytes> rtmr1, DecodeHexList(tdx.rtmr1(), "rtmr1"));
-  ASSIGN_OR_RETURN(std::vector<Bytes> rtmr2, DecodeHexList(tdx.rtmr2(), "rtmr2"));
-  ASSIGN_OR_RETURN(std::vector<Bytes> rtmr3, DecodeHexList(tdx.rtmr3(), "rtmr3"));
-  ASSIGN_OR_RETURN(std::vector<Bytes> mr_seams, DecodeHexList(tdx.mr_seams(), "mr_seams"));
+  ASSIGN_OR_RETURN(std::vector<Bytes> rtmr0, DecodeHexAllowList(tdx.rtmr0(), kMeasurementRegisterSize, "tdx.rtmr0"));
+  ASSIGN_OR_RETURN(std::vector<Bytes> rtmr1, DecodeHexAllowList(tdx.rtmr1(), kMeasurementRegisterSize, "tdx.rtmr1"));
+  ASSIGN_OR_RETURN(std::vector<Bytes> rtmr2, DecodeHexAllowList(tdx.rtmr2(), kMeasurementRegisterSize, "tdx.rtmr2"));
+  ASSIGN_OR_RETURN(std::vector<Bytes> rtmr3, DecodeHexAllowList(tdx.rtmr3(), kMeasurementRegisterSize, "tdx.rtmr3"));
+  ASSIGN_OR_RETURN(std::vector<Bytes> mr_seams, DecodeHexAllowList(tdx.mr_seams(), kMeasurementRegisterSize, "tdx.mr_seams"));
   if (input.expected_report_data.has_value() &&
       input.expected_report_data->size() != kTdxReportDataSize) {
     return absl::InvalidArgumentError(absl::StrCat("the expected REPORTDATA is ",
@@ -488,7 +467,7 @@ absl::StatusOr<Verdict> VerifyTdxQuote(const TdxInput& input, const Policy& poli
     for (int i = 0; i < 4; ++i) {
       if (rtmr_lists[i]->empty()) continue;
       checked.push_back(absl::StrCat("RTMR", i));
-      if (!Contains(*rtmr_lists[i], body.rtmr[i])) {
+      if (!AllowListContains(*rtmr_lists[i], body.rtmr[i])) {
         problems.push_back(absl::StrCat("RTMR", i, " ", HexEncode(body.rtmr[i]),
                                         " is not among the policy's ", rtmr_lists[i]->size(),
                                         " accepted values"));
@@ -496,7 +475,7 @@ absl::StatusOr<Verdict> VerifyTdxQuote(const TdxInput& input, const Policy& poli
     }
     if (!mr_seams.empty()) {
       checked.push_back("MRSEAM");
-      if (!Contains(mr_seams, body.mr_seam)) {
+      if (!AllowListContains(mr_seams, body.mr_seam)) {
         problems.push_back(absl::StrCat("MRSEAM ", HexEncode(body.mr_seam),
                                         " is not among the policy's ", mr_seams.size(),
                                         " accepted TDX modules"));
