@@ -152,7 +152,8 @@ class DepthSpaceKernel : public Kernel {
     const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3), b = block_;
     std::vector<int64_t> shape;
     if (to_space_) {
-      if (c % (b * b) != 0) return absl::InvalidArgumentError("channels not divisible by blocksize^2");
+      if (c % (b * b) != 0)
+        return absl::InvalidArgumentError("channels not divisible by blocksize^2");
       shape = {n, c / (b * b), h * b, w * b};
     } else {
       if (h % b != 0 || w % b != 0) {
@@ -378,7 +379,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeTopK(NodeContext& context) {
   (void)sorted;  // results are always sorted, which satisfies sorted=0 as well
   if (version < 10) {
     ASSIGN_OR_RETURN(k, context.Int("k"));
-  } else if (const Tensor* constant = context.constant_input(1); constant && constant->count() == 1) {
+  } else if (const Tensor* constant = context.constant_input(1);
+             constant && constant->count() == 1) {
     k = ToInt64Vector(*constant)[0];
   }
   const ValueInfo& x = context.input(0);
@@ -431,8 +433,8 @@ class NonZeroKernel : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeNonZero(NodeContext& context) {
   RETURN_IF_ERROR(context.ExpectInputs(1, 1));
-  RETURN_IF_ERROR(RequireType(context, 0,
-                              [](DataType t) { return IsNumeric(t) || t == DataType::kBool; }));
+  RETURN_IF_ERROR(
+      RequireType(context, 0, [](DataType t) { return IsNumeric(t) || t == DataType::kBool; }));
   const ValueInfo& x = context.input(0);
   context.SetOutput(0, DataType::kInt64, {x.rank_known ? std::max(x.rank(), 1) : -1, -1});
   return MakeKernel<NonZeroKernel>();
@@ -465,7 +467,8 @@ class GatherNDKernel : public Kernel {
     const int64_t batches = Product(data.shape(), 0, b);
     const int64_t slice = Product(data.shape(), b + last, data.rank());
     const int64_t batch_data = Product(data.shape(), b, data.rank());
-    const int64_t tuples = (indices.count() / std::max<int64_t>(last, 1)) / std::max<int64_t>(batches, 1);
+    const int64_t tuples =
+        (indices.count() / std::max<int64_t>(last, 1)) / std::max<int64_t>(batches, 1);
     const size_t element = ElementSize(data.dtype());
     const char* in = static_cast<const char*>(data.raw_data());
     char* out = static_cast<char*>(y->raw_data());
@@ -517,11 +520,21 @@ absl::StatusOr<Reduction> ParseReduction(const NodeContext& context) {
 template <typename T>
 void Combine(T& target, T value, Reduction reduction) {
   switch (reduction) {
-    case Reduction::kNone: target = value; break;
-    case Reduction::kAdd: target = static_cast<T>(target + value); break;
-    case Reduction::kMul: target = static_cast<T>(target * value); break;
-    case Reduction::kMax: target = value > target ? value : target; break;
-    case Reduction::kMin: target = value < target ? value : target; break;
+    case Reduction::kNone:
+      target = value;
+      break;
+    case Reduction::kAdd:
+      target = static_cast<T>(target + value);
+      break;
+    case Reduction::kMul:
+      target = static_cast<T>(target * value);
+      break;
+    case Reduction::kMax:
+      target = value > target ? value : target;
+      break;
+    case Reduction::kMin:
+      target = value < target ? value : target;
+      break;
   }
 }
 
@@ -600,7 +613,8 @@ class ScatterKernel : public Kernel {
         if (k < 0) k += dim;
         offset = offset * dim + k;
       }
-      for (int64_t s = 0; s < slice; ++s) Combine(out[offset * slice + s], up[t * slice + s], reduction_);
+      for (int64_t s = 0; s < slice; ++s)
+        Combine(out[offset * slice + s], up[t * slice + s], reduction_);
     }
     return absl::OkStatus();
   }
@@ -699,8 +713,8 @@ class EyeLikeKernel : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeEyeLike(NodeContext& context) {
   RETURN_IF_ERROR(context.ExpectInputs(1, 1));
-  RETURN_IF_ERROR(RequireType(context, 0,
-                              [](DataType t) { return IsNumeric(t) || t == DataType::kBool; }));
+  RETURN_IF_ERROR(
+      RequireType(context, 0, [](DataType t) { return IsNumeric(t) || t == DataType::kBool; }));
   DataType dtype = context.input(0).dtype;
   if (context.has_attribute("dtype")) {
     ASSIGN_OR_RETURN(int64_t code, context.Int("dtype"));
