@@ -6,9 +6,12 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "base/bytes.h"
+#include "absl/strings/str_cat.h"
+#include "attest/verifier.h"
 #include "base/file.h"
 #include "gtest/gtest.h"
 
@@ -52,5 +55,38 @@ class ScopedTempDir {
  private:
   std::string path_;
 };
+
+// Verdict inspection for tests.
+// The result of the check `name`; a missing check is a test failure and reads as kFail.
+inline Check::Result ResultOf(const Verdict& verdict, const std::string& name) {
+  const Check* check = verdict.Find(name);
+  EXPECT_NE(check, nullptr) << "no check " << name;
+  return check == nullptr ? Check::kFail : check->result;
+}
+
+// The detail of the check `name`, or "" when there is none.
+inline std::string Detail(const Verdict& verdict, const std::string& name) {
+  const Check* check = verdict.Find(name);
+  return check == nullptr ? "" : check->detail;
+}
+
+// The names of the checks that failed, in order.
+inline std::vector<std::string> Failed(const Verdict& verdict) {
+  std::vector<std::string> names;
+  for (const Check& check : verdict.checks) {
+    if (check.result == Check::kFail) names.push_back(check.name);
+  }
+  return names;
+}
+
+// Every check on its own line, for failure messages.
+inline std::string Dump(const Verdict& verdict) {
+  std::string out;
+  for (const Check& check : verdict.checks) {
+    absl::StrAppend(&out, check.name, " ", std::string(CheckResultName(check.result)), ": ",
+                    check.detail, "\n");
+  }
+  return out;
+}
 
 }  // namespace cloister::attest::testing

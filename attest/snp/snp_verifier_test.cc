@@ -13,7 +13,11 @@
 namespace cloister::attest {
 namespace {
 
+using ::cloister::attest::testing::Detail;
+using ::cloister::attest::testing::Dump;
+using ::cloister::attest::testing::Failed;
 using ::cloister::attest::testing::ReadTestBinary;
+using ::cloister::attest::testing::ResultOf;
 using ::cloister::attest::testing::ReadTestHex;
 using ::cloister::attest::testing::ReadTestText;
 using ::cloister::attest::testing::TestDataPath;
@@ -74,35 +78,6 @@ Verdict MustVerify(const SnpInput& input, const Policy& policy, absl::Time at = 
   auto verdict = VerifySnpReport(input, policy, at);
   EXPECT_TRUE(verdict.ok()) << verdict.status();
   return verdict.ok() ? *verdict : Verdict();
-}
-
-Check::Result ResultOf(const Verdict& verdict, const std::string& name) {
-  const Check* check = verdict.Find(name);
-  EXPECT_NE(check, nullptr) << "no check " << name;
-  return check == nullptr ? Check::kFail : check->result;
-}
-
-std::string Detail(const Verdict& verdict, const std::string& name) {
-  const Check* check = verdict.Find(name);
-  return check == nullptr ? "" : check->detail;
-}
-
-// The checks that failed, by name.
-std::vector<std::string> Failed(const Verdict& verdict) {
-  std::vector<std::string> names;
-  for (const Check& check : verdict.checks) {
-    if (check.result == Check::kFail) names.push_back(check.name);
-  }
-  return names;
-}
-
-std::string Dump(const Verdict& verdict) {
-  std::string out;
-  for (const Check& check : verdict.checks) {
-    absl::StrAppend(&out, check.name, " ", std::string(CheckResultName(check.result)), ": ",
-                    check.detail, "\n");
-  }
-  return out;
 }
 
 uint64_t ParseHexNumber(const std::string& text) { return std::stoull(text, nullptr, 16); }
