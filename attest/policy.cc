@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <vector>
@@ -328,6 +329,17 @@ class YamlPolicyReader {
         versions->set_vbios_versions(i, absl::AsciiStrToUpper(v));
       }
     }
+    if (policy.has_nvidia()) {
+      if (policy.gpu() != v1::GPU_TYPE_NVIDIA_CC) {
+        return Error("nvidia", "NVIDIA settings are only allowed when gpu is nvidia-cc");
+      }
+      for (const auto& [path, pem] :
+           {std::pair<std::string, std::string>{"nvidia.device_root_pem",
+                                                policy.nvidia().device_root_pem()},
+            {"nvidia.corim_root_pem", policy.nvidia().corim_root_pem()}}) {
+        if (!pem.empty()) RETURN_IF_ERROR(CheckRoot(path, pem));
+      }
+    }
     if (policy.has_sim() && !sim_tee && !sim_gpu) {
       return Error("sim", "simulated roots are only allowed when tee or gpu is sim");
     }
@@ -453,7 +465,19 @@ absl::StatusOr<Policy> ParsePolicyYaml(std::string_view text, std::string_view s
 
 absl::StatusOr<Policy> LoadPolicyFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path, kMaxPolicyFileSize));
-  return ParsePolicyYaml(text, path);
+  ASSIGN_OR_RETURN(Policy policy, ParsePolicyYaml(text, path));
+  // Directories named in the policy are relative to the policy file.
+  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  auto resolve = [&](const std::string& dir) {
+    if (dir.empty() || std::filesystem::path(dir).is_absolute()) return dir;
+    return (base / dir).lexically_normal().string();
+  };
+  if (policy.has_nvidia()) {
+    v1::NvidiaGpuPolicy* nvidia = policy.mutable_nvidia();
+    nvidia->set_rim_dir(resolve(nvidia->rim_dir()));
+    nvidia->set_ocsp_dir(resolve(nvidia->ocsp_dir()));
+  }
+  return policy;
 }
 
 std::string PolicyToYaml(const Policy& policy) {

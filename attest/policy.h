@@ -27,10 +27,12 @@ inline constexpr int64_t kDevPolicyMaxEvidenceAgeSeconds = 86400;
 // measurement are present; measurements are 96 hex digits (stored lower case); the simulated
 // roots are present exactly when tee or gpu is `sim` and each holds one PEM certificate; a
 // simulated GPU only with a simulated CVM; version lists only when a GPU is expected, with
-// VBIOS versions like 96.00.9F.00.01 (stored upper case); the maximum age is not negative.
+// VBIOS versions like 96.00.9F.00.01 (stored upper case); the maximum age is not negative; the
+// `nvidia` section only with gpu nvidia-cc, its roots (when set) one CA certificate each.
 absl::StatusOr<Policy> ParsePolicyYaml(std::string_view text, std::string_view source_name);
 
-// Reads (at most 1 MiB) and parses a policy file; errors name the path.
+// Reads (at most 1 MiB) and parses a policy file; errors name the path. Relative directories
+// in the policy (nvidia.rim_dir, nvidia.ocsp_dir) are resolved against the file's directory.
 absl::StatusOr<Policy> LoadPolicyFile(const std::string& path);
 
 // Decodes an allow-list of hex values of `size` bytes each from a policy section; the

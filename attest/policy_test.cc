@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -264,6 +265,59 @@ TEST_F(PolicyTest, LoadPolicyFileNamesThePath) {
   EXPECT_TRUE(absl::StrContains(policy.status().message(), path + ":6: field 'alow_debug'"))
       << policy.status();
   EXPECT_TRUE(absl::IsNotFound(LoadPolicyFile(dir.path() + "/missing.yaml").status()));
+}
+
+TEST_F(PolicyTest, NvidiaSection) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/prod.yaml";
+  const std::string good =
+      "name: prod\ntee: sev-snp\ngpu: nvidia-cc\nenclave_measurements: [" + kMeasurement +
+      "]\ngpu_versions:\n  driver_versions: [\"550.90.07\"]\nnvidia:\n  rim_dir: rims\n"
+      "  ocsp_dir: /var/lib/ocsp\n  require_ocsp: true\n";
+  ASSERT_TRUE(WriteFileAtomic(path, good, 0644).ok());
+  auto policy = LoadPolicyFile(path);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  // A relative RIM directory is relative to the policy file; an absolute one stays.
+  EXPECT_EQ(policy->nvidia().rim_dir(),
+            (std::filesystem::path(dir.path()) / "rims").lexically_normal().string());
+  EXPECT_EQ(policy->nvidia().ocsp_dir(), "/var/lib/ocsp");
+  EXPECT_TRUE(policy->nvidia().require_ocsp());
+  // Parsing the text alone leaves the path as written.
+  auto parsed = ParsePolicyYaml(good, "prod.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->nvidia().rim_dir(), "rims");
+
+  struct Case {
+    std::string text;
+    std::string expected;
+  } cases[] = {
+      {"name: p\ntee: sev-snp\ngpu: none\nenclave_measurements: [" + kMeasurement +
+           "]\nnvidia:\n  rim_dir: rims\n",
+       "p.yaml:5: field 'nvidia': NVIDIA settings are only allowed when gpu is nvidia-cc"},
+      {"name: p\ntee: sev-snp\ngpu: nvidia-cc\nenclave_measurements: [" + kMeasurement +
+           "]\nnvidia:\n  device_root_pem: nonsense\n",
+       "p.yaml:6: field 'nvidia.device_root_pem': "},
+      {"name: p\ntee: sev-snp\ngpu: nvidia-cc\nenclave_measurements: [" + kMeasurement +
+           "]\nnvidia:\n  rim_dirs: rims\n",
+       "p.yaml:6: field 'nvidia.rim_dirs': unknown field; expected one of: device_root_pem, "
+       "corim_root_pem, rim_dir, ocsp_dir, require_ocsp, allow_ocsp_cert_hold, "
+       "allow_expired_rim"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParsePolicyYaml(c.text, "p.yaml");
+    ASSERT_FALSE(bad.ok()) << c.text;
+    EXPECT_TRUE(absl::StrContains(bad.status().message(), c.expected))
+        << c.text << " -> " << bad.status();
+  }
+  // A leaf certificate is not a root.
+  std::string leaf_root = "name: p\ntee: sev-snp\ngpu: nvidia-cc\nenclave_measurements: [" +
+                          kMeasurement + "]\nnvidia:\n  corim_root_pem: |\n";
+  for (const std::string& line : Indented(*leaf_)) leaf_root += line + "\n";
+  auto bad = ParsePolicyYaml(leaf_root, "p.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(),
+                                "field 'nvidia.corim_root_pem': the certificate is not a CA"))
+      << bad.status();
 }
 
 TEST_F(PolicyTest, DevPolicy) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "attest/binding.h"
 #include "attest/sim/sim_verifier.h"
 #include "attest/snp/snp_verifier.h"
@@ -152,10 +153,31 @@ absl::StatusOr<std::unique_ptr<EvidenceVerifier>> MakeCvmVerifier(v1::TeeType ty
       absl::StrCat("this build cannot verify CVM evidence of type ", TeeName(type)));
 }
 
+namespace {
+
+absl::Mutex registry_mutex(absl::kConstInit);
+std::map<int, GpuVerifierFactory>& GpuRegistry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mutex) {
+  static auto* registry = new std::map<int, GpuVerifierFactory>();
+  return *registry;
+}
+
+}  // namespace
+
+void RegisterGpuVerifier(v1::GpuType type, GpuVerifierFactory factory) {
+  absl::MutexLock lock(&registry_mutex);
+  GpuRegistry()[type] = factory;
+}
+
 absl::StatusOr<std::unique_ptr<EvidenceVerifier>> MakeGpuVerifier(v1::GpuType type) {
   if (type == v1::GPU_TYPE_SIM) return std::make_unique<SimGpuVerifier>();
+  {
+    absl::MutexLock lock(&registry_mutex);
+    auto it = GpuRegistry().find(type);
+    if (it != GpuRegistry().end()) return it->second();
+  }
   return absl::UnimplementedError(
-      absl::StrCat("this build cannot verify GPU evidence of type ", GpuName(type)));
+      absl::StrCat("this program cannot verify GPU evidence of type ", GpuName(type),
+                   type == v1::GPU_TYPE_NVIDIA_CC ? " (the NVIDIA verifier is not linked in)" : ""));
 }
 
 Verdict VerifyBundle(const EvidenceBundle& bundle, ByteSpan expected_nonce, const Policy& policy,

@@ -83,9 +83,17 @@ class EvidenceVerifier {
                          const Policy& policy, absl::Time at) const = 0;
 };
 
-// The verifier for a TEE or GPU type; Unimplemented for types this build cannot verify yet.
+// The verifier for a TEE or GPU type; Unimplemented for types this program cannot verify (a
+// GPU type whose verifier library is not linked and registered).
 absl::StatusOr<std::unique_ptr<EvidenceVerifier>> MakeCvmVerifier(v1::TeeType type);
 absl::StatusOr<std::unique_ptr<EvidenceVerifier>> MakeGpuVerifier(v1::GpuType type);
+
+// Makes MakeGpuVerifier(type) return `factory`'s verifier from now on. For GPU verifiers that
+// live in their own library because of what they link (the NVIDIA one needs xmlsec1, which the
+// enclave must not link): see EnableNvidiaGpuVerification in attest/nvidia/bundle_verifier.h.
+// Thread-safe.
+using GpuVerifierFactory = std::unique_ptr<EvidenceVerifier> (*)();
+void RegisterGpuVerifier(v1::GpuType type, GpuVerifierFactory factory);
 
 // Verifies a whole bundle collected over `expected_nonce` against `policy` at time `at`.
 // Checks, in order: policy.tee (bundle types equal the policy's), evidence.nonce,

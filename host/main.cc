@@ -173,6 +173,8 @@ int Run(const DaemonConfig& config) {
   ProcessEnclaveOptions enclave_options;
   enclave_options.binary_path = enclave_binary;
   enclave_options.data_dir = data_dir;
+  enclave_options.tee = config.tee;
+  enclave_options.gpu = config.gpu;
   enclave_options.on_exit = [&worker_exited](const absl::Status&) { worker_exited.store(true); };
   absl::StatusOr<std::unique_ptr<ProcessEnclaveClient>> enclave =
       ProcessEnclaveClient::Start(std::move(enclave_options));

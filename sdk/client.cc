@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "attest/binding.h"
+#include "attest/nvidia/bundle_verifier.h"
 #include "attest/policy.h"
 #include "base/secret_bytes.h"
 #include "base/status.h"
@@ -159,6 +160,7 @@ absl::StatusOr<Attestation> FetchAndVerify(api::Cloister::Stub& stub, const Clie
     return absl::FailedPreconditionError(
         "attestation failed: the evidence from cloisterd is not a ChallengeResponse");
   }
+  attest::EnableNvidiaGpuVerification();
   auto verdict =
       attest::VerifyChallenge(result.challenge, result.nonce, policy, ClockOf(options).Now());
   if (!verdict.ok()) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "attest/nvidia/bundle_verifier.h"
 #include "attest/nvidia/evidence_json.h"
 #include "attest/nvidia/gpu_verifier.h"
 #include "attest/policy.h"
@@ -36,7 +37,8 @@ constexpr char kUsage[] =
     "  tdx         --quote FILE [--collateral FILE]...   (TCB info, QE identity, their\n"
     "              signing chain, root CA CRL, PCK CRL; each file's kind is detected)\n"
     "  nvidia-gpu  (--report FILE --cert-chain FILE | --evidence-json FILE)\n"
-    "              [--driver-rim FILE] [--vbios-rim FILE]\n"
+    "              [--driver-rim FILE] [--vbios-rim FILE] [--ocsp FILE]...\n"
+    "              (without --driver-rim/--vbios-rim: the policy's nvidia.rim_dir)\n"
     "  bundle      FILE   (serialized EvidenceBundle or ChallengeResponse)\n"
     "common flags: --policy FILE  --nonce HEX  --at RFC3339-TIME  --json\n"
     "  --nonce: sev-snp/tdx: the expected REPORT_DATA (up to 64 bytes, zero-padded);\n"
@@ -49,8 +51,8 @@ const std::map<std::string, std::set<std::string>>& FlagsBySubcommand() {
       {"sev-snp", {"report", "vcek", "ask-ark", "cert-chain", "nonce", "policy", "at"}},
       {"tdx", {"quote", "report", "collateral", "nonce", "policy", "at"}},
       {"nvidia-gpu",
-       {"report", "cert-chain", "driver-rim", "vbios-rim", "evidence-json", "nonce", "policy",
-        "at"}},
+       {"report", "cert-chain", "driver-rim", "vbios-rim", "evidence-json", "ocsp", "nonce",
+        "policy", "at"}},
       {"bundle", {"nonce", "policy", "at"}},
   };
   return *kFlags;
@@ -60,6 +62,7 @@ struct Options {
   std::string subcommand;
   std::map<std::string, std::string> flags;
   std::vector<std::string> collateral;  // --collateral may repeat
+  std::vector<std::string> ocsp;        // --ocsp may repeat
   std::vector<std::string> positional;
   bool json = false;
   bool help = false;
@@ -110,6 +113,8 @@ absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
     }
     if (name == "collateral") {
       options.collateral.push_back(*value);
+    } else if (name == "ocsp") {
+      options.ocsp.push_back(*value);
     } else if (!options.flags.emplace(name, *value).second) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, " is given twice"));
     }
@@ -344,11 +349,54 @@ absl::StatusOr<Verdict> RunNvidiaGpu(const Options& options, absl::Time at, std:
     ASSIGN_OR_RETURN(vbios_rim, ReadTextFile(*path, "VBIOS RIM"));
   }
 
+  // Without RIM files on the command line, the policy's RIM directory supplies them by the
+  // versions each report states (the verifier then checks identity and signature).
+  std::optional<RimDirectory> rim_dir;
+  if ((!driver_rim.has_value() || !vbios_rim.has_value()) && !policy.nvidia().rim_dir().empty()) {
+    auto loaded = LoadRimDirectory(policy.nvidia().rim_dir());
+    if (!loaded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("policy nvidia.rim_dir: ",
+                                                     loaded.status().message()));
+    }
+    rim_dir = *std::move(loaded);
+  }
+  std::vector<Bytes> ocsp;
+  if (!policy.nvidia().ocsp_dir().empty()) {
+    auto loaded = LoadOcspDirectory(policy.nvidia().ocsp_dir());
+    if (!loaded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("policy nvidia.ocsp_dir: ",
+                                                     loaded.status().message()));
+    }
+    ocsp = *std::move(loaded);
+  }
+  for (const std::string& path : options.ocsp) {
+    auto der = ReadFile(path, kMaxOcspResponseSize);
+    if (!der.ok()) {
+      return absl::Status(der.status().code(),
+                          absl::StrCat("OCSP response ", path, ": ", der.status().message()));
+    }
+    ocsp.push_back(ToBytes(*der));
+  }
+
   Verdict verdict;
   verdict.pass = !gpus.empty();
   for (auto& [input, prefix] : gpus) {
     input.driver_rim_xml = driver_rim;
     input.vbios_rim_xml = vbios_rim;
+    input.ocsp_responses = ocsp;
+    if (rim_dir.has_value()) {
+      if (auto report = ParseSpdmReport(input.report); report.ok()) {
+        const RimDirectory::Entry* found = nullptr;
+        if (!input.driver_rim_xml.has_value() &&
+            (found = rim_dir->Find(report->driver_version)) != nullptr) {
+          input.driver_rim_xml = found->xml;
+        }
+        if (!input.vbios_rim_xml.has_value() &&
+            (found = rim_dir->Find(report->vbios_version)) != nullptr) {
+          input.vbios_rim_xml = found->xml;
+        }
+      }
+    }
     ASSIGN_OR_RETURN(Verdict part, VerifyNvidiaGpu(input, nvidia, at, prefix));
     verdict.pass = verdict.pass && part.pass;
     MergeVerdict(verdict, std::move(part));
@@ -493,6 +541,7 @@ int RunVerifyCli(const std::vector<std::string>& args, std::ostream& out, std::o
     err << "cloister-verify: " << status.message() << "\n";
     return kExitUsage;
   };
+  EnableNvidiaGpuVerification();
   auto options = ParseArgs(args);
   if (!options.ok()) {
     err << "cloister-verify: " << options.status().message()

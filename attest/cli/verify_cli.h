@@ -3,7 +3,9 @@
 //   sev-snp     --report FILE (--vcek FILE --ask-ark FILE | --cert-chain FILE)
 //   tdx         --quote FILE [--collateral FILE]...
 //   nvidia-gpu  (--report FILE --cert-chain FILE | --evidence-json FILE)
-//               [--driver-rim FILE] [--vbios-rim FILE]
+//               [--driver-rim FILE] [--vbios-rim FILE] [--ocsp FILE]...
+//               (RIMs not given as files are taken from the policy's nvidia.rim_dir, saved
+//               OCSP responses also from its nvidia.ocsp_dir)
 //   bundle      FILE   (a serialized cloister.attest.v1.EvidenceBundle or ChallengeResponse)
 // and for all of them: --policy FILE (YAML, attest/policy.h), --nonce HEX, --at TIME (RFC 3339;
 // default now), --json. Report and quote files may hold raw bytes or hex text. Output: a verdict

@@ -2,6 +2,7 @@
 // stderr), with the real evidence in shared/testdata and policies written per test.
 #include "attest/cli/verify_cli.h"
 
+#include <filesystem>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -307,6 +308,51 @@ TEST_F(VerifyCliTest, NvidiaGpuEndToEndVector) {
   args[10] = std::string(32, '0');
   run = RunBinary(args);
   EXPECT_EQ(run.status, 2);
+}
+
+TEST_F(VerifyCliTest, NvidiaGpuTakesRimsAndOcspFromThePolicy) {
+  const std::string dir = "nvidia-cc/hopper-545.00-e2e/";
+  std::filesystem::create_directories(dir_.path() + "/rims");
+  Write("rims/driver.xml", ReadTestText(dir + "driver_rim_545.00_test.swidtag"));
+  Write("rims/vbios.xml", ReadTestText(dir + "vbios_rim_96005E0001_test.swidtag"));
+  std::string policy = Write(
+      "gpu_rims.yaml", "name: gpu\ntee: sev-snp\ngpu: nvidia-cc\nenclave_measurements: [\"" +
+                           std::string(96, 'a') + "\"]\nnvidia:\n  rim_dir: rims\n");
+  std::vector<std::string> args = {"nvidia-gpu",
+                                   "--report",
+                                   TestDataPath(dir + "attestation_report.hex"),
+                                   "--cert-chain",
+                                   TestDataPath(dir + "cert_chain.pem"),
+                                   "--nonce",
+                                   "4cff7f5380ead8fad8ec2c531c110aca4302a88f603792801a8ca29ee151af2e",
+                                   "--policy",
+                                   policy,
+                                   "--at",
+                                   "2024-06-01T00:00:00Z",
+                                   "--json"};
+  ProcessResult run = RunBinary(args);
+  EXPECT_EQ(run.status, 0) << run.out << run.err;
+  Json json = ParseJsonOutput(run);
+  EXPECT_EQ(ResultOf(json, "rim.driver.signature"), "pass");
+  EXPECT_EQ(ResultOf(json, "measurements"), "pass");
+  EXPECT_EQ(ResultOf(json, "certs.ocsp"), "skipped");
+
+  // A saved OCSP response that is not one fails the OCSP check instead of being skipped.
+  args.insert(args.end() - 1, {"--ocsp", Write("bad.der", "not DER")});
+  run = RunBinary(args);
+  EXPECT_EQ(run.status, 1) << run.out << run.err;
+  EXPECT_EQ(ResultOf(ParseJsonOutput(run), "certs.ocsp"), "fail");
+
+  // A policy naming a RIM directory that is not there is unusable input.
+  std::string missing = Write(
+      "gpu_missing.yaml", "name: gpu\ntee: sev-snp\ngpu: nvidia-cc\nenclave_measurements: [\"" +
+                              std::string(96, 'a') + "\"]\nnvidia:\n  rim_dir: nowhere\n");
+  args.resize(args.size() - 3);
+  args[8] = missing;
+  args.push_back("--json");
+  run = RunBinary(args);
+  EXPECT_EQ(run.status, 2) << run.out << run.err;
+  EXPECT_NE(run.err.find("policy nvidia.rim_dir: the RIM directory"), std::string::npos) << run.err;
 }
 
 TEST_F(VerifyCliTest, NvidiaEvidenceJsonItemsGetGpuPrefixes) {

@@ -593,6 +593,12 @@ std::string NvidiaVbiosRimId(const SpdmReport& report) {
 
 NvidiaPolicy NvidiaPolicyFromPolicy(const Policy& policy) {
   NvidiaPolicy out;
+  const v1::NvidiaGpuPolicy& section = policy.nvidia();
+  if (!section.device_root_pem().empty()) out.device_root_pem = section.device_root_pem();
+  if (!section.corim_root_pem().empty()) out.corim_root_pem = section.corim_root_pem();
+  out.require_ocsp = section.require_ocsp();
+  out.allow_ocsp_cert_hold = section.allow_ocsp_cert_hold();
+  out.allow_expired_rim = section.allow_expired_rim();
   for (const std::string& version : policy.gpu_versions().driver_versions()) {
     out.allowed_driver_versions.push_back(version);
   }

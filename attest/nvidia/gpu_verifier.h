@@ -92,7 +92,8 @@ struct NvidiaPolicy {
 std::string NvidiaDriverRimId(const SpdmReport& report, std::string_view arch);
 std::string NvidiaVbiosRimId(const SpdmReport& report);
 
-// The NVIDIA part of a cloister policy: its GPU version lists, with NVIDIA's pinned roots.
+// The NVIDIA part of a cloister policy: its GPU version lists and its `nvidia` section's roots
+// (NVIDIA's published ones where the section names none) and revocation and RIM-expiry flags.
 NvidiaPolicy NvidiaPolicyFromPolicy(const Policy& policy);
 
 // The firmware ID in a GPU leaf certificate: the first digest of the Blackwell TcbInfo

@@ -14,6 +14,18 @@
 namespace cloister::host {
 namespace {
 
+absl::Status CheckTeeWord(absl::string_view tee) {
+  if (tee == "sim" || tee == "sev-snp" || tee == "tdx") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("tee must be sim, sev-snp or tdx, not '", tee, "'"));
+}
+
+absl::Status CheckGpuWord(absl::string_view gpu) {
+  if (gpu == "sim" || gpu == "nvidia-cc" || gpu == "none") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("gpu must be sim, nvidia-cc or none, not '", gpu, "'"));
+}
+
 // Builds "FILE:LINE: FIELD: what" messages for one config file.
 class ConfigErrors {
  public:
@@ -202,6 +214,8 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text,
     return errors.AtLine(root.Mark().line,
                          absl::StrCat("expected a map of settings, got ", TypeName(root)));
   }
+  YAML::Node evidence_node = root;  // the later of tee and gpu, for errors about the pair
+  std::string evidence_key = "tee";
   try {
     for (const auto& entry : root) {
       if (!entry.first.IsScalar()) return errors.At(entry.first, "(key)", "expected a field name");
@@ -215,6 +229,14 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text,
         ASSIGN_OR_RETURN(config.data_dir, ReadString(errors, value, "data_dir"));
       } else if (key == "enclave_binary") {
         ASSIGN_OR_RETURN(config.enclave_binary, ReadString(errors, value, "enclave_binary"));
+      } else if (key == "tee" || key == "gpu") {
+        std::string& field = key == "tee" ? config.tee : config.gpu;
+        ASSIGN_OR_RETURN(field, ReadString(errors, value, key));
+        // Each word on its own first; the pair is checked once both are known.
+        absl::Status valid = key == "tee" ? CheckTeeWord(field) : CheckGpuWord(field);
+        if (!valid.ok()) return errors.At(value, key, valid.message());
+        evidence_node = value;
+        evidence_key = key;
       } else if (key == "batching") {
         RETURN_IF_ERROR(ParseBatching(errors, value, config));
       } else if (key == "tenants") {
@@ -226,7 +248,24 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text,
   } catch (const YAML::Exception& e) {
     return errors.AtLine(e.mark.line, e.msg);
   }
+  if (absl::Status valid = CheckEvidenceSources(config.tee, config.gpu); !valid.ok()) {
+    return errors.At(evidence_node, evidence_key, valid.message());
+  }
   return config;
+}
+
+absl::Status CheckEvidenceSources(absl::string_view tee, absl::string_view gpu) {
+  RETURN_IF_ERROR(CheckTeeWord(tee));
+  if (!gpu.empty()) RETURN_IF_ERROR(CheckGpuWord(gpu));
+  if (gpu == "sim" && tee != "sim") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu sim needs tee sim (a simulated GPU cannot sit in a ", tee, " CVM)"));
+  }
+  if (gpu == "nvidia-cc" && tee == "sim") {
+    return absl::InvalidArgumentError(
+        "gpu nvidia-cc needs tee sev-snp or tdx (a simulated CVM cannot vouch for a real GPU)");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path) {
@@ -265,6 +304,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) 
       target = &command_line.data_dir;
     } else if (name == "--enclave-binary") {
       target = &command_line.enclave_binary;
+    } else if (name == "--tee") {
+      target = &command_line.tee;
+    } else if (name == "--gpu") {
+      target = &command_line.gpu;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
     }
@@ -295,6 +338,13 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const CommandLine& command_line
   if (command_line.data_dir.has_value()) config.data_dir = *command_line.data_dir;
   if (command_line.enclave_binary.has_value()) {
     config.enclave_binary = *command_line.enclave_binary;
+  }
+  if (command_line.tee.has_value()) config.tee = *command_line.tee;
+  if (command_line.gpu.has_value()) config.gpu = *command_line.gpu;
+  if (absl::Status valid = CheckEvidenceSources(config.tee, config.gpu); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        command_line.tee.has_value() || command_line.gpu.has_value() ? "--tee/--gpu: " : "",
+        valid.message()));
   }
   return config;
 }

@@ -4,6 +4,9 @@
 //   listen: "127.0.0.1:7700"           # HOST:PORT; port 0 picks a free port
 //   data_dir: ./cloister-data          # created 0700
 //   enclave_binary: /path/cloister-enclave   # default: next to the cloisterd executable
+//   tee: sim                           # where the enclave's evidence comes from: sim, sev-snp, tdx
+//   gpu: nvidia-cc                     # GPU evidence: sim, nvidia-cc, none (default: sim with
+//                                      # tee sim, none otherwise); nvidia-cc needs a real TEE
 //   batching:
 //     max_batch_size: 8                # 1..1024
 //     max_queue_delay_ms: 2            # 0..10000, fractions allowed
@@ -28,12 +31,14 @@ namespace cloister::host {
 
 inline constexpr char kCloisterdUsage[] =
     "usage: cloisterd [--config FILE] [--listen HOST:PORT] [--data-dir DIR] "
-    "[--enclave-binary PATH]";
+    "[--enclave-binary PATH] [--tee sim|sev-snp|tdx] [--gpu sim|nvidia-cc|none]";
 
 struct DaemonConfig {
   std::string listen = "127.0.0.1:7700";
   std::string data_dir = "./cloister-data";
   std::string enclave_binary;  // empty: cloister-enclave beside the cloisterd executable
+  std::string tee = "sim";     // sim, sev-snp, tdx
+  std::string gpu;             // sim, nvidia-cc, none; empty: sim with tee sim, else none
   int max_batch_size = 8;
   absl::Duration max_queue_delay = absl::Milliseconds(2);
   std::vector<TenantCredential> tenants;  // empty: the development tenant
@@ -50,6 +55,8 @@ struct CommandLine {
   std::optional<std::string> listen;
   std::optional<std::string> data_dir;
   std::optional<std::string> enclave_binary;
+  std::optional<std::string> tee;
+  std::optional<std::string> gpu;
   bool help = false;
 };
 
@@ -59,6 +66,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv);
 
 // The effective settings: the config file (if any) with the flags applied on top, validated.
 absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const CommandLine& command_line);
+
+// The TEE and GPU choices together: each a known word, a simulated GPU only with a simulated
+// TEE, a real NVIDIA GPU only with a real TEE. InvalidArgument with one line otherwise.
+absl::Status CheckEvidenceSources(absl::string_view tee, absl::string_view gpu);
 
 // HOST:PORT with a port in 0..65535 (an IPv6 host in brackets). InvalidArgument otherwise.
 absl::Status CheckListenAddress(absl::string_view listen);

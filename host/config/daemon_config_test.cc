@@ -125,6 +125,41 @@ absl::StatusOr<CommandLine> ParseArgs(std::vector<const char*> args) {
   return ParseCommandLine(static_cast<int>(args.size()), args.data());
 }
 
+TEST(DaemonConfigTest, EvidenceSources) {
+  auto config = Parse("tee: sev-snp\ngpu: nvidia-cc\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->tee, "sev-snp");
+  EXPECT_EQ(config->gpu, "nvidia-cc");
+  config = Parse("");
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->tee, "sim");
+  EXPECT_EQ(config->gpu, "");
+  EXPECT_TRUE(Parse("tee: tdx\ngpu: none\n").ok());
+  EXPECT_TRUE(Parse("gpu: sim\ntee: sim\n").ok());
+
+  EXPECT_EQ(ErrorOf("listen: 127.0.0.1:1\ntee: sgx\n"),
+            "test.yaml:2: tee: tee must be sim, sev-snp or tdx, not 'sgx'");
+  EXPECT_EQ(ErrorOf("gpu: amd\n"), "test.yaml:1: gpu: gpu must be sim, nvidia-cc or none, not 'amd'");
+  EXPECT_EQ(ErrorOf("tee: sim\ngpu: nvidia-cc\n"),
+            "test.yaml:2: gpu: gpu nvidia-cc needs tee sev-snp or tdx (a simulated CVM cannot "
+            "vouch for a real GPU)");
+  EXPECT_EQ(ErrorOf("gpu: sim\ntee: tdx\n"),
+            "test.yaml:2: tee: gpu sim needs tee sim (a simulated GPU cannot sit in a tdx CVM)");
+
+  CommandLine command_line;
+  command_line.tee = "sev-snp";
+  auto resolved = ResolveDaemonConfig(command_line);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(resolved->tee, "sev-snp");
+  command_line.gpu = "sim";
+  EXPECT_EQ(ResolveDaemonConfig(command_line).status().message(),
+            "--tee/--gpu: gpu sim needs tee sim (a simulated GPU cannot sit in a sev-snp CVM)");
+  auto parsed = ParseArgs({"--tee", "tdx", "--gpu=none"});
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->tee, "tdx");
+  EXPECT_EQ(parsed->gpu, "none");
+}
+
 TEST(DaemonConfigTest, CommandLine) {
   auto parsed = ParseArgs({"--listen", "127.0.0.1:0", "--data-dir=/tmp/x", "--enclave-binary",
                            "/bin/e", "--config", "c.yaml"});

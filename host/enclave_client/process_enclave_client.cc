@@ -69,17 +69,16 @@ std::string DescribeWaitStatus(int wait_status) {
 
 }  // namespace
 
-std::vector<std::string> ProcessEnclaveClient::WorkerCommandLine(const std::string& binary_path,
-                                                                 const std::string& data_dir) {
-  return {binary_path,
-          "--fd",
-          "3",
-          "--data-dir",
-          data_dir,
-          "--sim-dir",
-          absl::StrCat(data_dir, "/sim"),
-          "--dev-policy-out",
-          absl::StrCat(data_dir, "/dev-policy.yaml")};
+std::vector<std::string> ProcessEnclaveClient::WorkerCommandLine(
+    const ProcessEnclaveOptions& options) {
+  std::vector<std::string> args = {options.binary_path, "--fd", "3", "--data-dir",
+                                   options.data_dir, "--tee", options.tee};
+  if (!options.gpu.empty()) args.insert(args.end(), {"--gpu", options.gpu});
+  if (options.tee == "sim") {
+    args.insert(args.end(), {"--sim-dir", absl::StrCat(options.data_dir, "/sim"),
+                             "--dev-policy-out", absl::StrCat(options.data_dir, "/dev-policy.yaml")});
+  }
+  return args;
 }
 
 absl::StatusOr<std::unique_ptr<ProcessEnclaveClient>> ProcessEnclaveClient::Start(
@@ -89,7 +88,7 @@ absl::StatusOr<std::unique_ptr<ProcessEnclaveClient>> ProcessEnclaveClient::Star
         absl::StrCat("enclave worker binary ", options.binary_path,
                      " is missing or not executable: ", std::strerror(errno)));
   }
-  std::vector<std::string> args = WorkerCommandLine(options.binary_path, options.data_dir);
+  std::vector<std::string> args = WorkerCommandLine(options);
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

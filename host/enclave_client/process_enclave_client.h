@@ -42,6 +42,10 @@ namespace cloister::host {
 struct ProcessEnclaveOptions {
   std::string binary_path;  // the cloister-enclave executable
   std::string data_dir;     // cloisterd's data dir; the worker keeps its state below it
+  // Where evidence comes from (cloister-enclave --tee and --gpu): tee "sim", "sev-snp" or
+  // "tdx"; gpu "sim", "nvidia-cc", "none" or "" for the worker's default (sim with tee sim).
+  std::string tee = "sim";
+  std::string gpu;
   // How long Stop() waits after SIGTERM before SIGKILL.
   absl::Duration stop_grace = absl::Seconds(5);
   // Runs once, on the reader thread, if the connection ends without Stop() having been called
@@ -56,9 +60,9 @@ class ProcessEnclaveClient : public EnclaveClient {
   // worker is ready is for the caller to find out (e.g. with a GetEvidenceCall).
   static absl::StatusOr<std::unique_ptr<ProcessEnclaveClient>> Start(ProcessEnclaveOptions options);
 
-  // The worker's command line for `binary_path` and `data_dir` (argv[0] is the binary).
-  static std::vector<std::string> WorkerCommandLine(const std::string& binary_path,
-                                                    const std::string& data_dir);
+  // The worker's command line for `options` (argv[0] is the binary). A simulated TEE keeps
+  // its roots in DATA_DIR/sim and writes the development policy to DATA_DIR/dev-policy.yaml.
+  static std::vector<std::string> WorkerCommandLine(const ProcessEnclaveOptions& options);
 
   ~ProcessEnclaveClient() override;
   ProcessEnclaveClient(const ProcessEnclaveClient&) = delete;

@@ -57,10 +57,19 @@ class ProcessEnclaveClientTest : public ::testing::Test {
 };
 
 TEST_F(ProcessEnclaveClientTest, WorkerCommandLine) {
-  EXPECT_EQ(ProcessEnclaveClient::WorkerCommandLine("/bin/cloister-enclave", "/data"),
+  ProcessEnclaveOptions options;
+  options.binary_path = "/bin/cloister-enclave";
+  options.data_dir = "/data";
+  EXPECT_EQ(ProcessEnclaveClient::WorkerCommandLine(options),
             (std::vector<std::string>{"/bin/cloister-enclave", "--fd", "3", "--data-dir", "/data",
-                                      "--sim-dir", "/data/sim", "--dev-policy-out",
-                                      "/data/dev-policy.yaml"}));
+                                      "--tee", "sim", "--sim-dir", "/data/sim",
+                                      "--dev-policy-out", "/data/dev-policy.yaml"}));
+  // Real hardware: no simulated roots and no development policy.
+  options.tee = "sev-snp";
+  options.gpu = "nvidia-cc";
+  EXPECT_EQ(ProcessEnclaveClient::WorkerCommandLine(options),
+            (std::vector<std::string>{"/bin/cloister-enclave", "--fd", "3", "--data-dir", "/data",
+                                      "--tee", "sev-snp", "--gpu", "nvidia-cc"}));
 }
 
 TEST_F(ProcessEnclaveClientTest, CallsReachTheWorkerAndComeBack) {

@@ -35,6 +35,11 @@ int main(int argc, char** argv) {
       sim_dir = value;
     } else if (flag == "--dev-policy-out") {
       policy_path = value;
+    } else if (flag == "--tee") {
+      if (value != "sim") {
+        std::fprintf(stderr, "fake_enclave_worker: only --tee sim, not %s\n", value.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "fake_enclave_worker: unknown flag %s\n", argv[i]);
       return 2;

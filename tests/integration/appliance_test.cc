@@ -255,5 +255,26 @@ TEST_F(ApplianceTest, NoPlaintextReachesDataDirOrLogs) {
   EXPECT_EQ(logs.find(marker), std::string::npos) << "marker found in the logs";
 }
 
+// The operator asks for NVIDIA GPU evidence on a machine where NVML cannot give any (no
+// driver here): cloisterd refuses to start and says why in one line, and stores nothing.
+TEST(ApplianceStartTest, GpuEvidenceWithoutNvmlRefusesToStart) {
+  std::string work = MakeTempDir("cloister-nvcc");
+  RunResult run = testing::Run({CLOISTERD_BINARY, "--listen", "127.0.0.1:0", "--data-dir", work + "/data",
+                       "--tee", "sev-snp", "--gpu", "nvidia-cc"},
+                      {{"LD_LIBRARY_PATH", work}}, absl::Seconds(60));
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("--gpu nvidia-cc: NVML not available"), std::string::npos) << run.err;
+  EXPECT_FALSE(fs::exists(work + "/data/models") && !fs::is_empty(work + "/data/models"));
+  EXPECT_FALSE(fs::exists(work + "/data/dev-policy.yaml"));
+
+  // A combination that cannot work is refused before anything starts.
+  run = testing::Run({CLOISTERD_BINARY, "--listen", "127.0.0.1:0", "--data-dir", work + "/data2",
+             "--tee", "sim", "--gpu", "nvidia-cc"});
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("gpu nvidia-cc needs tee sev-snp or tdx"), std::string::npos) << run.err;
+  EXPECT_FALSE(fs::exists(work + "/data2"));
+  fs::remove_all(work);
+}
+
 }  // namespace
 }  // namespace cloister::testing
