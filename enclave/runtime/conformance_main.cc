@@ -1,7 +1,7 @@
 // onnx-conformance: runs ONNX backend-style test folders through the enclave runtime.
 //
-//   onnx-conformance [--executor cpu] [--atol X] [--rtol X] [--failures-only] DIR...
-//   onnx-conformance [--executor cpu] --model FILE DIR...
+//   onnx-conformance [--executor cpu|cuda|auto] [--atol X] [--rtol X] [--failures-only] DIR...
+//   onnx-conformance [--executor cpu|cuda|auto] --model FILE DIR...
 //
 // --repeat N times N further runs of each set and prints the median latency; with --profile
 // also the time per operator type. With --repeat, a set without output files is only timed.
@@ -212,7 +212,7 @@ int Main(int argc, char** argv) {
       options.failures_only = true;
     } else if (arg == "--help" || arg == "-h") {
       std::printf(
-          "usage: onnx-conformance [--executor cpu] [--model FILE] [--atol X] [--rtol X] "
+          "usage: onnx-conformance [--executor cpu|cuda|auto] [--model FILE] [--atol X] [--rtol X] "
           "[--failures-only] [--repeat N [--profile]] DIR...\n");
       return 0;
     } else if (!arg.empty() && arg[0] == '-') {
@@ -223,7 +223,8 @@ int Main(int argc, char** argv) {
     }
   }
   if (options.dirs.empty()) {
-    std::fprintf(stderr, "usage: onnx-conformance [--executor cpu] [--model FILE] DIR...\n");
+    std::fprintf(stderr,
+                 "usage: onnx-conformance [--executor cpu|cuda|auto] [--model FILE] DIR...\n");
     return 2;
   }
   auto executor = FindExecutor(options.executor);
@@ -231,6 +232,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(executor.status().message()).c_str());
     return 2;
   }
+  LoadOptions load_options;
+  load_options.executor = *executor;
   int passed = 0, failed = 0;
   auto report = [&](const std::string& name, const std::string& failure) {
     if (failure.empty()) {
@@ -267,7 +270,7 @@ int Main(int argc, char** argv) {
         options.model.empty() ? (dir / "model.onnx").string() : options.model;
     auto bytes = ReadFile(model_path);
     absl::StatusOr<std::unique_ptr<Model>> model =
-        bytes.ok() ? Model::Load(AsBytes(*bytes))
+        bytes.ok() ? Model::Load(AsBytes(*bytes), load_options)
                    : absl::StatusOr<std::unique_ptr<Model>>(bytes.status());
     for (const fs::path& set : sets) {
       const std::string name = absl::StrCat(label, "/", set.filename().string());

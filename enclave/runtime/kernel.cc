@@ -186,7 +186,12 @@ absl::StatusOr<std::shared_ptr<const Plan>> NodeContext::Subgraph(std::string_vi
 }
 
 void NodeContext::SetOutput(int index, ValueInfo info) {
-  CLOISTER_CHECK(index >= 0 && index < output_count());
+  CLOISTER_CHECK(index >= 0);
+  if (index >= output_count()) {
+    // The operator has this output and the node does not list it; the compiler refuses it.
+    sets_unlisted_output_ = true;
+    return;
+  }
   outputs_[index] = std::move(info);
   outputs_set_[index] = true;
 }

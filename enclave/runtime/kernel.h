@@ -103,6 +103,9 @@ class NodeContext {
   void SetConstantOutput(int index, Tensor value);
   std::vector<ValueInfo>& outputs() { return outputs_; }
   const std::vector<bool>& outputs_set() const { return outputs_set_; }
+  // True when the factory declared an output past output_count(): the node lists fewer outputs
+  // than its kernel writes.
+  bool sets_unlisted_output() const { return sets_unlisted_output_; }
 
  private:
   const onnx::AttributeProto* Find(std::string_view name) const;
@@ -114,6 +117,7 @@ class NodeContext {
   SubgraphCompiler compiler_;
   std::vector<ValueInfo> outputs_;
   std::vector<bool> outputs_set_;
+  bool sets_unlisted_output_ = false;
 };
 
 // The run-time view of one node execution: its inputs and a place for its outputs.

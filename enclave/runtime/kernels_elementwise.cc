@@ -1032,6 +1032,126 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeCastLike(NodeContext& context) {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------
+// Binary operators before opset 7 (Add/Sub/Mul/Div-6, Pow-1, PRelu-6).
+//
+// They did not broadcast numpy-style. Inputs had equal shapes unless the node set `broadcast`
+// to 1; then B's shape is a contiguous run of A's dimensions starting at `axis` (by default A's
+// last dimensions), and B repeats over the others. PRelu-6 applies a one-dimensional slope per
+// channel (axis 1). Giving B trailing ones up to A's rank turns either into numpy broadcasting,
+// so the opset-7 kernel runs unchanged on a reshaped view of B.
+
+class LegacyBroadcastKernel : public Kernel {
+ public:
+  LegacyBroadcastKernel(std::unique_ptr<Kernel> inner, int trailing_ones)
+      : inner_(std::move(inner)), trailing_ones_(trailing_ones) {}
+  absl::Status Compute(KernelContext& context) const override {
+    std::vector<int64_t> shape = context.input(1).shape();
+    shape.insert(shape.end(), trailing_ones_, 1);
+    const Tensor b = context.input(1).Reshaped(std::move(shape));
+    KernelContext inner_context({&context.input(0), &b}, {false, false}, 1, context.pool());
+    RETURN_IF_ERROR(inner_->Compute(inner_context));
+    context.SetOutput(0, std::move(inner_context.outputs()[0]));
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<Kernel> inner_;
+  int trailing_ones_;
+};
+
+// How many trailing ones B needs for the legacy rule of `context`'s node, or an error when the
+// shapes do not fit it.
+absl::StatusOr<int> LegacyTrailingOnes(const NodeContext& context, bool per_channel_slope) {
+  const ValueInfo& a = context.input(0);
+  const ValueInfo& b = context.input(1);
+  if (per_channel_slope) {
+    if (!b.rank_known || b.rank() != 1 || b.dims[0] == 1 || !a.rank_known || a.rank() < 2) {
+      return 0;
+    }
+    if (b.dims[0] >= 0 && a.dims[1] >= 0 && b.dims[0] != a.dims[1]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slope of shape ", ShapeToString(b.dims), " for input of shape ", ShapeToString(a.dims)));
+    }
+    return a.rank() - 2;
+  }
+  ASSIGN_OR_RETURN(int64_t broadcast, context.Int("broadcast", 0));
+  if (!a.rank_known || !b.rank_known) {
+    if (broadcast != 0 && context.has_attribute("axis")) {
+      return absl::UnimplementedError("broadcast along an axis needs input ranks known at load");
+    }
+    return 0;  // equal shapes, or B aligned with A's last dimensions: numpy agrees
+  }
+  if (broadcast == 0) {
+    bool equal = a.rank() == b.rank();
+    for (int i = 0; equal && i < a.rank(); ++i) {
+      equal = a.dims[i] < 0 || b.dims[i] < 0 || a.dims[i] == b.dims[i];
+    }
+    if (!equal) {
+      return absl::InvalidArgumentError(absl::StrCat("inputs of shapes ", ShapeToString(a.dims),
+                                                     " and ", ShapeToString(b.dims),
+                                                     " need broadcast=1 before opset 7"));
+    }
+    return 0;
+  }
+  ASSIGN_OR_RETURN(int64_t axis, context.Int("axis", a.rank() - b.rank()));
+  if (axis < 0) axis += a.rank();
+  if (axis < 0 || axis + b.rank() > a.rank()) {
+    return absl::InvalidArgumentError(absl::StrCat("B of shape ", ShapeToString(b.dims),
+                                                   " does not fit A of shape ",
+                                                   ShapeToString(a.dims), " at axis ", axis));
+  }
+  for (int i = 0; i < b.rank(); ++i) {
+    const int64_t bd = b.dims[i], ad = a.dims[axis + i];
+    if (bd >= 0 && ad >= 0 && bd != ad && bd != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("B of shape ", ShapeToString(b.dims),
+                                                     " does not match A of shape ",
+                                                     ShapeToString(a.dims), " at axis ", axis));
+    }
+  }
+  return static_cast<int>(a.rank() - axis - b.rank());
+}
+
+// Runs `inner` (the operator's opset-7 factory) on B's view with the trailing ones.
+KernelFactory LegacyBinary(KernelFactory inner, bool per_channel_slope = false) {
+  return
+      [inner, per_channel_slope](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        RETURN_IF_ERROR(context.ExpectInputs(2, 2));
+        ASSIGN_OR_RETURN(int trailing_ones, LegacyTrailingOnes(context, per_channel_slope));
+        ValueInfo b = context.input(1);
+        if (trailing_ones > 0) {
+          b.dims.insert(b.dims.end(), trailing_ones, 1);
+          if (b.constant.has_value()) b.constant = b.constant->Reshaped(b.dims);
+        }
+        NodeContext inner_context(context.node(), 7, {context.input(0), std::move(b)}, 2, nullptr);
+        ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, inner(inner_context));
+        context.SetOutput(0, inner_context.outputs()[0]);
+        if (trailing_ones == 0) return kernel;
+        return MakeKernel<LegacyBroadcastKernel>(std::move(kernel), trailing_ones);
+      };
+}
+
+// Max/Min/Sum/Mean before opset 8 took inputs of one shape only.
+KernelFactory LegacySameShape(KernelFactory inner) {
+  return [inner](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+    for (int i = 1; i < context.input_count(); ++i) {
+      const ValueInfo& first = context.input(0);
+      const ValueInfo& other = context.input(i);
+      if (!first.rank_known || !other.rank_known) continue;
+      bool equal = first.rank() == other.rank();
+      for (int d = 0; equal && d < first.rank(); ++d) {
+        equal = first.dims[d] < 0 || other.dims[d] < 0 || first.dims[d] == other.dims[d];
+      }
+      if (!equal) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("inputs of shapes ", ShapeToString(first.dims), " and ",
+                         ShapeToString(other.dims), " differ; broadcasting needs opset 8"));
+      }
+    }
+    return inner(context);
+  };
+}
+
 void RegisterElementwiseKernels(KernelRegistry& registry) {
   registry.Register("Relu", {6, 13, 14}, Unary<ReluOp>());
   registry.Register("Neg", {6, 13}, Unary<NegOp>());
@@ -1108,12 +1228,18 @@ void RegisterElementwiseKernels(KernelRegistry& registry) {
                     });
 
   // Binary arithmetic: version 7 introduced numpy broadcasting; 13/14 only widened the types.
+  registry.Register("Add", {6}, LegacyBinary(Arithmetic<AddOp>()));
   registry.Register("Add", {7, 13, 14}, Arithmetic<AddOp>());
+  registry.Register("Sub", {6}, LegacyBinary(Arithmetic<SubOp>()));
   registry.Register("Sub", {7, 13, 14}, Arithmetic<SubOp>());
+  registry.Register("Mul", {6}, LegacyBinary(Arithmetic<MulOp>()));
   registry.Register("Mul", {7, 13, 14}, Arithmetic<MulOp>());
+  registry.Register("Div", {6}, LegacyBinary(Arithmetic<DivOp>()));
   registry.Register("Div", {7, 13, 14}, Arithmetic<DivOp>());
+  registry.Register("PRelu", {6}, LegacyBinary(Arithmetic<PReluOp>(), /*per_channel_slope=*/true));
   registry.Register("PRelu", {7, 9, 16}, Arithmetic<PReluOp>());
   registry.Register("Mod", {10, 13}, ModFactory());
+  registry.Register("Pow", {1}, LegacyBinary(MakePow));
   registry.Register("Pow", {7, 12, 13, 15}, MakePow);
   registry.Register("Equal", {7, 11, 13}, Compare<EqualOp, true>());
   registry.Register("Less", {7, 9, 13}, Compare<LessOp>());
@@ -1124,9 +1250,13 @@ void RegisterElementwiseKernels(KernelRegistry& registry) {
   registry.Register("Or", {7}, Compare<OrOp>());
   registry.Register("Xor", {7}, Compare<XorOp>());
   registry.Register("Where", {9, 16}, MakeWhere);
+  registry.Register("Max", {6}, LegacySameShape(VariadicFactory(Variadic::kMax)));
   registry.Register("Max", {8, 12, 13}, VariadicFactory(Variadic::kMax));
+  registry.Register("Min", {6}, LegacySameShape(VariadicFactory(Variadic::kMin)));
   registry.Register("Min", {8, 12, 13}, VariadicFactory(Variadic::kMin));
+  registry.Register("Sum", {6}, LegacySameShape(VariadicFactory(Variadic::kSum)));
   registry.Register("Sum", {8, 13}, VariadicFactory(Variadic::kSum));
+  registry.Register("Mean", {6}, LegacySameShape(VariadicFactory(Variadic::kMean)));
   registry.Register("Mean", {8, 13}, VariadicFactory(Variadic::kMean));
   registry.Register("Clip", {6, 11, 12, 13}, MakeClip);
   registry.Register("Cast", {6, 9, 13}, MakeCast);

@@ -154,6 +154,11 @@ bool ChannelAffineOf(const NodeContext& next, int64_t channels, int rank, int ch
   const std::string& op = next.op_type();
   if (op == "BatchNormalization") {
     if (next.since_version() < 9 || next.input_count() != 5) return false;
+    // Training mode normalises with the batch's statistics, not the constant ones.
+    if (next.since_version() >= 14) {
+      auto training = next.Int("training_mode", 0);
+      if (!training.ok() || *training != 0) return false;
+    }
     // BatchNormalization parameters are plain [C] vectors.
     const float* params[4];
     for (int i = 0; i < 4; ++i) {
@@ -171,7 +176,8 @@ bool ChannelAffineOf(const NodeContext& next, int64_t channels, int rank, int ch
     }
     return true;
   }
-  if (next.input_count() != 2) return false;
+  // Before opset 7 a constant operand may be aligned to another axis (`broadcast`/`axis`).
+  if (next.input_count() != 2 || next.since_version() < 7) return false;
   std::vector<float> values;
   if (!per_channel(next.constant_input(1), values)) return false;
   if (op == "Add") {
@@ -596,17 +602,107 @@ class BatchNormKernel : public Kernel {
   float epsilon_;
 };
 
+// Training mode (opset 14+): normalises with the batch's own per-channel mean and population
+// variance, and outputs the updated running statistics
+// running * momentum + batch * (1 - momentum) when those outputs are requested.
+class BatchNormTrainingKernel : public Kernel {
+ public:
+  BatchNormTrainingKernel(float epsilon, float momentum) : epsilon_(epsilon), momentum_(momentum) {}
+  absl::Status Compute(KernelContext& context) const override {
+    const Tensor& x = context.input(0);
+    if (x.rank() < 2) return absl::InvalidArgumentError("input needs at least 2 dimensions");
+    const int64_t batch = x.dim(0);
+    const int64_t channels = x.dim(1);
+    const int64_t plane = Product(x.shape(), 2, x.rank());
+    for (int i = 1; i <= 4; ++i) {
+      if (context.input(i).count() != channels) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " has ",
+                                                       context.input(i).count(), " values for ",
+                                                       channels, " channels"));
+      }
+    }
+    const int64_t per_channel = batch * plane;
+    if (per_channel == 0)
+      return absl::InvalidArgumentError("training mode needs a non-empty batch");
+    const float* in = x.data<float>();
+    std::vector<double> batch_mean(channels, 0.0), batch_var(channels, 0.0);
+    for (int64_t c = 0; c < channels; ++c) {
+      double sum = 0;
+      for (int64_t n = 0; n < batch; ++n) {
+        const float* row = in + (n * channels + c) * plane;
+        for (int64_t i = 0; i < plane; ++i) sum += row[i];
+      }
+      const double mean = sum / static_cast<double>(per_channel);
+      double squares = 0;
+      for (int64_t n = 0; n < batch; ++n) {
+        const float* row = in + (n * channels + c) * plane;
+        for (int64_t i = 0; i < plane; ++i) squares += (row[i] - mean) * (row[i] - mean);
+      }
+      batch_mean[c] = mean;
+      batch_var[c] = squares / static_cast<double>(per_channel);
+    }
+    const float* gamma = context.input(1).data<float>();
+    const float* beta = context.input(2).data<float>();
+    const float* running_mean = context.input(3).data<float>();
+    const float* running_var = context.input(4).data<float>();
+    std::vector<float> scale(channels), shift(channels);
+    for (int64_t c = 0; c < channels; ++c) {
+      scale[c] = static_cast<float>(gamma[c] / std::sqrt(batch_var[c] + epsilon_));
+      shift[c] = static_cast<float>(beta[c] - batch_mean[c] * scale[c]);
+    }
+    std::vector<float> new_mean(channels), new_var(channels);
+    for (int64_t c = 0; c < channels; ++c) {
+      new_mean[c] =
+          static_cast<float>(running_mean[c] * momentum_ + batch_mean[c] * (1 - momentum_));
+      new_var[c] = static_cast<float>(running_var[c] * momentum_ + batch_var[c] * (1 - momentum_));
+    }
+    ASSIGN_OR_RETURN(Tensor * y, context.Output(0, DataType::kFloat, x.shape()));
+    ChannelAffine(in, scale.data(), shift.data(), batch, channels, plane, y->data<float>());
+    const std::vector<float>* statistics[2] = {&new_mean, &new_var};
+    for (int i = 1; i < static_cast<int>(context.outputs().size()) && i <= 2; ++i) {
+      ASSIGN_OR_RETURN(Tensor * out, context.Output(i, DataType::kFloat, {channels}));
+      std::copy(statistics[i - 1]->begin(), statistics[i - 1]->end(), out->data<float>());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  float epsilon_;
+  float momentum_;
+};
+
 absl::StatusOr<std::unique_ptr<Kernel>> MakeBatchNorm(NodeContext& context) {
   RETURN_IF_ERROR(context.ExpectInputs(5, 5));
   for (int i = 0; i < 5; ++i) RETURN_IF_ERROR(RequireType(context, i, IsFloat32));
   ASSIGN_OR_RETURN(float epsilon, context.Float("epsilon", 1e-5f));
+  if (context.since_version() < 7) {
+    // BatchNormalization-6 trains unless is_test is set.
+    ASSIGN_OR_RETURN(int64_t is_test, context.Int("is_test", 0));
+    if (is_test == 0) {
+      return absl::UnimplementedError("training (is_test=0) is not supported before opset 14");
+    }
+  }
   if (context.since_version() < 9) {
     ASSIGN_OR_RETURN(int64_t spatial, context.Int("spatial", 1));
     if (spatial != 1) return absl::UnimplementedError("spatial=0 is not supported");
   }
   if (context.since_version() >= 14) {
     ASSIGN_OR_RETURN(int64_t training, context.Int("training_mode", 0));
-    if (training != 0) return absl::UnimplementedError("training_mode is not supported");
+    if (training != 0) {
+      if (context.output_count() > 3) {
+        return absl::InvalidArgumentError("training mode has at most 3 outputs");
+      }
+      ASSIGN_OR_RETURN(float momentum, context.Float("momentum", 0.9f));
+      context.SetOutput(0, context.input(0).ShapeOnly());
+      std::vector<int64_t> channel_dims = {-1};
+      if (context.input(0).rank_known && context.input(0).rank() >= 2) {
+        channel_dims[0] = context.input(0).dims[1];
+      }
+      for (int i = 1; i < context.output_count(); ++i) {
+        context.SetOutput(i, DataType::kFloat, channel_dims);
+      }
+      return MakeKernel<BatchNormTrainingKernel>(epsilon, momentum);
+    }
   }
   for (int i = 1; i < context.output_count(); ++i) {
     if (!context.node().output(i).empty()) {
@@ -1113,8 +1209,8 @@ class MatMulKernel : public Kernel {
       fused->activation_ = *activation;
       return fused;
     }
-    if (next.op_type() != "Add" || next.input_count() != 2 || !bias_.empty() ||
-        activation_.kind != Activation::Kind::kNone) {
+    if (next.op_type() != "Add" || next.since_version() < 7 || next.input_count() != 2 ||
+        !bias_.empty() || activation_.kind != Activation::Kind::kNone) {
       return nullptr;
     }
     const Tensor* c = next.constant_input(1);
@@ -1347,6 +1443,17 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeGemm(NodeContext& context) {
           "inner dimensions differ: ", ShapeToString(a.dims), " x ", ShapeToString(b.dims)));
     }
   }
+  if (context.since_version() < 7) {
+    // Gemm-6 broadcasts C only when the node says so; otherwise C is exactly [M, N].
+    ASSIGN_OR_RETURN(int64_t broadcast, context.Int("broadcast", 0));
+    const ValueInfo& c = context.input(2);
+    if (broadcast == 0 && c.rank_known && m >= 0 && n >= 0 &&
+        c.dims != std::vector<int64_t>{m, n}) {
+      return absl::InvalidArgumentError(absl::StrCat("C of shape ", ShapeToString(c.dims),
+                                                     " needs broadcast=1 for an output of shape ",
+                                                     ShapeToString({m, n})));
+    }
+  }
   context.SetOutput(0, a.dtype, {m, n});
   return MakeKernel<GemmKernel>(alpha, beta, trans_a != 0, trans_b != 0);
 }
@@ -1356,7 +1463,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeGemm(NodeContext& context) {
 void RegisterNeuralKernels(KernelRegistry& registry) {
   registry.Register("Conv", {1, 11}, MakeConv);
   registry.Register("ConvTranspose", {1, 11}, MakeConvTranspose);
-  registry.Register("BatchNormalization", {7, 9, 14, 15}, MakeBatchNorm);
+  registry.Register("BatchNormalization", {6, 7, 9, 14, 15}, MakeBatchNorm);
   registry.Register("InstanceNormalization", {6}, MakeInstanceNorm);
   registry.Register("LayerNormalization", {17}, MakeLayerNorm);
   registry.Register("MaxPool", {1, 8, 10, 11, 12}, PoolFactory(PoolKind::kMax));
@@ -1366,7 +1473,7 @@ void RegisterNeuralKernels(KernelRegistry& registry) {
   registry.Register("Softmax", {1, 11, 13}, SoftmaxFactory(false));
   registry.Register("LogSoftmax", {1, 11, 13}, SoftmaxFactory(true));
   registry.Register("MatMul", {1, 9, 13}, MakeMatMul);
-  registry.Register("Gemm", {7, 9, 11, 13}, MakeGemm);
+  registry.Register("Gemm", {6, 7, 9, 11, 13}, MakeGemm);
 }
 
 }  // namespace cloister::runtime

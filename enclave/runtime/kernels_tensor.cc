@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -86,6 +87,23 @@ class ConstantOfShapeKernel : public Kernel {
   Tensor value_;
 };
 
+// Largest tensor a run may produce (KernelContext::Output refuses more).
+constexpr uint64_t kMaxTensorSize = uint64_t{1} << 32;
+
+// Refuses at load a shape that is fully known from constants and larger than any run could
+// produce, so a small model cannot declare a huge tensor. Unknown (-1) dimensions pass.
+absl::Status CheckKnownShapeSize(DataType dtype, const std::vector<int64_t>& dims) {
+  for (int64_t d : dims) {
+    if (d < 0) return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(int64_t count, ElementCount(dims));
+  if (static_cast<uint64_t>(count) > kMaxTensorSize / ElementSize(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output of shape ", ShapeToString(dims), " is too large"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> MakeConstantOfShape(NodeContext& context) {
   RETURN_IF_ERROR(context.ExpectInputs(1, 1));
   RETURN_IF_ERROR(RequireType(context, 0, [](DataType t) { return t == DataType::kInt64; }));
@@ -98,7 +116,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeConstantOfShape(NodeContext& context
   }
   const ValueInfo& shape = context.input(0);
   if (const Tensor* constant = context.constant_input(0)) {
-    context.SetOutput(0, value.dtype(), ToInt64Vector(*constant));
+    std::vector<int64_t> dims = ToInt64Vector(*constant);
+    for (int64_t d : dims) {
+      if (d < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("shape ", ShapeToString(dims), " has a negative dimension"));
+      }
+    }
+    RETURN_IF_ERROR(CheckKnownShapeSize(value.dtype(), dims));
+    context.SetOutput(0, value.dtype(), std::move(dims));
   } else if (shape.rank_known && shape.rank() == 1 && shape.dims[0] >= 0) {
     context.SetOutput(0, value.dtype(), std::vector<int64_t>(shape.dims[0], -1));
   } else {
@@ -1142,6 +1168,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeExpand(NodeContext& context) {
   const Tensor* shape = context.constant_input(1);
   if (x.rank_known && shape != nullptr) {
     ASSIGN_OR_RETURN(std::vector<int64_t> dims, BroadcastShapes(x.dims, ToInt64Vector(*shape)));
+    RETURN_IF_ERROR(CheckKnownShapeSize(x.dtype, dims));
     context.SetOutput(0, x.dtype, dims);
   } else {
     context.SetOutputUnranked(0, x.dtype);
@@ -1160,6 +1187,9 @@ class TileKernel : public Kernel {
     std::vector<int64_t> shape(x.rank());
     for (int i = 0; i < x.rank(); ++i) {
       if (repeats[i] < 0) return absl::InvalidArgumentError("repeats must not be negative");
+      if (repeats[i] != 0 && x.dim(i) > std::numeric_limits<int64_t>::max() / repeats[i]) {
+        return absl::InvalidArgumentError("repeats overflow the output shape");
+      }
       shape[i] = x.dim(i) * repeats[i];
     }
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, x.dtype(), shape));
@@ -1197,7 +1227,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeTile(NodeContext& context) {
       if (static_cast<int>(r.size()) != x.rank()) {
         return absl::InvalidArgumentError("repeats must have one entry per input dimension");
       }
-      for (int i = 0; i < x.rank(); ++i) dims[i] = x.dims[i] < 0 ? -1 : x.dims[i] * r[i];
+      for (int i = 0; i < x.rank(); ++i) {
+        if (r[i] < 0) return absl::InvalidArgumentError("repeats must not be negative");
+        if (x.dims[i] < 0) continue;
+        if (r[i] != 0 && x.dims[i] > std::numeric_limits<int64_t>::max() / r[i]) {
+          return absl::InvalidArgumentError("repeats overflow the output shape");
+        }
+        dims[i] = x.dims[i] * r[i];
+      }
+      RETURN_IF_ERROR(CheckKnownShapeSize(x.dtype, dims));
     }
     context.SetOutput(0, x.dtype, dims);
   } else {

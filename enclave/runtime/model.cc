@@ -84,10 +84,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(ByteSpan onnx_bytes,
   if (options.threads > 0) openblas_set_num_threads(options.threads);
   WarnAboutGenericBlasKernels();
 
-  CompileOptions compile{&CpuExecutor(), opset};
+  const Executor* executor = options.executor != nullptr ? options.executor : &CpuExecutor();
+  CompileOptions compile{executor, opset};
   ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, CompileGraph(proto.graph(), compile, {}));
 
   std::unique_ptr<Model> model(new Model());
+  model->executor_ = executor;
   for (size_t i = 0; i < plan->input_slots().size(); ++i) {
     model->inputs_.push_back(
         SpecFor(plan->input_names()[i], plan->slot_info(plan->input_slots()[i])));
@@ -160,11 +162,7 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
     }
     wanted.push_back(it->second);
   }
-  std::unique_ptr<BufferPool> pool = TakePool();
-  auto executed = plan_->Execute(std::move(ordered), wanted, *pool);
-  ReturnPool(std::move(pool));
-  if (!executed.ok()) return executed.status();
-  std::vector<Tensor> results = std::move(executed).value();
+  ASSIGN_OR_RETURN(std::vector<Tensor> results, ExecuteOnce(std::move(ordered), wanted, nullptr));
   std::vector<std::pair<std::string, Tensor>> named;
   named.reserve(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
@@ -178,7 +176,37 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
   return named;
 }
 
-std::unique_ptr<BufferPool> Model::TakePool() const {
+absl::StatusOr<std::vector<Tensor>> Model::ExecuteOnce(std::vector<Tensor> ordered,
+                                                       const std::vector<int>& wanted,
+                                                       std::vector<double>* step_seconds) const {
+  ASSIGN_OR_RETURN(std::unique_ptr<BufferPool> pool, TakePool());
+  DeviceRun* device = pool->device();
+  if (device == nullptr) {
+    auto executed = plan_->Execute(std::move(ordered), wanted, *pool, step_seconds);
+    RETURN_IF_ERROR(ReturnPool(std::move(pool)));
+    return executed;
+  }
+  // On a device: upload, run, download; the device state finishes its run whatever failed.
+  auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
+    for (Tensor& input : ordered) {
+      ASSIGN_OR_RETURN(input, device->Upload(input));
+    }
+    ASSIGN_OR_RETURN(std::vector<Tensor> results,
+                     plan_->Execute(std::move(ordered), wanted, *pool, step_seconds));
+    for (Tensor& result : results) {
+      ASSIGN_OR_RETURN(result, device->Download(result));
+    }
+    return results;
+  };
+  absl::StatusOr<std::vector<Tensor>> executed = run();
+  ordered.clear();  // device copies of the inputs die before the run ends
+  absl::Status returned = ReturnPool(std::move(pool));
+  if (!executed.ok()) return executed.status();
+  RETURN_IF_ERROR(returned);
+  return executed;
+}
+
+absl::StatusOr<std::unique_ptr<BufferPool>> Model::TakePool() const {
   {
     absl::MutexLock lock(&pools_mutex_);
     if (!idle_pools_.empty()) {
@@ -188,15 +216,21 @@ std::unique_ptr<BufferPool> Model::TakePool() const {
       return pool;
     }
   }
-  auto pool = std::make_unique<BufferPool>();
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRun> device, executor_->NewDeviceRun());
+  auto pool = std::make_unique<BufferPool>(std::move(device));
   pool->BeginRun();
   return pool;
 }
 
-void Model::ReturnPool(std::unique_ptr<BufferPool> pool) const {
+absl::Status Model::ReturnPool(std::unique_ptr<BufferPool> pool) const {
   pool->EndRun(kMaxIdleRuns);
+  if (pool->device() != nullptr) {
+    // A device whose queued work failed is not trusted with another run.
+    RETURN_IF_ERROR(pool->device()->Finish(kMaxIdleRuns));
+  }
   absl::MutexLock lock(&pools_mutex_);
   if (idle_pools_.size() < kMaxIdlePools) idle_pools_.push_back(std::move(pool));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<Model::OperatorTime>> Model::Profile(
@@ -205,10 +239,7 @@ absl::StatusOr<std::vector<Model::OperatorTime>> Model::Profile(
   std::map<std::string, OperatorTime> by_type;
   std::vector<double> seconds;
   for (int run = 0; run < runs; ++run) {
-    std::unique_ptr<BufferPool> pool = TakePool();
-    auto executed = plan_->Execute(ordered, {}, *pool, &seconds);
-    ReturnPool(std::move(pool));
-    RETURN_IF_ERROR(executed.status());
+    RETURN_IF_ERROR(ExecuteOnce(ordered, {}, &seconds).status());
     for (size_t s = 0; s < seconds.size(); ++s) {
       OperatorTime& entry = by_type[plan_->step(s).op_type];
       entry.op_type = plan_->step(s).op_type;

@@ -3,8 +3,10 @@
 // first at request time), infers shapes (batch and other dimensions may stay dynamic), folds
 // constants, fuses what exporters decompose (LayerNorm, GELU, HardSwish; Conv/MatMul with the
 // BatchNorm, bias, scale and activation after them), plans buffer reuse by liveness, and runs
-// requests on the CPU executor. Small and auditable by design: our own graph runtime over the
-// ONNX protobuf classes and BLAS, no third-party inference engine.
+// requests on the CPU executor or, when LoadOptions::executor names it, a device executor (then
+// inputs are uploaded and outputs downloaded in every run; callers only see host tensors). Small
+// and auditable by design: our own graph runtime over the ONNX protobuf classes and BLAS, no
+// third-party inference engine.
 //
 // Threading: Model::Load may run on any thread. A loaded Model is immutable; Run() is const and
 // may be called from many threads at once (each run has its own buffers). BLAS threading is
@@ -29,6 +31,7 @@ namespace cloister::runtime {
 
 class Plan;
 class BufferPool;
+class Executor;
 
 struct TensorSpec {
   std::string name;
@@ -41,6 +44,9 @@ struct LoadOptions {
   // BLAS threads; 0 leaves the library default (all hardware threads). OpenBLAS keeps one
   // process-wide setting, so the last model loaded with a non-zero value decides.
   int threads = 0;
+  // The executor whose kernels run the model (see FindExecutor); nullptr: the CPU executor.
+  // It must outlive the model (executors from FindExecutor live for the whole process).
+  const Executor* executor = nullptr;
 };
 
 class Model {
@@ -85,10 +91,19 @@ class Model {
   absl::StatusOr<std::vector<Tensor>> OrderInputs(
       const std::vector<std::pair<std::string, Tensor>>& inputs) const;
 
-  // A pool from the idle list, or a new one.
-  std::unique_ptr<BufferPool> TakePool() const;
-  void ReturnPool(std::unique_ptr<BufferPool> pool) const;
+  // A pool from the idle list, or a new one (with a fresh device run state on a device
+  // executor, which can fail).
+  absl::StatusOr<std::unique_ptr<BufferPool>> TakePool() const;
+  // Ends the pool's run and keeps it for later runs; a pool whose device run failed to finish
+  // is dropped, and that error is returned.
+  absl::Status ReturnPool(std::unique_ptr<BufferPool> pool) const;
+  // Runs the plan on `ordered` inputs with a pool of its own; on a device executor uploads the
+  // inputs and downloads the results.
+  absl::StatusOr<std::vector<Tensor>> ExecuteOnce(std::vector<Tensor> ordered,
+                                                  const std::vector<int>& wanted,
+                                                  std::vector<double>* step_seconds) const;
 
+  const Executor* executor_ = nullptr;
   std::shared_ptr<const Plan> plan_;
   // Buffer pools of finished runs, reused by later ones (bounded by kMaxIdlePools).
   mutable absl::Mutex pools_mutex_;

@@ -27,7 +27,8 @@ std::shared_ptr<internal::Buffer> BufferPool::Acquire(size_t size) {
 }
 
 void BufferPool::Release(std::shared_ptr<internal::Buffer> buffer) {
-  if (buffer != nullptr && buffer.use_count() == 1) {
+  if (buffer != nullptr && buffer.use_count() == 1 &&
+      buffer->kind() == internal::MemoryKind::kHost) {
     const size_t capacity = buffer->capacity();
     free_size_ += capacity;
     free_.emplace(capacity, Entry{std::move(buffer), run_});
@@ -440,9 +441,21 @@ absl::Status GraphCompiler::CompileNode(const onnx::NodeProto& node, bool fused,
                       [&options, captured](const onnx::GraphProto& graph) {
                         return CompileGraph(graph, options, captured);
                       });
+  if (node.output_size() == 0) {
+    return NodeError(node, absl::InvalidArgumentError("the node has no outputs"));
+  }
   auto kernel = (*match->factory)(context);
   if (!kernel.ok()) return NodeError(node, kernel.status());
-  for (int i = 0; i < node.output_size(); ++i) CLOISTER_CHECK(context.outputs_set()[i]);
+  if (context.sets_unlisted_output()) {
+    return NodeError(node, absl::InvalidArgumentError(absl::StrCat(
+        "the node lists ", node.output_size(), " outputs, fewer than the operator writes")));
+  }
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!context.outputs_set()[i]) {
+      return NodeError(node, absl::InvalidArgumentError(absl::StrCat(
+          "the operator has no output ", i, " ('", node.output(i), "')")));
+    }
+  }
 
   std::vector<ValueInfo>& outputs = context.outputs();
   bool all_constant = true;
@@ -664,6 +677,10 @@ absl::StatusOr<std::vector<Tensor>> Plan::Execute(std::vector<Tensor> inputs,
     const auto started =
         step_seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     absl::Status status = step.kernel->Compute(context);
+    // Device kernels only queue work: wait for it so the time is the step's.
+    if (step_seconds != nullptr && status.ok() && pool.device() != nullptr) {
+      status = pool.device()->Synchronize();
+    }
     if (step_seconds != nullptr) {
       (*step_seconds)[s] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

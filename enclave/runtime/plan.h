@@ -21,15 +21,22 @@
 
 namespace cloister::runtime {
 
-// Free list of buffers released by dead values. Not thread-safe: one run uses it at a time. A
-// model keeps a few between runs so that steady-state runs allocate nothing.
+// Free list of host buffers released by dead values, plus the device executor's per-run state
+// when the model runs on one. Not thread-safe: one run uses it at a time. A model keeps a few
+// between runs so that steady-state runs allocate nothing.
 class BufferPool {
  public:
+  BufferPool() = default;
+  explicit BufferPool(std::unique_ptr<DeviceRun> device) : device_(std::move(device)) {}
+  // The device executor's run state (stream, device memory); nullptr on the CPU executor.
+  DeviceRun* device() const { return device_.get(); }
+
   // A buffer of at least `size` bytes, reused when a free one fits without much waste. A reused
   // buffer holds stale data from an earlier value of this model (the same tenant). nullptr when
   // memory is exhausted.
   std::shared_ptr<internal::Buffer> Acquire(size_t size);
-  // Takes `buffer` back when nobody else holds it; otherwise drops this reference.
+  // Takes a host `buffer` back when nobody else holds it; otherwise drops this reference (device
+  // buffers go back to their own pool when they die).
   void Release(std::shared_ptr<internal::Buffer> buffer);
   // Run boundaries: EndRun() frees buffers that no run used in the last `max_idle_runs` runs,
   // so a model whose shapes vary does not grow its pools without bound.
@@ -45,6 +52,7 @@ class BufferPool {
   std::multimap<size_t, Entry> free_;
   size_t free_size_ = 0;
   uint64_t run_ = 0;
+  std::unique_ptr<DeviceRun> device_;
 };
 
 struct Step {

@@ -595,6 +595,58 @@ TEST(VersionTest, ReduceMeanAxesAttributeAndInput) {
   }
 }
 
+TEST(VersionTest, OpsetSixBroadcastFollowsAxisAttribute) {
+  // Add-6 with broadcast=1, axis=1: B of shape [3] runs along A's second axis (numpy would
+  // align it with the last one).
+  GraphBuilder builder(6);
+  builder.Input("a", onnx::TensorProto::FLOAT, {2, 3, 4});
+  builder.FloatInitializer("b", {3}, {10, 20, 30});
+  auto& add = builder.Node("Add", {"a", "b"}, {"y"}, "legacy_add");
+  SetInt(add, "broadcast", 1);
+  SetInt(add, "axis", 1);
+  builder.Output("y");
+  auto model = LoadOrDie(builder);
+  ASSERT_NE(model, nullptr);
+  std::vector<float> a = RandomFloats(24, 7);
+  Tensor y = RunOne(*model, {{"a", FloatTensor({2, 3, 4}, a)}});
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 3, 4}));
+  std::vector<float> want(24);
+  for (int i = 0; i < 24; ++i) want[i] = a[i] + 10.0f * (1 + (i / 4) % 3);
+  ExpectNear(Values(y), want, 1e-6f);
+
+  // Without broadcast=1 the shapes must be equal; with it, B must fit at the axis.
+  add.mutable_attribute()->Clear();
+  EXPECT_THAT(LoadError(builder).message(), HasSubstr("broadcast=1"));
+  SetInt(add, "broadcast", 1);
+  SetInt(add, "axis", 2);
+  absl::Status status = LoadError(builder);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("legacy_add"));
+}
+
+TEST(VersionTest, BatchNormTrainingModeUsesBatchStatistics) {
+  GraphBuilder builder(15);
+  builder.Input("x", onnx::TensorProto::FLOAT, {2, 1, 2});
+  builder.FloatInitializer("scale", {1}, {2}).FloatInitializer("bias", {1}, {1});
+  builder.FloatInitializer("mean", {1}, {5}).FloatInitializer("var", {1}, {3});
+  auto& node = builder.Node("BatchNormalization", {"x", "scale", "bias", "mean", "var"},
+                            {"y", "running_mean", "running_var"});
+  SetInt(node, "training_mode", 1);
+  SetFloat(node, "epsilon", 0.0f);
+  SetFloat(node, "momentum", 0.5f);
+  builder.Output("y").Output("running_mean").Output("running_var");
+  auto model = LoadOrDie(builder);
+  ASSERT_NE(model, nullptr);
+  // Batch mean 2.5, population variance 1.25.
+  auto outputs = model->Run({{"x", FloatTensor({2, 1, 2}, {1, 2, 3, 4})}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  const float sd = std::sqrt(1.25f);
+  ExpectNear(Values((*outputs)[0].second),
+             {2 * -1.5f / sd + 1, 2 * -0.5f / sd + 1, 2 * 0.5f / sd + 1, 2 * 1.5f / sd + 1}, 1e-5f);
+  ExpectNear(Values((*outputs)[1].second), {0.5f * 5 + 0.5f * 2.5f}, 1e-6f);
+  ExpectNear(Values((*outputs)[2].second), {0.5f * 3 + 0.5f * 1.25f}, 1e-6f);
+}
+
 TEST(MatMulTest, BatchedBroadcastMatchesReference) {
   GraphBuilder builder;
   builder.Input("a", onnx::TensorProto::FLOAT, {2, 1, 3, 4})
@@ -1164,6 +1216,171 @@ TEST(LoadTest, CorruptedModelsFailCleanlyOrRun) {
     }
   }
   EXPECT_GT(loaded, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad models: each refused at load with an error that says what is wrong.
+
+TEST(LoadTest, TruncatedModelRefused) {
+  GraphBuilder builder(13);
+  BuildConvChain(builder, false);
+  const std::string bytes = builder.Bytes();
+  ASSERT_NE(LoadOrDie(builder), nullptr);
+  // Cut inside the graph: the protobuf parser sees a length running past the end.
+  for (size_t keep : {bytes.size() / 2, bytes.size() - 1, size_t{3}}) {
+    auto model = Model::Load(AsBytes(std::string_view(bytes).substr(0, keep)));
+    EXPECT_FALSE(model.ok()) << "kept " << keep << " of " << bytes.size() << " bytes";
+  }
+  EXPECT_FALSE(Model::Load(ByteSpan()).ok());
+}
+
+TEST(LoadTest, MismatchedInputTypesRefused) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2}).Input("i", onnx::TensorProto::INT64, {2});
+  builder.Node("Add", {"x", "i"}, {"y"}, "mixed_add");
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("mixed_add"));
+}
+
+TEST(LoadTest, DeclaredOutputTypeContradictionRefused) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  builder.Node("Relu", {"x"}, {"y"});
+  builder.Output("y", onnx::TensorProto::INT64, std::vector<int64_t>{2});
+  absl::Status status = LoadError(builder);
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("'y'"));
+}
+
+TEST(LoadTest, MatMulInnerDimensionMismatchRefused) {
+  GraphBuilder builder;
+  builder.Input("a", onnx::TensorProto::FLOAT, {2, 3});
+  builder.FloatInitializer("b", {4, 5}, std::vector<float>(20, 1.0f));
+  builder.Node("MatMul", {"a", "b"}, {"y"}, "bad_matmul");
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("bad_matmul"));
+}
+
+TEST(LoadTest, HugeInitializerRefusedWithoutAllocating) {
+  // 2^40 float elements declared, no data: refused from the declared shape, not by trying to
+  // allocate 4 TiB.
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2});
+  auto* tensor = builder.proto().mutable_graph()->add_initializer();
+  tensor->set_name("w");
+  tensor->set_data_type(onnx::TensorProto::FLOAT);
+  tensor->add_dims(int64_t{1} << 20);
+  tensor->add_dims(int64_t{1} << 20);
+  builder.Node("Add", {"x", "w"}, {"y"});
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("'w'"));
+  // Dimensions whose product overflows int64 are refused too.
+  tensor->clear_dims();
+  for (int i = 0; i < 4; ++i) tensor->add_dims(int64_t{1} << 20);
+  EXPECT_EQ(LoadError(builder).code(), absl::StatusCode::kInvalidArgument);
+  tensor->clear_dims();
+  tensor->add_dims(-4);
+  EXPECT_EQ(LoadError(builder).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LoadTest, ReshapeToHugeConstantShapeRefused) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2, 3});
+  builder.IntInitializer("shape", {3}, {int64_t{1} << 30, int64_t{1} << 30, 6});
+  builder.Node("Reshape", {"x", "shape"}, {"y"}, "huge_reshape");
+  builder.Output("y");
+  absl::Status status = LoadError(builder);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("huge_reshape"));
+}
+
+TEST(LoadTest, HugeConstantShapesRefused) {
+  // ConstantOfShape of 2^42 elements with a constant shape: refused at load, where constant
+  // folding would otherwise try to materialise it.
+  {
+    GraphBuilder builder;
+    builder.IntInitializer("shape", {3}, {int64_t{1} << 14, int64_t{1} << 14, int64_t{1} << 14});
+    builder.Node("ConstantOfShape", {"shape"}, {"y"}, "huge_fill");
+    builder.Output("y");
+    absl::Status status = LoadError(builder);
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("huge_fill"));
+  }
+  // The same through Expand, and with a shape computed from constants (Concat).
+  {
+    GraphBuilder builder;
+    builder.Input("x", onnx::TensorProto::FLOAT, {1});
+    builder.IntInitializer("rows", {1}, {int64_t{1} << 21});
+    builder.IntInitializer("columns", {1}, {int64_t{1} << 21});
+    SetInt(builder.Node("Concat", {"rows", "columns"}, {"shape"}), "axis", 0);
+    builder.Node("Expand", {"x", "shape"}, {"y"}, "huge_expand");
+    builder.Output("y");
+    absl::Status status = LoadError(builder);
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("huge_expand"));
+  }
+  // Tile by constant repeats: too large, and overflowing int64.
+  for (int64_t repeat : {int64_t{1} << 31, int64_t{1} << 62}) {
+    GraphBuilder builder;
+    builder.Input("x", onnx::TensorProto::FLOAT, {4, 4});
+    builder.IntInitializer("repeats", {2}, {repeat, 2});
+    builder.Node("Tile", {"x", "repeats"}, {"y"}, "huge_tile");
+    builder.Output("y");
+    absl::Status status = LoadError(builder);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr("huge_tile"));
+  }
+  // A negative dimension in a constant shape.
+  {
+    GraphBuilder builder;
+    builder.IntInitializer("shape", {2}, {4, -3});
+    builder.Node("ConstantOfShape", {"shape"}, {"y"}, "negative_fill");
+    builder.Output("y");
+    absl::Status status = LoadError(builder);
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(status.message(), HasSubstr("negative_fill"));
+  }
+}
+
+TEST(LoadTest, NodeOutputCountsChecked) {
+  // A node without outputs (found by fuzzing: it used to trip an internal check).
+  {
+    GraphBuilder builder;
+    builder.Input("x", onnx::TensorProto::FLOAT, {2});
+    builder.Node("Relu", {"x"}, {}, "silent_relu");
+    builder.Node("Neg", {"x"}, {"y"});
+    builder.Output("y");
+    absl::Status status = LoadError(builder);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr("silent_relu"));
+  }
+  // More outputs than the operator has.
+  {
+    GraphBuilder builder;
+    builder.Input("x", onnx::TensorProto::FLOAT, {2});
+    builder.Node("Relu", {"x"}, {"y", "extra"}, "two_output_relu");
+    builder.Output("y");
+    absl::Status status = LoadError(builder);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr("two_output_relu"));
+  }
+  // Fewer outputs than the operator always writes (TopK's indices are not optional).
+  {
+    GraphBuilder builder;
+    builder.Input("x", onnx::TensorProto::FLOAT, {4});
+    builder.IntInitializer("k", {1}, {2});
+    builder.Node("TopK", {"x", "k"}, {"values"}, "one_output_topk");
+    builder.Output("values");
+    absl::Status status = LoadError(builder);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr("one_output_topk"));
+  }
 }
 
 }  // namespace

@@ -86,7 +86,13 @@ std::shared_ptr<Buffer> Buffer::Allocate(size_t capacity) {
   std::memset(data, 0, rounded);
   return std::make_shared<Buffer>(data, capacity);
 }
-Buffer::~Buffer() { std::free(data_); }
+Buffer::~Buffer() {
+  if (releaser_ != nullptr) {
+    releaser_->Release(data_, capacity_);
+  } else {
+    std::free(data_);
+  }
+}
 }  // namespace internal
 
 Tensor::Tensor() : shape_{0} {}
@@ -121,6 +127,7 @@ absl::StatusOr<Tensor> Tensor::Create(DataType dtype, std::vector<int64_t> shape
 }
 
 Tensor Tensor::Clone() const {
+  CLOISTER_CHECK(!on_device());
   auto buffer = internal::Buffer::Allocate(size());
   CLOISTER_CHECK(buffer != nullptr);  // copies of tensors that already fit in memory
   Tensor copy(dtype_, shape_, std::move(buffer));
@@ -140,6 +147,9 @@ std::shared_ptr<internal::Buffer> Tensor::TakeBuffer() {
   return buffer;
 }
 
-void Tensor::CheckType(DataType requested) const { CLOISTER_CHECK(requested == dtype_); }
+void Tensor::CheckType(DataType requested) const {
+  CLOISTER_CHECK(requested == dtype_);
+  CLOISTER_CHECK(!on_device());
+}
 
 }  // namespace cloister::runtime

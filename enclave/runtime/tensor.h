@@ -1,5 +1,7 @@
 // Tensors of the enclave's inference runtime: an element type, a shape and a 64-byte aligned
-// buffer in row-major (C) order.
+// buffer in row-major (C) order. A buffer lives in host memory, or in device memory when a device
+// executor (enclave/gpu) made it; only that executor's kernels and copies touch device memory,
+// and typed host access (data<T>(), Clone) CHECK-fails on it.
 //
 // Ownership: a Tensor holds its buffer through a shared reference. Copying a Tensor is cheap and
 // the copy shares the buffer (like a view); Clone() makes an independent deep copy. The runtime
@@ -111,21 +113,37 @@ absl::StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape);
 std::string ShapeToString(const std::vector<int64_t>& shape);
 
 namespace internal {
-// An aligned heap block. `capacity` is in bytes.
+// Where a buffer's bytes are.
+enum class MemoryKind { kHost, kDevice };
+
+// Returns memory the runtime did not allocate itself (device memory) when its Buffer dies.
+class BufferReleaser {
+ public:
+  virtual ~BufferReleaser() = default;
+  virtual void Release(void* data, size_t capacity) = 0;
+};
+
+// An aligned heap block, or a block of device memory. `capacity` is in bytes.
 class Buffer {
  public:
-  // A zero-filled buffer, or nullptr when memory is exhausted.
+  // A zero-filled host buffer, or nullptr when memory is exhausted.
   static std::shared_ptr<Buffer> Allocate(size_t capacity);
   Buffer(void* data, size_t capacity) : data_(data), capacity_(capacity) {}
+  // Memory of `kind` that `releaser` takes back when the buffer dies.
+  Buffer(void* data, size_t capacity, MemoryKind kind, std::shared_ptr<BufferReleaser> releaser)
+      : data_(data), capacity_(capacity), kind_(kind), releaser_(std::move(releaser)) {}
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   void* data() const { return data_; }
   size_t capacity() const { return capacity_; }
+  MemoryKind kind() const { return kind_; }
 
  private:
   void* data_;
   size_t capacity_;
+  MemoryKind kind_ = MemoryKind::kHost;
+  std::shared_ptr<BufferReleaser> releaser_;  // null: std::free
 };
 }  // namespace internal
 
@@ -152,7 +170,12 @@ class Tensor {
   size_t size() const { return static_cast<size_t>(count_) * ElementSize(dtype_); }
   bool empty() const { return count_ == 0; }
 
-  // Typed access; CHECK-fails when T does not match dtype().
+  // True when the buffer is device memory (see the file comment).
+  bool on_device() const {
+    return buffer_ != nullptr && buffer_->kind() == internal::MemoryKind::kDevice;
+  }
+
+  // Typed host access; CHECK-fails when T does not match dtype() or the buffer is on a device.
   template <typename T>
   T* data() {
     CheckType(DataTypeOf<std::remove_const_t<T>>::value);
@@ -166,7 +189,7 @@ class Tensor {
   void* raw_data() { return buffer_ ? buffer_->data() : nullptr; }
   const void* raw_data() const { return buffer_ ? buffer_->data() : nullptr; }
 
-  // A deep copy with its own buffer.
+  // A deep copy with its own host buffer (CHECK-fails for a device tensor).
   Tensor Clone() const;
   // The same buffer under another shape with the same element count (CHECKed).
   Tensor Reshaped(std::vector<int64_t> shape) const;
