@@ -12,6 +12,8 @@
 #include "crypto/keys.h"
 #include "crypto/model_handle.h"
 #include "crypto/random.h"
+#include "crypto/receipt.h"
+#include "enclave/batch_runner.h"
 
 namespace cloister::enclave {
 
@@ -31,17 +33,20 @@ void SetStatus(EnclaveToHost& reply, const absl::Status& status) {
   reply.mutable_status()->set_message(std::string(status.message()));
 }
 
-// Converts one request tensor to a runtime tensor, checking every size the client gave.
-absl::StatusOr<runtime::Tensor> FromProto(const api::v1::Tensor& proto) {
+// Checks one request tensor: its type, and that its shape needs exactly the bytes sent. The
+// result borrows the bytes from `proto`.
+absl::StatusOr<BatchInput> CheckInput(const api::v1::Tensor& proto) {
   auto dtype = runtime::DataTypeFromKServe(proto.datatype());
-  if (!dtype.ok()) {
+  if (!dtype.ok() || *dtype == runtime::DataType::kString) {
     return absl::InvalidArgumentError(
         absl::StrCat("input '", proto.name(), "': unsupported datatype '", proto.datatype(), "'"));
   }
   if (proto.shape_size() > 16) {
     return absl::InvalidArgumentError(absl::StrCat("input '", proto.name(), "': rank over 16"));
   }
-  std::vector<int64_t> shape;
+  BatchInput input;
+  input.name = proto.name();
+  input.dtype = *dtype;
   uint64_t count = 1;
   for (int64_t d : proto.shape()) {
     if (d < 0) {
@@ -51,61 +56,21 @@ absl::StatusOr<runtime::Tensor> FromProto(const api::v1::Tensor& proto) {
       return absl::InvalidArgumentError(absl::StrCat("input '", proto.name(), "': shape too large"));
     }
     count *= static_cast<uint64_t>(d);
-    shape.push_back(d);
+    input.shape.push_back(d);
   }
   uint64_t size = count * runtime::ElementSize(*dtype);
   if (size != proto.raw().size()) {
     return absl::InvalidArgumentError(absl::StrCat("input '", proto.name(), "': shape needs ", size,
                                                    " bytes but ", proto.raw().size(), " were sent"));
   }
-  ASSIGN_OR_RETURN(runtime::Tensor tensor, runtime::Tensor::Create(*dtype, shape));
-  if (size > 0) std::memcpy(tensor.raw_data(), proto.raw().data(), size);
-  return tensor;
+  input.raw = AsBytes(proto.raw());
+  return input;
 }
 
-void ToProto(const std::string& name, const runtime::Tensor& tensor, api::v1::Tensor* proto) {
-  proto->set_name(name);
-  proto->set_datatype(std::string(runtime::KServeName(tensor.dtype())));
-  for (int64_t d : tensor.shape()) proto->add_shape(d);
-  proto->set_raw(static_cast<const char*>(tensor.raw_data()), tensor.size());
-}
-
-using NamedTensors = std::vector<std::pair<std::string, runtime::Tensor>>;
-
-// Rows [begin, begin+rows) of `tensor` along axis 0.
-absl::StatusOr<runtime::Tensor> SliceRows(const runtime::Tensor& tensor, int64_t begin, int64_t rows) {
-  std::vector<int64_t> shape = tensor.shape();
-  int64_t total = shape[0];
-  shape[0] = rows;
-  ASSIGN_OR_RETURN(runtime::Tensor out, runtime::Tensor::Create(tensor.dtype(), shape));
-  size_t row_size = total == 0 ? 0 : tensor.size() / total;
-  if (out.size() > 0) {
-    std::memcpy(out.raw_data(), static_cast<const uint8_t*>(tensor.raw_data()) + begin * row_size,
-                rows * row_size);
+void WipePayload(api::v1::InferRequestPayload& payload) {
+  for (auto& tensor : *payload.mutable_inputs()) {
+    SecureWipe(tensor.mutable_raw()->data(), tensor.raw().size());
   }
-  return out;
-}
-
-// True when every request has the same input names, types and shapes except along axis 0,
-// so the requests can run as one batch.
-bool SameRowShapes(const std::vector<NamedTensors>& requests) {
-  const NamedTensors& first = requests[0];
-  for (const auto& [name, tensor] : first) {
-    if (tensor.rank() == 0) return false;
-  }
-  for (size_t r = 1; r < requests.size(); ++r) {
-    const NamedTensors& other = requests[r];
-    if (other.size() != first.size()) return false;
-    for (size_t i = 0; i < first.size(); ++i) {
-      const auto& a = first[i].second;
-      const auto& b = other[i].second;
-      if (first[i].first != other[i].first || a.dtype() != b.dtype() || a.rank() != b.rank()) return false;
-      for (int d = 1; d < a.rank(); ++d) {
-        if (a.dim(d) != b.dim(d)) return false;
-      }
-    }
-  }
-  return true;
 }
 
 }  // namespace
@@ -177,6 +142,15 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
       std::make_unique<SessionManager>(&enclave->keys_, opts.clock, opts.session_limits);
   enclave->models_ = std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options,
                                                   opts.model_limits);
+  ASSIGN_OR_RETURN(enclave->transfer_, pcie::TransferPath::Create(opts.pcie_mode, opts.pcie_options));
+  enclave->usage_ = std::make_unique<UsageLedger>(
+      enclave->keys_.signing_public_key, std::string(pcie::PcieModeName(opts.pcie_mode)), opts.clock);
+  Log(opts.pcie_mode == pcie::PcieMode::kOff && !sim_tee ? LogLevel::kWarning : LogLevel::kInfo,
+      "pcie_path",
+      {{"mode", std::string(pcie::PcieModeName(opts.pcie_mode))},
+       {"threads", enclave->transfer_->threads()},
+       {"chunk_size", static_cast<unsigned long>(opts.pcie_options.chunk_size)},
+       {"plaintext_on_bus", opts.pcie_mode == pcie::PcieMode::kOff ? "yes" : "no"}});
   Log(LogLevel::kInfo, "enclave_ready",
       {{"measurement", HexEncode(opts.measurement)}, {"evidence", HexEncode(evidence.second)}});
   return enclave;
@@ -410,8 +384,8 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
   std::vector<boundary::v1::SealedReplyItem> replies(count);
   std::vector<std::shared_ptr<Session>> sessions(count);
   std::vector<absl::Status> outcome(count);
-  std::vector<NamedTensors> inputs(count);
-  std::vector<std::vector<std::string>> requested(count);
+  std::vector<api::v1::InferRequestPayload> payloads(count);
+  std::vector<BatchRequest> requests(count);
   std::shared_ptr<const StoredModel> model;
 
   for (size_t i = 0; i < count; ++i) {
@@ -428,110 +402,69 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
     }
     sessions[i] = opened->session;
     auto found = models_->Get(call.model_handle(), sessions[i]->identity_public_key());
-    api::v1::InferRequestPayload payload;
     if (!found.ok()) {
       outcome[i] = found.status();
-    } else if (!payload.ParseFromArray(opened->plaintext.data(),
-                                       static_cast<int>(opened->plaintext.size()))) {
+    } else if (!payloads[i].ParseFromArray(opened->plaintext.data(),
+                                           static_cast<int>(opened->plaintext.size()))) {
       outcome[i] = absl::InvalidArgumentError("malformed inference request");
     } else {
       model = *found;
-      for (const auto& t : payload.inputs()) {
-        auto tensor = FromProto(t);
-        if (!tensor.ok()) {
-          outcome[i] = tensor.status();
+      for (const auto& t : payloads[i].inputs()) {
+        auto input = CheckInput(t);
+        if (!input.ok()) {
+          outcome[i] = input.status();
           break;
         }
-        inputs[i].emplace_back(t.name(), std::move(*tensor));
+        requests[i].inputs.push_back(std::move(*input));
       }
-      requested[i].assign(payload.outputs().begin(), payload.outputs().end());
+      requests[i].requested_outputs.assign(payloads[i].outputs().begin(),
+                                           payloads[i].outputs().end());
     }
     SecureWipe(opened->plaintext.data(), opened->plaintext.size());
   }
 
-  // Run: all valid requests with the same row shapes together, otherwise one by one.
+  // Every valid request crosses to the executor in one transfer and runs (together when their
+  // shapes allow); a refused transfer refuses the whole batch before anything runs.
   std::vector<size_t> runnable;
+  std::vector<BatchRequest> batch;
   for (size_t i = 0; i < count; ++i) {
-    if (sessions[i] && outcome[i].ok()) runnable.push_back(i);
-  }
-  std::vector<NamedTensors> outputs(count);
-  bool batched = false;
-  if (runnable.size() > 1) {
-    std::vector<NamedTensors> group;
-    for (size_t i : runnable) group.push_back(std::move(inputs[i]));
-    bool same_requested = true;
-    for (size_t i : runnable) same_requested &= requested[i] == requested[runnable[0]];
-    if (same_requested && SameRowShapes(group)) {
-      // Concatenate along axis 0.
-      NamedTensors merged;
-      std::vector<int64_t> rows;
-      for (const auto& g : group) rows.push_back(g[0].second.dim(0));
-      int64_t total_rows = 0;
-      for (int64_t r : rows) total_rows += r;
-      bool ok = true;
-      for (size_t k = 0; k < group[0].size() && ok; ++k) {
-        std::vector<int64_t> shape = group[0][k].second.shape();
-        shape[0] = total_rows;
-        auto merged_tensor = runtime::Tensor::Create(group[0][k].second.dtype(), shape);
-        if (!merged_tensor.ok()) {
-          ok = false;
-          break;
-        }
-        size_t offset = 0;
-        for (const auto& g : group) {
-          const auto& t = g[k].second;
-          if (t.size() > 0) std::memcpy(static_cast<uint8_t*>(merged_tensor->raw_data()) + offset, t.raw_data(), t.size());
-          offset += t.size();
-        }
-        merged.emplace_back(group[0][k].first, std::move(*merged_tensor));
-      }
-      if (ok) {
-        auto run = model->model->Run(merged, requested[runnable[0]]);
-        if (run.ok()) {
-          bool splittable = true;
-          for (const auto& [name, t] : *run) splittable &= t.rank() > 0 && t.dim(0) == total_rows;
-          if (splittable) {
-            int64_t begin = 0;
-            for (size_t g = 0; g < runnable.size() && splittable; ++g) {
-              for (const auto& [name, t] : *run) {
-                auto part = SliceRows(t, begin, rows[g]);
-                if (!part.ok()) {
-                  splittable = false;
-                  break;
-                }
-                outputs[runnable[g]].emplace_back(name, std::move(*part));
-              }
-              begin += rows[g];
-            }
-            batched = splittable;
-          }
-        }
-      }
-    }
-    // Put the inputs back for the one-by-one path.
-    for (size_t g = 0; g < runnable.size(); ++g) inputs[runnable[g]] = std::move(group[g]);
-    if (!batched) {
-      for (size_t i : runnable) outputs[i].clear();
+    if (sessions[i] && outcome[i].ok()) {
+      runnable.push_back(i);
+      batch.push_back(std::move(requests[i]));
     }
   }
-  if (!batched) {
-    for (size_t i : runnable) {
-      auto run = model->model->Run(inputs[i], requested[i]);
-      if (run.ok()) {
-        outputs[i] = std::move(*run);
-      } else {
-        outcome[i] = run.status();
-      }
+  boundary::v1::UsageCounters usage;
+  std::vector<absl::StatusOr<api::v1::InferReplyPayload>> bodies(count);
+  if (!runnable.empty()) {
+    auto ran = RunBatch(*model->model, *transfer_, batch);
+    for (auto& payload : payloads) WipePayload(payload);
+    if (!ran.ok()) {
+      Log(LogLevel::kError, "batch_transfer_refused",
+          {{"tenant", call.tenant_id()}, {"requests", static_cast<int>(runnable.size())},
+           {"reason", std::string(ran.status().message())}});
+      return ran.status();
     }
+    for (size_t r = 0; r < runnable.size(); ++r) {
+      bodies[runnable[r]] = std::move(ran->replies[r]);
+      if (!bodies[runnable[r]].ok()) outcome[runnable[r]] = bodies[runnable[r]].status();
+    }
+    usage.set_input_size(ran->input_size);
+    usage.set_output_size(ran->output_size);
+    usage.set_execution_ns(ran->execution_ns);
+    usage.set_transfer_ns(ran->transfer_ns);
   }
 
   for (size_t i = 0; i < count; ++i) {
     if (!sessions[i]) continue;
     std::string body;
     if (outcome[i].ok()) {
-      api::v1::InferReplyPayload reply_payload;
-      for (const auto& [name, tensor] : outputs[i]) ToProto(name, tensor, reply_payload.add_outputs());
-      body = reply_payload.SerializeAsString();
+      body = bodies[i]->SerializeAsString();
+      for (auto& tensor : *bodies[i]->mutable_outputs()) {
+        SecureWipe(tensor.mutable_raw()->data(), tensor.raw().size());
+      }
+      usage.set_requests(usage.requests() + 1);
+    } else {
+      usage.set_failed_requests(usage.failed_requests() + 1);
     }
     replies[i] = sessions_->SealReply(*sessions[i], call.items(i), crypto::MessageKind::kInfer,
                                       MakeEnvelope(outcome[i], body));
@@ -539,6 +472,18 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
   }
   for (auto& reply : replies) *result.add_replies() = std::move(reply);
   result.set_execution_ns(absl::ToInt64Nanoseconds(absl::Now() - start));
+
+  // The signed account of this batch. A batch in which no request opened in a session is
+  // nobody's usage and gets none.
+  if (usage.requests() + usage.failed_requests() > 0) {
+    usage.set_batches(1);
+    boundary::v1::UsageReceipt receipt = usage_->Record(call.tenant_id(), call.model_handle(), usage);
+    std::string serialized = receipt.SerializeAsString();
+    ASSIGN_OR_RETURN(Bytes signature,
+                     crypto::SignUsageReceipt(keys_.signing_seed.span(), AsBytes(serialized)));
+    result.mutable_receipt()->set_receipt(std::move(serialized));
+    result.mutable_receipt()->set_signature(ToString(signature));
+  }
   return result;
 }
 

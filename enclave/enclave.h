@@ -2,7 +2,9 @@
 // (docs/PROTOCOL.md). It owns the enclave's keys, its attested evidence, the sessions and the
 // model store, and re-checks everything the host hands in: that sessions belong to the tenant
 // the host names, that a batch holds one tenant's requests for one model, sizes and sequence
-// numbers. Bad input gets an error and changes nothing.
+// numbers. Bad input gets an error and changes nothing. A batch's tensors cross to the executor
+// and back on the PCIe path (pcie/transfer_path.h, in the mode of EnclaveOptions::pcie_mode),
+// and each batch's usage comes back to the host as a signed receipt (accounting/usage_ledger.h).
 //
 // Thread-safe: Handle() may run on several threads at once.
 #pragma once
@@ -18,7 +20,9 @@
 #include "attest/collectors/hardware_collector.h"
 #include "base/clock.h"
 #include "cloister/boundary/v1/boundary.pb.h"
+#include "enclave/accounting/usage_ledger.h"
 #include "enclave/models/model_store.h"
+#include "enclave/pcie/transfer_path.h"
 #include "enclave/session/session_manager.h"
 
 #if defined(CLOISTER_HOST_SIDE)
@@ -47,6 +51,10 @@ struct EnclaveOptions {
   runtime::LoadOptions load_options;
   SessionLimits session_limits;
   ModelStoreLimits model_limits;
+  // How batches cross to the executor: off (plaintext copy, the CPU-only default), driver (a CC
+  // GPU's driver encrypts) or emulated (our AES-256-GCM chunks).
+  pcie::PcieMode pcie_mode = pcie::PcieMode::kOff;
+  pcie::TransferOptions pcie_options;
   Clock* clock = Clock::Real();
 };
 
@@ -60,6 +68,10 @@ class Enclave {
 
   boundary::v1::EnclaveToHost Handle(const boundary::v1::HostToEnclave& call);
 
+  // The batches' transfer path (for its statistics) and the enclave's public signing key (the
+  // one in its evidence bundle, which verifies its usage receipts).
+  const pcie::TransferPath& transfer_path() const { return *transfer_; }
+  const Bytes& signing_public_key() const { return keys_.signing_public_key; }
 
  private:
   Enclave() = default;
@@ -89,6 +101,8 @@ class Enclave {
   std::deque<Bytes> recent_digests_ ABSL_GUARDED_BY(evidence_mu_);
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<ModelStore> models_;
+  std::unique_ptr<pcie::TransferPath> transfer_;
+  std::unique_ptr<UsageLedger> usage_;
 };
 
 }  // namespace cloister::enclave

@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "enclave/boundary/boundary_server.h"
 #include "enclave/enclave.h"
+#include "enclave/runtime/executor.h"
 
 namespace {
 
@@ -24,13 +25,21 @@ void Usage() {
                "usage: cloister-enclave --fd N [--tee sim|sev-snp|tdx] [--gpu sim|nvidia-cc|none]\n"
                "                        [--sim-dir DIR] [--dev-policy-out FILE] [--threads N]\n"
                "                        [--tsm-root DIR] [--sev-guest PATH] [--nvml-library NAME]\n"
+               "                        [--executor auto|cpu|cuda] [--pcie-mode driver|emulated|off]\n"
                "  Serves the host<->enclave boundary protocol on file descriptor N.\n"
                "  --tee      where evidence and the sealing key come from (default sim; sim needs\n"
                "             --sim-dir)\n"
                "  --gpu      GPU evidence: sim (default with --tee sim), nvidia-cc (NVML, in a\n"
                "             confidential VM) or none (default with a hardware TEE)\n"
                "  --tsm-root, --sev-guest, --nvml-library  the hardware interfaces (defaults\n"
-               "             /sys/kernel/config/tsm/report, /dev/sev-guest, libnvidia-ml.so.1)\n");
+               "             /sys/kernel/config/tsm/report, /dev/sev-guest, libnvidia-ml.so.1)\n"
+               "  --executor where models run: auto (default: the GPU when one is present, else\n"
+               "             the CPU; --gpu nvidia-cc makes it cuda), cpu, or cuda (fails without\n"
+               "             a device)\n"
+               "  --pcie-mode how batches cross to the executor: driver (the CC GPU driver encrypts;\n"
+               "             default with --gpu nvidia-cc), emulated (AES-256-GCM in 2 MiB chunks by\n"
+               "             CPU threads, decrypted on the executor side) or off (plaintext; the\n"
+               "             default otherwise)\n");
 }
 
 bool ParseTee(const std::string& text, cloister::enclave::TeeMode* tee) {
@@ -68,6 +77,8 @@ int main(int argc, char** argv) {
   int threads = 2;
   enclave::EnclaveOptions options;
   bool gpu_given = false;
+  std::string executor_name = "auto";
+  bool pcie_mode_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -103,6 +114,23 @@ int main(int argc, char** argv) {
       options.sev_guest_device = value("--sev-guest");
     } else if (arg == "--nvml-library") {
       options.nvml_library = value("--nvml-library");
+    } else if (arg == "--executor") {
+      executor_name = value("--executor");
+      if (executor_name != "auto" && executor_name != "cpu" && executor_name != "cuda") {
+        std::fprintf(stderr, "cloister-enclave: --executor must be auto, cpu or cuda, not '%s'\n",
+                     executor_name.c_str());
+        return 2;
+      }
+    } else if (arg == "--pcie-mode") {
+      std::string text = value("--pcie-mode");
+      auto mode = enclave::pcie::ParsePcieMode(text);
+      if (!mode.ok()) {
+        std::fprintf(stderr, "cloister-enclave: --pcie-mode must be driver, emulated or off, not '%s'\n",
+                     text.c_str());
+        return 2;
+      }
+      options.pcie_mode = *mode;
+      pcie_mode_given = true;
     } else if (arg == "--sim-dir") {
       options.sim_dir = value("--sim-dir");
     } else if (arg == "--dev-policy-out") {
@@ -126,6 +154,10 @@ int main(int argc, char** argv) {
   }
   const bool sim_tee = options.tee == enclave::TeeMode::kSim;
   if (!gpu_given) options.gpu = sim_tee ? enclave::GpuMode::kSim : enclave::GpuMode::kNone;
+  if (!pcie_mode_given) {
+    options.pcie_mode = options.gpu == enclave::GpuMode::kNvidiaCc ? enclave::pcie::PcieMode::kDriver
+                                                                  : enclave::pcie::PcieMode::kOff;
+  }
   // Refuse at once, before anything else, when the GPUs asked for cannot give evidence.
   if (options.gpu == enclave::GpuMode::kNvidiaCc) {
     attest::HardwareOptions gpu_check;
@@ -155,6 +187,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
+
+  // A confidential GPU is there to run the models: with --gpu nvidia-cc the CUDA executor is
+  // required, not merely preferred.
+  if (executor_name == "auto" && options.gpu == enclave::GpuMode::kNvidiaCc) executor_name = "cuda";
+  auto executor = runtime::FindExecutor(executor_name);
+  if (!executor.ok()) {
+    std::fprintf(stderr, "cloister-enclave: --executor %s: %s\n", executor_name.c_str(),
+                 std::string(executor.status().message()).c_str());
+    return 1;
+  }
+  options.load_options.executor = *executor;
+  Log(LogLevel::kInfo, "executor", {{"name", std::string((*executor)->name())}});
 
   auto measurement = attest::MeasureFile("/proc/self/exe");
   if (!measurement.ok()) {

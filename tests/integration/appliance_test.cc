@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -120,6 +121,12 @@ TEST_F(ApplianceTest, AttestUploadInferAndServeAgainAfterRestart) {
 
   ExpectInferMatches(0, "cls");
   ExpectInferMatches(1, "cls");
+
+  // Each batch came back with a usage receipt that cloisterd verified and kept, one JSON line
+  // each; they name the tenant and count requests, never data.
+  std::string receipts = ReadWholeFile(appliance_->data_dir() + "/receipts/receipts.jsonl");
+  EXPECT_GE(std::count(receipts.begin(), receipts.end(), '\n'), 2) << receipts;
+  EXPECT_NE(receipts.find("demo"), std::string::npos) << receipts;
 
   // The host keeps only ciphertext and a wrapped key; a restart serves the model again.
   ASSERT_EQ(appliance_->Stop(), 0);

@@ -2,7 +2,9 @@
 // sends them, with a client built from the same crypto the SDK uses. These are the refusals
 // the host (or anyone in the middle) can provoke: replays, flipped bits, tampered or truncated
 // models, another tenant's or identity's session, batches that mix tenants or models, and a
-// wrapped model key under another measurement.
+// wrapped model key under another measurement. Also: batches cross the PCIe path in one
+// transfer each way in every mode, a modified emulated transfer refuses the batch, and every
+// batch's signed usage receipt verifies and adds up to the requests sent.
 #include <filesystem>
 #include <fstream>
 
@@ -20,6 +22,7 @@
 #include "crypto/random.h"
 #include "enclave/enclave.h"
 #include "gtest/gtest.h"
+#include "host/receipts/receipt_log.h"
 #include "tests/support/process.h"
 #include "tests/support/tensor_files.h"
 
@@ -185,8 +188,10 @@ class EnclaveTest : public ::testing::Test {
     model_bytes_ = *model;
   }
 
-  std::unique_ptr<enclave::Enclave> MakeEnclave(Bytes measurement) {
+  std::unique_ptr<enclave::Enclave> MakeEnclave(
+      Bytes measurement, const std::function<void(enclave::EnclaveOptions&)>& tweak = {}) {
     enclave::EnclaveOptions options;
+    if (tweak) tweak(options);
     options.sim_dir = dir_ + "/sim";
     options.dev_policy_out = dir_ + "/dev-policy.yaml";
     options.measurement = std::move(measurement);
@@ -366,6 +371,9 @@ TEST_F(EnclaveTest, HostCannotMixTenantsOrModelsInABatch) {
   // The host naming another tenant for a session is refused like an unknown session.
   EnclaveToHost wrong_tenant = InferBatch("beta", alpha->Handle("cls"), {a});
   EXPECT_EQ(wrong_tenant.status().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  // Refused whole: nothing crossed to the executor and no usage was counted.
+  EXPECT_EQ(enclave_->transfer_path().stats().to_device_transfers, 0u);
+  EXPECT_FALSE(wrong_tenant.infer_batch().has_receipt());
   // And the genuine request still runs (a is unused so far).
   EnclaveToHost ok = InferBatch("alpha", alpha->Handle("cls"), {a});
   EXPECT_TRUE(alpha->OpenReply(crypto::MessageKind::kInfer, a, ok.infer_batch().replies(0)).ok());
@@ -419,6 +427,158 @@ TEST_F(EnclaveTest, EvidenceIsRefreshedAndOlderEvidenceStillOpensSessions) {
   EXPECT_NE(before.verdict().evidence_digest, after.verdict().evidence_digest);
   EXPECT_TRUE(after.Open());
   EXPECT_TRUE(before.Open());  // a client that attested just before the refresh
+}
+
+// The three PCIe modes deliver the same, correct outputs, with one transfer each way per batch.
+TEST_F(EnclaveTest, EveryPcieModeMovesTheBatchInOneTransferEachWay) {
+  for (auto mode : {enclave::pcie::PcieMode::kOff, enclave::pcie::PcieMode::kDriver,
+                    enclave::pcie::PcieMode::kEmulated}) {
+    SCOPED_TRACE(std::string(enclave::pcie::PcieModeName(mode)));
+    enclave_ = MakeEnclave(TestMeasurement("enclave under test"),
+                           [mode](enclave::EnclaveOptions& options) {
+                             options.pcie_mode = mode;
+                             options.pcie_options.chunk_size = 64 << 10;  // several chunks
+                           });
+    ASSERT_NE(enclave_, nullptr);
+    auto client = Client("alpha");
+    Upload(*client, "cls");
+    std::vector<SealedItem> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
+    EnclaveToHost reply = InferBatch("alpha", client->Handle("cls"), items);
+    ASSERT_EQ(reply.status().code(), 0) << reply.status().message();
+    for (int set = 0; set < 2; ++set) {
+      std::string body;
+      ASSERT_TRUE(client->OpenReply(crypto::MessageKind::kInfer, items[set],
+                                    reply.infer_batch().replies(set), &body).ok());
+      api::v1::InferReplyPayload payload;
+      ASSERT_TRUE(payload.ParseFromString(body));
+      auto expected = ReadTensorProtoFile(absl::StrCat(kClsData, "/test_data_set_", set, "/output_0.pb"));
+      sdk::NpyArray actual{payload.outputs(0).datatype(),
+                           {payload.outputs(0).shape().begin(), payload.outputs(0).shape().end()},
+                           Bytes(payload.outputs(0).raw().begin(), payload.outputs(0).raw().end())};
+      EXPECT_EQ(CompareArrays(actual, *expected), "") << "set " << set;
+    }
+    auto stats = enclave_->transfer_path().stats();
+    EXPECT_EQ(stats.to_device_transfers, 1u);
+    EXPECT_EQ(stats.to_host_transfers, 1u);
+    EXPECT_EQ(stats.to_device_size, 2u * 3 * 48 * 192 * 4);  // both requests' inputs
+    if (mode == enclave::pcie::PcieMode::kEmulated) {
+      EXPECT_GE(stats.chunks_sealed, 5u);  // 221184 input bytes in 64 KiB chunks, plus outputs
+    } else {
+      EXPECT_EQ(stats.chunks_sealed, 0u);
+    }
+  }
+}
+
+// The host flips one ciphertext byte of a batch on its way to the executor: the batch is
+// refused whole, nothing runs, and no usage is counted.
+TEST_F(EnclaveTest, FlippedByteOnTheEmulatedPcieBusRefusesTheBatch) {
+  auto flips = std::make_shared<int>(0);
+  auto armed = std::make_shared<bool>(false);
+  enclave_ = MakeEnclave(TestMeasurement("enclave under test"),
+                         [flips, armed](enclave::EnclaveOptions& options) {
+                           options.pcie_mode = enclave::pcie::PcieMode::kEmulated;
+                           options.pcie_options.in_flight_hook_for_test =
+                               [flips, armed](std::span<uint8_t> bounce) {
+                                 if (!*armed) return;
+                                 *armed = false;
+                                 bounce[bounce.size() / 2] ^= 0x04;
+                                 ++*flips;
+                               };
+                         });
+  auto client = Client("alpha");
+  Upload(*client, "cls");
+  *armed = true;
+  EnclaveToHost refused = InferBatch("alpha", client->Handle("cls"),
+                                     {client->InferItem("cls", 0), client->InferItem("cls", 1)});
+  EXPECT_EQ(*flips, 1);
+  EXPECT_EQ(refused.status().code(), static_cast<int>(absl::StatusCode::kDataLoss));
+  EXPECT_NE(refused.status().message().find("failed authentication"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(refused.infer_batch().replies_size(), 0);
+  auto stats = enclave_->transfer_path().stats();
+  EXPECT_EQ(stats.authentication_failures, 1u);
+  EXPECT_EQ(stats.to_device_transfers, 0u);
+  EXPECT_EQ(stats.to_host_transfers, 0u);  // no outputs: the model never ran
+
+  // The path is intact for the next batch, whose receipt is the enclave's first.
+  SealedItem item = client->InferItem("cls", 0);
+  EnclaveToHost ok = InferBatch("alpha", client->Handle("cls"), {item});
+  ASSERT_EQ(ok.status().code(), 0) << ok.status().message();
+  EXPECT_TRUE(client->OpenReply(crypto::MessageKind::kInfer, item, ok.infer_batch().replies(0)).ok());
+  auto receipt = host::VerifyUsageReceipt(enclave_->signing_public_key(), ok.infer_batch().receipt());
+  ASSERT_TRUE(receipt.ok()) << receipt.status();
+  EXPECT_EQ(receipt->sequence(), 1u);
+  EXPECT_EQ(receipt->cumulative().requests(), 1u);
+  EXPECT_EQ(receipt->pcie_mode(), "emulated");
+}
+
+// Every batch returns a receipt signed with the key of the enclave's evidence; a tampered one
+// fails; the cumulative counters add up to exactly what each tenant sent and received.
+TEST_F(EnclaveTest, UsageReceiptsVerifyAndAddUpToTheRequestsSent) {
+  auto alpha = Client("alpha");
+  auto beta = Client("beta");
+  Upload(*alpha, "cls");
+  Upload(*beta, "cls");
+  EXPECT_EQ(alpha->verdict().enclave_signing_public_key, enclave_->signing_public_key());
+  const Bytes key = alpha->verdict().enclave_signing_public_key;
+  struct Sent {
+    uint64_t batches = 0, requests = 0, failed = 0, input_size = 0, output_size = 0;
+  };
+  std::map<std::string, Sent> sent;
+  uint64_t last_sequence = 0;
+  auto run = [&](TestClient& client, std::vector<SealedItem> items, int malformed) {
+    EnclaveToHost reply = InferBatch(client.tenant(), client.Handle("cls"), items);
+    ASSERT_EQ(reply.status().code(), 0) << reply.status().message();
+    Sent& s = sent[client.tenant()];
+    ++s.batches;
+    const uint64_t failed_before = s.failed;
+    for (size_t i = 0; i < items.size(); ++i) {
+      std::string body;
+      absl::Status st = client.OpenReply(crypto::MessageKind::kInfer, items[i],
+                                         reply.infer_batch().replies(i), &body);
+      if (!st.ok()) {
+        ++s.failed;
+        continue;
+      }
+      ++s.requests;
+      s.input_size += 3 * 48 * 192 * 4;
+      api::v1::InferReplyPayload payload;
+      ASSERT_TRUE(payload.ParseFromString(body));
+      for (const auto& output : payload.outputs()) s.output_size += output.raw().size();
+    }
+    EXPECT_EQ(s.failed - failed_before, static_cast<uint64_t>(malformed));
+    auto receipt = host::VerifyUsageReceipt(key, reply.infer_batch().receipt());
+    ASSERT_TRUE(receipt.ok()) << receipt.status();
+    EXPECT_EQ(receipt->sequence(), ++last_sequence);
+    EXPECT_EQ(receipt->tenant_id(), client.tenant());
+    EXPECT_EQ(receipt->model_handle(), client.Handle("cls"));
+    EXPECT_EQ(receipt->pcie_mode(), "off");
+    EXPECT_EQ(receipt->batch().requests() + receipt->batch().failed_requests(), items.size());
+    EXPECT_EQ(receipt->cumulative().batches(), s.batches);
+    EXPECT_EQ(receipt->cumulative().requests(), s.requests);
+    EXPECT_EQ(receipt->cumulative().failed_requests(), s.failed);
+    EXPECT_EQ(receipt->cumulative().input_size(), s.input_size);
+    EXPECT_EQ(receipt->cumulative().output_size(), s.output_size);
+    EXPECT_GT(receipt->cumulative().execution_ns(), 0u);
+
+    // The host cannot alter a receipt: any flipped byte, or the signature of another key, fails.
+    boundary::v1::SignedUsageReceipt tampered = reply.infer_batch().receipt();
+    (*tampered.mutable_receipt())[tampered.receipt().size() / 2] ^= 0x01;
+    EXPECT_EQ(host::VerifyUsageReceipt(key, tampered).status().code(),
+              absl::StatusCode::kPermissionDenied);
+    EXPECT_FALSE(host::VerifyUsageReceipt(crypto::GenerateEd25519().public_key,
+                                          reply.infer_batch().receipt()).ok());
+  };
+  run(*alpha, {alpha->InferItem("cls", 0), alpha->InferItem("cls", 1)}, 0);
+  run(*beta, {beta->InferItem("cls", 0)}, 0);
+  // A malformed request counts as failed, not as run.
+  SealedItem malformed = alpha->Seal(crypto::MessageKind::kInfer, alpha->Handle("cls"),
+                                     api::v1::InferRequestPayload());
+  run(*alpha, {alpha->InferItem("cls", 0), malformed}, 1);
+  run(*beta, {beta->InferItem("cls", 1), beta->InferItem("cls", 0)}, 0);
+  EXPECT_EQ(sent["alpha"].requests, 3u);
+  EXPECT_EQ(sent["alpha"].failed, 1u);
+  EXPECT_EQ(sent["beta"].requests, 3u);
 }
 
 }  // namespace

@@ -1,0 +1,252 @@
+#include "enclave/batch_runner.h"
+
+#include <cstring>
+#include <memory>
+#include <set>
+
+#include "absl/time/clock.h"
+#include "base/secret_bytes.h"
+#include "base/status.h"
+
+namespace cloister::enclave {
+
+namespace {
+
+using NamedTensors = std::vector<std::pair<std::string, runtime::Tensor>>;
+
+// Tensors in staging buffers start on the runtime's own buffer alignment.
+constexpr size_t kStagingAlignment = 64;
+
+size_t AlignUp(size_t value) { return (value + kStagingAlignment - 1) & ~(kStagingAlignment - 1); }
+
+// Keeps the device-side staging lease alive while any tensor views it; the lease zeroes its
+// block when the last view is gone.
+class StagingViewReleaser final : public runtime::internal::BufferReleaser {
+ public:
+  explicit StagingViewReleaser(std::shared_ptr<pcie::StagingBuffer> lease)
+      : lease_(std::move(lease)) {}
+  void Release(void*, size_t) override {}
+
+ private:
+  std::shared_ptr<pcie::StagingBuffer> lease_;
+};
+
+// True when every request has the same input names, types and shapes except along axis 0 (of
+// rank one or more), and asks for the same outputs, so the requests can run as one.
+bool Coalescible(const std::vector<BatchRequest>& requests) {
+  if (requests.size() < 2) return false;
+  const BatchRequest& first = requests[0];
+  for (const auto& input : first.inputs) {
+    if (input.shape.empty()) return false;
+  }
+  for (size_t r = 1; r < requests.size(); ++r) {
+    const BatchRequest& other = requests[r];
+    if (other.inputs.size() != first.inputs.size() ||
+        other.requested_outputs != first.requested_outputs) {
+      return false;
+    }
+    for (size_t i = 0; i < first.inputs.size(); ++i) {
+      const BatchInput& a = first.inputs[i];
+      const BatchInput& b = other.inputs[i];
+      if (a.name != b.name || a.dtype != b.dtype || a.shape.size() != b.shape.size()) return false;
+      for (size_t d = 1; d < a.shape.size(); ++d) {
+        if (a.shape[d] != b.shape[d]) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// One output slice on its way back: `size` bytes at `source_offset` in `tensor`, to be sent to
+// request `request` at `staging_offset` of the outgoing buffer.
+struct OutputSlice {
+  size_t request;
+  std::string name;
+  runtime::DataType dtype;
+  std::vector<int64_t> shape;
+  runtime::Tensor tensor;
+  size_t source_offset;
+  size_t size;
+  size_t staging_offset = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::TransferPath& path,
+                                      const std::vector<BatchRequest>& requests) {
+  BatchOutcome outcome;
+  const size_t count = requests.size();
+  outcome.replies.assign(count, absl::UnknownError("not run"));
+  if (count == 0) return outcome;
+  const bool coalesce = Coalescible(requests);
+
+  // Staging layout: one 64-byte aligned region per input (per request unless coalesced), the
+  // coalesced requests' rows back to back inside it. offsets[r][k] is where request r's input
+  // k starts.
+  std::vector<std::vector<size_t>> offsets(count);
+  size_t total = 0;
+  const size_t input_count = requests[0].inputs.size();
+  if (coalesce) {
+    for (size_t k = 0; k < input_count; ++k) {
+      total = AlignUp(total);
+      for (size_t r = 0; r < count; ++r) {
+        offsets[r].push_back(total);
+        total += requests[r].inputs[k].raw.size();
+      }
+    }
+  } else {
+    for (size_t r = 0; r < count; ++r) {
+      for (const auto& input : requests[r].inputs) {
+        total = AlignUp(total);
+        offsets[r].push_back(total);
+        total += input.raw.size();
+      }
+    }
+  }
+  for (const auto& request : requests) {
+    for (const auto& input : request.inputs) outcome.input_size += input.raw.size();
+  }
+
+  // Gather, then one transfer.
+  std::shared_ptr<pcie::StagingBuffer> device;
+  {
+    ASSIGN_OR_RETURN(pcie::StagingBuffer host, path.AcquireHostStaging(total));
+    for (size_t r = 0; r < count; ++r) {
+      for (size_t k = 0; k < requests[r].inputs.size(); ++k) {
+        const ByteSpan raw = requests[r].inputs[k].raw;
+        if (!raw.empty()) std::memcpy(host.data() + offsets[r][k], raw.data(), raw.size());
+      }
+    }
+    absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(pcie::StagingBuffer moved, path.ToDevice(host.view()));
+    outcome.transfer_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+    device = std::make_shared<pcie::StagingBuffer>(std::move(moved));
+  }  // the host staging buffer goes back to its pool zeroed
+  auto releaser = std::make_shared<StagingViewReleaser>(device);
+  auto view = [&](size_t offset, runtime::DataType dtype, std::vector<int64_t> shape, size_t size) {
+    auto buffer = std::make_shared<runtime::internal::Buffer>(
+        device->data() + offset, size, runtime::internal::MemoryKind::kHost, releaser);
+    return runtime::Tensor(dtype, std::move(shape), std::move(buffer));
+  };
+  auto timed_run = [&](const NamedTensors& inputs, const std::vector<std::string>& wanted) {
+    absl::Time start = absl::Now();
+    auto run = model.Run(inputs, wanted);
+    outcome.execution_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+    return run;
+  };
+
+  std::vector<OutputSlice> slices;
+  bool done = false;
+  if (coalesce) {
+    std::vector<int64_t> rows;
+    int64_t total_rows = 0;
+    for (const auto& request : requests) {
+      rows.push_back(request.inputs.empty() ? 0 : request.inputs[0].shape[0]);
+      total_rows += rows.back();
+    }
+    bool rows_agree = true;  // every input of a request has the same number of rows
+    for (const auto& request : requests) {
+      for (const auto& input : request.inputs)
+        rows_agree &= input.shape[0] == request.inputs[0].shape[0];
+    }
+    NamedTensors merged;
+    for (size_t k = 0; k < input_count && rows_agree; ++k) {
+      const BatchInput& first = requests[0].inputs[k];
+      std::vector<int64_t> shape = first.shape;
+      shape[0] = total_rows;
+      size_t size = 0;
+      for (const auto& request : requests) size += request.inputs[k].raw.size();
+      merged.emplace_back(first.name, view(offsets[0][k], first.dtype, shape, size));
+    }
+    if (rows_agree) {
+      auto run = timed_run(merged, requests[0].requested_outputs);
+      bool splittable = run.ok();
+      if (run.ok()) {
+        for (const auto& [name, tensor] : *run) {
+          splittable &= tensor.rank() > 0 && tensor.dim(0) == total_rows;
+        }
+      }
+      if (splittable) {
+        int64_t begin = 0;
+        for (size_t r = 0; r < count; ++r) {
+          for (const auto& [name, tensor] : *run) {
+            const size_t row_size = total_rows == 0 ? 0 : tensor.size() / total_rows;
+            std::vector<int64_t> shape = tensor.shape();
+            shape[0] = rows[r];
+            slices.push_back(
+                {r, name, tensor.dtype(), shape, tensor, begin * row_size, rows[r] * row_size});
+          }
+          begin += rows[r];
+          outcome.replies[r] = api::v1::InferReplyPayload();
+        }
+        outcome.coalesced = true;
+        done = true;
+      } else if (run.ok()) {
+        for (auto& [name, tensor] : *run) SecureWipe(tensor.raw_data(), tensor.size());
+      }
+    }
+  }
+  if (!done) {
+    // One run per request, over views of the same device-side buffer.
+    for (size_t r = 0; r < count; ++r) {
+      NamedTensors inputs;
+      for (size_t k = 0; k < requests[r].inputs.size(); ++k) {
+        const BatchInput& input = requests[r].inputs[k];
+        inputs.emplace_back(input.name,
+                            view(offsets[r][k], input.dtype, input.shape, input.raw.size()));
+      }
+      auto run = timed_run(inputs, requests[r].requested_outputs);
+      if (!run.ok()) {
+        outcome.replies[r] = run.status();
+        continue;
+      }
+      for (const auto& [name, tensor] : *run) {
+        slices.push_back({r, name, tensor.dtype(), tensor.shape(), tensor, 0, tensor.size()});
+      }
+      outcome.replies[r] = api::v1::InferReplyPayload();
+    }
+  }
+  releaser.reset();
+  device.reset();  // the inputs' device-side buffer goes back zeroed once no view is left
+
+  // Gather every output on the executor's side, then one transfer back.
+  size_t out_total = 0;
+  for (auto& slice : slices) {
+    out_total = AlignUp(out_total);
+    slice.staging_offset = out_total;
+    out_total += slice.size;
+    outcome.output_size += slice.size;
+  }
+  ASSIGN_OR_RETURN(pcie::StagingBuffer outgoing, path.AcquireDeviceStaging(out_total));
+  for (const auto& slice : slices) {
+    if (slice.size > 0) {
+      std::memcpy(outgoing.data() + slice.staging_offset,
+                  static_cast<const uint8_t*>(slice.tensor.raw_data()) + slice.source_offset,
+                  slice.size);
+    }
+  }
+  // The runtime's result buffers held plaintext: wipe them (Model::Run hands them over unshared;
+  // a coalesced output appears in one slice per request, so wipe each buffer once).
+  std::set<const void*> wiped;
+  for (auto& slice : slices) {
+    if (wiped.insert(slice.tensor.raw_data()).second) {
+      SecureWipe(slice.tensor.raw_data(), slice.tensor.size());
+    }
+    slice.tensor = runtime::Tensor();
+  }
+  absl::Time start = absl::Now();
+  auto back = path.ToHost(outgoing.view());
+  outcome.transfer_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+  outgoing.Release();
+  if (!back.ok()) return back.status();
+  for (const auto& slice : slices) {
+    auto* tensor = outcome.replies[slice.request]->add_outputs();
+    tensor->set_name(slice.name);
+    tensor->set_datatype(std::string(runtime::KServeName(slice.dtype)));
+    for (int64_t d : slice.shape) tensor->add_shape(d);
+    tensor->set_raw(reinterpret_cast<const char*>(back->data()) + slice.staging_offset, slice.size);
+  }
+  return outcome;
+}
+
+}  // namespace cloister::enclave

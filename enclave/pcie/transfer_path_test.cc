@@ -1,0 +1,230 @@
+#include "enclave/pcie/transfer_path.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace cloister::enclave::pcie {
+namespace {
+
+Bytes Pattern(size_t size, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Bytes data(size);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  return data;
+}
+
+bool AllZero(ByteSpan data) {
+  return std::all_of(data.begin(), data.end(), [](uint8_t b) { return b == 0; });
+}
+
+std::unique_ptr<TransferPath> MakePath(PcieMode mode, TransferOptions options = {}) {
+  auto path = TransferPath::Create(mode, std::move(options));
+  EXPECT_TRUE(path.ok()) << path.status();
+  return path.ok() ? std::move(*path) : nullptr;
+}
+
+TEST(PcieModeTest, ParsesTheThreeModesAndRefusesOthers) {
+  EXPECT_EQ(*ParsePcieMode("off"), PcieMode::kOff);
+  EXPECT_EQ(*ParsePcieMode("driver"), PcieMode::kDriver);
+  EXPECT_EQ(*ParsePcieMode("emulated"), PcieMode::kEmulated);
+  for (PcieMode mode : {PcieMode::kOff, PcieMode::kDriver, PcieMode::kEmulated}) {
+    EXPECT_EQ(*ParsePcieMode(PcieModeName(mode)), mode);
+  }
+  auto bad = ParsePcieMode("encrypted");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'encrypted'"), std::string::npos);
+}
+
+TEST(TransferPathTest, RefusesBadOptionsAndOversizedTransfers) {
+  TransferOptions tiny;
+  tiny.chunk_size = 100;
+  EXPECT_EQ(TransferPath::Create(PcieMode::kEmulated, tiny).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  TransferOptions negative;
+  negative.threads = -1;
+  EXPECT_FALSE(TransferPath::Create(PcieMode::kOff, negative).ok());
+
+  TransferOptions small;
+  small.max_transfer_size = 1000;
+  auto path = MakePath(PcieMode::kEmulated, small);
+  Bytes data(1001, 7);
+  EXPECT_EQ(path->ToDevice(data).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(path->AcquireHostStaging(1001).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(path->ToDevice(ByteSpan(data).first(1000)).ok());
+}
+
+// Every mode moves exactly the same bytes there and back, whatever the size and chunking.
+TEST(TransferPathTest, TheThreeModesMoveIdenticalBytes) {
+  const std::vector<size_t> sizes = {0, 1, 64, 4096, 4096 * 3 + 5, (size_t{5} << 20) + 7};
+  for (PcieMode mode : {PcieMode::kOff, PcieMode::kDriver, PcieMode::kEmulated}) {
+    for (size_t chunk : {size_t{4096}, kEmulatedChunkSize}) {
+      TransferOptions options;
+      options.chunk_size = chunk;
+      options.threads = 3;
+      auto path = MakePath(mode, options);
+      for (size_t size : sizes) {
+        SCOPED_TRACE(testing::Message()
+                     << PcieModeName(mode) << " chunk " << chunk << " size " << size);
+        Bytes data = Pattern(size, static_cast<uint32_t>(size));
+        auto staging = path->AcquireHostStaging(size);
+        ASSERT_TRUE(staging.ok());
+        ASSERT_EQ(staging->size(), size);
+        if (size > 0) std::memcpy(staging->data(), data.data(), size);
+        auto device = path->ToDevice(staging->view());
+        ASSERT_TRUE(device.ok()) << device.status();
+        ASSERT_EQ(device->size(), size);
+        EXPECT_TRUE(std::equal(data.begin(), data.end(), device->data()));
+        auto back = path->ToHost(device->view());
+        ASSERT_TRUE(back.ok()) << back.status();
+        EXPECT_EQ(Bytes(back->data(), back->data() + back->size()), data);
+      }
+      auto stats = path->stats();
+      EXPECT_EQ(stats.to_device_transfers, sizes.size());
+      EXPECT_EQ(stats.to_host_transfers, sizes.size());
+      EXPECT_EQ(stats.authentication_failures, 0u);
+      if (mode == PcieMode::kEmulated) {
+        // One chunk per started chunk_size bytes (at least one), both directions.
+        uint64_t chunks = 0;
+        for (size_t size : sizes) chunks += std::max<size_t>(1, (size + chunk - 1) / chunk);
+        EXPECT_EQ(stats.chunks_sealed, 2 * chunks);
+      } else {
+        EXPECT_EQ(stats.chunks_sealed, 0u);
+      }
+    }
+  }
+}
+
+// The untrusted host modifies the bounce buffer: any flipped byte in any chunk or tag, or two
+// chunks swapped, refuses the transfer and delivers nothing.
+TEST(TransferPathTest, EmulatedModeRefusesAModifiedBounceBuffer) {
+  const size_t chunk = 4096;
+  const size_t size = 3 * chunk + 100;  // four chunks
+  const size_t wire = size + 4 * 16;
+  Bytes data = Pattern(size, 1);
+  std::vector<size_t> positions = {0,         chunk - 1, chunk + 16, 2 * (chunk + 16) + 5,
+                                   wire - 17, wire - 1};
+  for (size_t position : positions) {
+    TransferOptions options;
+    options.chunk_size = chunk;
+    options.in_flight_hook_for_test = [position](std::span<uint8_t> bounce) {
+      ASSERT_LT(position, bounce.size());
+      bounce[position] ^= 0x01;
+    };
+    auto path = MakePath(PcieMode::kEmulated, options);
+    auto device = path->ToDevice(data);
+    EXPECT_EQ(device.status().code(), absl::StatusCode::kDataLoss) << "byte " << position;
+    EXPECT_NE(device.status().message().find("failed authentication"), std::string::npos);
+    auto back = path->ToHost(data);
+    EXPECT_EQ(back.status().code(), absl::StatusCode::kDataLoss) << "byte " << position;
+    EXPECT_EQ(path->stats().authentication_failures, 2u);
+    // The refused destination went back to its pool zeroed.
+    auto reused = path->AcquireDeviceStaging(size);
+    ASSERT_TRUE(reused.ok());
+    EXPECT_TRUE(AllZero(reused->view()));
+  }
+
+  TransferOptions swap;
+  swap.chunk_size = chunk;
+  swap.in_flight_hook_for_test = [](std::span<uint8_t> bounce) {
+    std::swap_ranges(bounce.begin(), bounce.begin() + chunk + 16, bounce.begin() + chunk + 16);
+  };
+  auto path = MakePath(PcieMode::kEmulated, swap);
+  EXPECT_EQ(path->ToDevice(data).status().code(), absl::StatusCode::kDataLoss);
+
+  // The bounce buffer holds ciphertext: no run of the plaintext shows in it.
+  TransferOptions watch;
+  watch.chunk_size = chunk;
+  Bytes seen;
+  watch.in_flight_hook_for_test = [&seen](std::span<uint8_t> bounce) {
+    seen.assign(bounce.begin(), bounce.end());
+  };
+  auto watched = MakePath(PcieMode::kEmulated, watch);
+  Bytes zeros(size, 0);
+  ASSERT_TRUE(watched->ToDevice(zeros).ok());
+  ASSERT_EQ(seen.size(), wire);
+  EXPECT_LT(std::count(seen.begin(), seen.end(), 0), static_cast<long>(wire / 64));
+}
+
+TEST(StagingPoolTest, BuffersAreReusedAndZeroedBetweenLeases) {
+  StagingPool pool({.pin = true, .max_idle_blocks = 2});
+  const uint8_t* first_data = nullptr;
+  {
+    auto lease = pool.Acquire(100000);
+    ASSERT_TRUE(lease.ok());
+    EXPECT_TRUE(AllZero(lease->view()));
+    EXPECT_GE(lease->capacity(), 100000u);
+    EXPECT_TRUE(lease->pinned() || pool.stats().pin_failures == 1);
+    std::memset(lease->data(), 0xAB, lease->size());
+    first_data = lease->data();
+  }
+  auto again = pool.Acquire(90000);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->data(), first_data);                   // the same block, reused...
+  EXPECT_TRUE(AllZero(ByteSpan(again->data(), 100000)));  // ...and zero where it was written
+  EXPECT_EQ(pool.stats().reused, 1u);
+  EXPECT_EQ(pool.stats().allocated, 1u);
+
+  // An explicit Release zeroes too, and a moved-from lease holds nothing.
+  std::memset(again->data(), 0xCD, again->size());
+  StagingBuffer moved = std::move(*again);
+  EXPECT_FALSE(again->valid());
+  moved.Release();
+  EXPECT_FALSE(moved.valid());
+  auto third = pool.Acquire(100000);
+  EXPECT_EQ(third->data(), first_data);
+  EXPECT_TRUE(AllZero(third->view()));
+
+  // Idle blocks beyond the limit are freed.
+  std::vector<StagingBuffer> leases;
+  for (int i = 0; i < 4; ++i) leases.push_back(*pool.Acquire(1000));
+  leases.clear();
+  EXPECT_EQ(pool.stats().idle_blocks, 2u);
+  EXPECT_EQ(pool.stats().freed, 2u);
+  EXPECT_EQ(pool.Acquire(size_t{2} << 30).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TransferPathTest, DeviceBuffersComeBackZeroedForTheNextBatch) {
+  for (PcieMode mode : {PcieMode::kOff, PcieMode::kDriver, PcieMode::kEmulated}) {
+    auto path = MakePath(mode);
+    Bytes secret = Pattern(70000, 9);
+    const uint8_t* where = nullptr;
+    {
+      auto device = path->ToDevice(secret);
+      ASSERT_TRUE(device.ok());
+      where = device->data();
+    }
+    auto next = path->AcquireDeviceStaging(70000);
+    ASSERT_TRUE(next.ok());
+    EXPECT_EQ(next->data(), where) << PcieModeName(mode);
+    EXPECT_TRUE(AllZero(next->view())) << PcieModeName(mode);
+  }
+}
+
+TEST(TransferPathTest, ConcurrentTransfersShareTheThreadPool) {
+  TransferOptions options;
+  options.chunk_size = 4096;
+  options.threads = 4;
+  auto path = MakePath(PcieMode::kEmulated, options);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        Bytes data = Pattern(4096 * (1 + (t + i) % 7) + t, t * 100 + i);
+        auto device = path->ToDevice(data);
+        if (!device.ok() || !std::equal(data.begin(), data.end(), device->data())) ++failures;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(path->stats().to_device_transfers, 120u);
+}
+
+}  // namespace
+}  // namespace cloister::enclave::pcie
