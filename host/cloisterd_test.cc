@@ -371,6 +371,47 @@ TEST_F(CloisterdTest, ConfiguredTenantsReplaceTheDevelopmentTenant) {
   EXPECT_EQ(daemon->WaitExit(), 0);
 }
 
+TEST_F(CloisterdTest, SeveralWorkersEachGetEveryModel) {
+  std::string config = (dir_ / "cloisterd.yaml").string();
+  ASSERT_TRUE(WriteFileAtomic(config, "workers: 2\nscheduler:\n  max_batch_size: 4\n").ok());
+  auto count = [](const std::string& log, const std::string& event) {
+    int found = 0;
+    for (size_t at = log.find(event); at != std::string::npos; at = log.find(event, at + 1)) {
+      ++found;
+    }
+    return found;
+  };
+  {
+    auto daemon = StartDaemon({"--config", config});
+    int port = daemon->WaitListening();
+    ASSERT_GT(port, 0) << Stderr();
+    Connect(port, "demo", DemoToken());
+    std::string session = OpenSession();
+    ASSERT_TRUE(Upload(session, kHandle, "model one").ok());
+    api::v1::SealedReply reply;
+    grpc::Status status = Infer(session, "r1", "hello", reply);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    daemon->Signal(SIGTERM);
+    ASSERT_EQ(daemon->WaitExit(), 0);
+  }
+  std::string log = Stderr();
+  EXPECT_EQ(count(log, "\"event\":\"enclave_worker_started\""), 2) << log;
+  EXPECT_EQ(count(log, "\"event\":\"model_fanout_failed\""), 0) << log;
+  // A restart reloads the stored model into both workers.
+  auto daemon = StartDaemon({"--config", config});
+  int port = daemon->WaitListening();
+  ASSERT_GT(port, 0) << Stderr();
+  EXPECT_EQ(count(Stderr(), "\"event\":\"model_reloaded\""), 2) << Stderr();
+  Connect(port, "demo", DemoToken());
+  std::string session = OpenSession();
+  api::v1::SealedReply reply;
+  grpc::Status status = Infer(session, "r2", "again", reply);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reply.ciphertext(), "out:again;batch=1");
+  daemon->Signal(SIGTERM);
+  EXPECT_EQ(daemon->WaitExit(), 0);
+}
+
 TEST_F(CloisterdTest, BadUsageAndBadConfigExitTwo) {
   {
     auto daemon = StartDaemon({"--bogus"});

@@ -1,10 +1,11 @@
 // cloisterd: the untrusted host broker (DESIGN.md sections 2 and 8). It authenticates tenants,
-// queues and batches their sealed requests, keeps model ciphertext at rest and relays
-// everything to one enclave worker; it never sees plaintext.
+// admits, queues and batches their sealed requests, keeps model ciphertext at rest and relays
+// everything to its enclave workers (`workers: N`, one per device); it never sees plaintext.
 //
 // Start-up: settings (flags over --config), data dir (0700), tenants (the development tenant
 // "demo" with its token in DATA_DIR/demo.token unless the config lists tenants), the enclave
-// worker (waits until it answers a GetEvidenceCall), reload of every stored model, the gRPC
+// workers (the first one alone until it answers a GetEvidenceCall, so it creates the simulated
+// roots the others then share), reload of every stored model into every worker, the gRPC
 // server, then exactly one line on stdout: "cloisterd listening on HOST:PORT".
 // SIGTERM or SIGINT: stop accepting, finish in-flight calls (with a deadline), stop the worker,
 // exit 0. Exit 1 if start-up fails or the worker dies; exit 2 for bad usage or config.
@@ -28,6 +29,7 @@
 #include "crypto/hash.h"
 #include "crypto/random.h"
 #include "host/config/daemon_config.h"
+#include "host/receipts/receipt_log.h"
 #include "host/enclave_client/process_enclave_client.h"
 #include "host/scheduler/scheduler.h"
 #include "host/server/cloister_service.h"
@@ -156,7 +158,7 @@ int Run(const DaemonConfig& config) {
     return Fail(status);
   }
 
-  std::vector<TenantCredential> tenants = config.tenants;
+  std::vector<TenantCredential> tenants = config.Credentials();
   if (tenants.empty()) {
     std::string token_path = absl::StrCat(data_dir, "/demo.token");
     absl::StatusOr<std::string> token = LoadOrCreateDevToken(token_path);
@@ -170,35 +172,91 @@ int Run(const DaemonConfig& config) {
   if (!registry.ok()) return Fail(registry.status());
 
   std::atomic<bool> worker_exited{false};
-  ProcessEnclaveOptions enclave_options;
-  enclave_options.binary_path = enclave_binary;
-  enclave_options.data_dir = data_dir;
-  enclave_options.tee = config.tee;
-  enclave_options.gpu = config.gpu;
-  enclave_options.on_exit = [&worker_exited](const absl::Status&) { worker_exited.store(true); };
-  absl::StatusOr<std::unique_ptr<ProcessEnclaveClient>> enclave =
-      ProcessEnclaveClient::Start(std::move(enclave_options));
-  if (!enclave.ok()) return Fail(enclave.status());
-
-  if (absl::Status status = WaitForEnclave(**enclave, worker_exited); !status.ok()) {
-    return Fail(status);
+  std::vector<std::unique_ptr<ProcessEnclaveClient>> enclaves;
+  std::vector<EnclaveClient*> workers;
+  auto stop_workers = [&enclaves] {
+    for (auto& enclave : enclaves) enclave->Stop();
+  };
+  for (int index = 0; index < config.workers; ++index) {
+    ProcessEnclaveOptions enclave_options;
+    enclave_options.binary_path = enclave_binary;
+    enclave_options.data_dir = data_dir;
+    enclave_options.tee = config.tee;
+    enclave_options.gpu = config.gpu;
+    enclave_options.write_dev_policy = index == 0;
+    enclave_options.on_exit = [&worker_exited](const absl::Status&) { worker_exited.store(true); };
+    absl::StatusOr<std::unique_ptr<ProcessEnclaveClient>> enclave =
+        ProcessEnclaveClient::Start(std::move(enclave_options));
+    if (!enclave.ok()) {
+      stop_workers();
+      return Fail(enclave.status());
+    }
+    enclaves.push_back(*std::move(enclave));
+    workers.push_back(enclaves.back().get());
+    // The first worker creates the simulated roots and sealing secret the others share.
+    if (absl::Status status = WaitForEnclave(*enclaves.back(), worker_exited); !status.ok()) {
+      stop_workers();
+      return Fail(status);
+    }
   }
+  Log(LogLevel::kInfo, "enclave_workers_ready", {{"workers", config.workers}});
   absl::StatusOr<std::unique_ptr<FileBlobStore>> blobs =
       FileBlobStore::Open(absl::StrCat(data_dir, "/models"));
-  if (!blobs.ok()) return Fail(blobs.status());
-  if (absl::Status status = ReloadStoredModels(**blobs, **enclave); !status.ok()) {
-    return Fail(status);
+  if (!blobs.ok()) {
+    stop_workers();
+    return Fail(blobs.status());
+  }
+  for (size_t index = 0; index < enclaves.size(); ++index) {
+    if (absl::Status status = ReloadStoredModels(**blobs, *enclaves[index]); !status.ok()) {
+      stop_workers();
+      return Fail(status);
+    }
   }
 
-  SchedulerOptions scheduler_options;
-  scheduler_options.max_batch_size = config.max_batch_size;
-  scheduler_options.max_queue_delay = config.max_queue_delay;
-  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
-      Scheduler::Create(enclave->get(), scheduler_options);
-  if (!scheduler.ok()) return Fail(scheduler.status());
+  // Usage receipts: every batch reply carries one signed by its worker's enclave key; they are
+  // verified against that key and kept in DATA_DIR/receipts/receipts.jsonl.
+  absl::StatusOr<std::unique_ptr<ReceiptLog>> receipt_log = ReceiptLog::Open(data_dir);
+  if (!receipt_log.ok()) {
+    stop_workers();
+    return Fail(receipt_log.status());
+  }
+  std::vector<Bytes> enclave_keys;
+  for (size_t index = 0; index < enclaves.size(); ++index) {
+    boundary::v1::HostToEnclave call;
+    call.mutable_get_evidence()->set_nonce(ToString(crypto::RandomBytes(32)));
+    absl::StatusOr<boundary::v1::EnclaveToHost> reply =
+        CallAndWait(*enclaves[index], std::move(call), kEnclaveReadyTimeout);
+    absl::StatusOr<Bytes> key = reply.ok() ? EnclaveSigningKeyFromEvidence(reply->get_evidence())
+                                           : absl::StatusOr<Bytes>(reply.status());
+    if (!key.ok()) {
+      // Serving goes on; this worker's receipts will be refused (and logged) as unverifiable.
+      Log(LogLevel::kWarning, "enclave_key_unknown",
+          {{"worker", static_cast<int>(index)}, {"error", key.status().ToString()}});
+    }
+    enclave_keys.push_back(key.ok() ? *std::move(key) : Bytes());
+  }
+  SchedulerOptions scheduler_options = config.scheduler;
+  scheduler_options.on_batch_reply = [log = receipt_log->get(), &enclave_keys](
+                                         int worker, const EnclaveClient::Reply& reply) {
+    if (!reply.ok() || !reply->has_infer_batch() || !reply->infer_batch().has_receipt()) return;
+    absl::StatusOr<boundary::v1::UsageReceipt> kept =
+        log->Append(absl::StrCat("worker", worker), enclave_keys[worker], reply->infer_batch().receipt());
+    if (!kept.ok()) {
+      Log(LogLevel::kWarning, "receipt_refused",
+          {{"worker", worker}, {"reason", std::string(kept.status().message())}});
+    }
+  };
 
-  auto service = std::make_unique<CloisterService>(
-      registry->get(), enclave->get(), scheduler->get(), blobs->get(), ServiceOptions());
+  // Tenants without limits of their own (the development tenant too) get tenant_defaults.
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(workers, scheduler_options);
+  if (!scheduler.ok()) {
+    stop_workers();
+    return Fail(scheduler.status());
+  }
+
+  auto service = std::make_unique<CloisterService>(registry->get(), workers, scheduler->get(),
+                                                   blobs->get(), ServiceOptions());
   absl::StatusOr<RunningServer> server =
       StartGrpcServer(service.get(), config.listen, kMaxGrpcMessageSize);
   if (!server.ok()) return Fail(server.status());
@@ -231,13 +289,16 @@ int Run(const DaemonConfig& config) {
     Log(LogLevel::kWarning, "shutdown_forcing",
         {{"reason", "calls still in flight after the grace period"},
          {"active_rpcs", service->active_rpcs()}});
-    (*enclave)->Stop();
+    stop_workers();
   }
   server->server->Shutdown(std::chrono::system_clock::now());
   server->server.reset();
   (*scheduler)->Stop();
   service.reset();
-  (*enclave)->Stop();
+  stop_workers();
+  if (absl::Status synced = (*receipt_log)->Sync(); !synced.ok()) {
+    Log(LogLevel::kWarning, "receipt_log_sync_failed", {{"error", synced.ToString()}});
+  }
   Log(LogLevel::kInfo, "stopped", {{"exit_code", exit_code}});
   return exit_code;
 }

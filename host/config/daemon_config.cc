@@ -1,7 +1,9 @@
 #include "host/config/daemon_config.h"
 
+#include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -99,30 +101,158 @@ absl::StatusOr<double> ReadNumber(const ConfigErrors& errors, const YAML::Node& 
   return value;
 }
 
-absl::Status ParseBatching(const ConfigErrors& errors, const YAML::Node& node,
-                           DaemonConfig& config) {
+// A size in bytes: an integer, optionally with a binary suffix (KiB, MiB, GiB, TiB).
+absl::StatusOr<uint64_t> ReadSize(const ConfigErrors& errors, const YAML::Node& node,
+                                  absl::string_view field) {
+  if (!node.IsScalar()) {
+    return errors.At(node, field, absl::StrCat("expected a size, got ", TypeName(node)));
+  }
+  absl::string_view text = node.Scalar();
+  uint64_t unit = 1;
+  for (const auto& [suffix, shift] :
+       {std::pair<absl::string_view, int>{"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}}) {
+    if (absl::EndsWith(text, suffix)) {
+      text.remove_suffix(suffix.size());
+      unit = uint64_t{1} << shift;
+      break;
+    }
+  }
+  uint64_t count;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &count) || text.empty() ||
+      text[0] == '-' || count > (uint64_t{1} << 50) / unit) {
+    return errors.At(node, field,
+                     absl::StrCat("expected a size in bytes (like 1048576 or 64MiB), got '",
+                                  node.Scalar(), "'"));
+  }
+  if (count == 0) return errors.At(node, field, "must be at least 1 byte");
+  return count * unit;
+}
+
+absl::StatusOr<absl::Duration> ReadMilliseconds(const ConfigErrors& errors, const YAML::Node& node,
+                                                absl::string_view field, double min, double max) {
+  ASSIGN_OR_RETURN(double value, ReadNumber(errors, node, field, min, max));
+  return absl::Microseconds(static_cast<int64_t>(value * 1000));
+}
+
+// Sets one tenant limit named `key`; false (and OK) when `key` is not a limit.
+absl::StatusOr<bool> ParseLimit(const ConfigErrors& errors, const std::string& key,
+                                const YAML::Node& value, const std::string& where,
+                                TenantLimits& limits) {
+  std::string field = absl::StrCat(where, ".", key);
+  if (key == "priority") {
+    ASSIGN_OR_RETURN(std::string word, ReadString(errors, value, field));
+    absl::StatusOr<PriorityClass> priority = ParsePriorityClass(word);
+    if (!priority.ok()) return errors.At(value, field, priority.status().message());
+    limits.priority = *priority;
+  } else if (key == "weight") {
+    ASSIGN_OR_RETURN(int64_t weight, ReadInteger(errors, value, field, 1, 10000));
+    limits.weight = static_cast<int>(weight);
+  } else if (key == "rate_per_second") {
+    ASSIGN_OR_RETURN(limits.rate_per_second, ReadNumber(errors, value, field, 0, 1e9));
+  } else if (key == "burst") {
+    ASSIGN_OR_RETURN(limits.burst, ReadNumber(errors, value, field, 0, 1e9));
+  } else if (key == "max_queued_requests") {
+    ASSIGN_OR_RETURN(int64_t count, ReadInteger(errors, value, field, 1, 1 << 24));
+    limits.max_queued_requests = static_cast<int>(count);
+  } else if (key == "max_queued_bytes") {
+    ASSIGN_OR_RETURN(limits.max_queued_size, ReadSize(errors, value, field));
+  } else if (key == "max_payload_bytes") {
+    ASSIGN_OR_RETURN(limits.max_payload_size, ReadSize(errors, value, field));
+  } else if (key == "model_memory_quota_bytes") {
+    ASSIGN_OR_RETURN(limits.model_memory_quota, ReadSize(errors, value, field));
+  } else if (key == "default_deadline_ms") {
+    ASSIGN_OR_RETURN(double ms, ReadNumber(errors, value, field, 0, 3.6e6));
+    limits.default_deadline =
+        ms == 0 ? absl::InfiniteDuration() : absl::Microseconds(static_cast<int64_t>(ms * 1000));
+    if (limits.default_deadline == absl::ZeroDuration()) {
+      return errors.At(value, field, "must be 0 (none) or at least 0.001");
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+absl::Status ParseTenantDefaults(const ConfigErrors& errors, const YAML::Node& node,
+                                 TenantLimits& limits) {
   if (!node.IsMap()) {
-    return errors.At(node, "batching", absl::StrCat("expected a map, got ", TypeName(node)));
+    return errors.At(node, "tenant_defaults", absl::StrCat("expected a map, got ", TypeName(node)));
   }
   for (const auto& entry : node) {
     std::string key = entry.first.Scalar();
-    if (key == "max_batch_size") {
-      ASSIGN_OR_RETURN(int64_t value,
-                       ReadInteger(errors, entry.second, "batching.max_batch_size", 1, 1024));
-      config.max_batch_size = static_cast<int>(value);
-    } else if (key == "max_queue_delay_ms") {
-      ASSIGN_OR_RETURN(double value,
-                       ReadNumber(errors, entry.second, "batching.max_queue_delay_ms", 0, 10000));
-      config.max_queue_delay = absl::Microseconds(static_cast<int64_t>(value * 1000));
-    } else {
-      return errors.At(entry.first, "batching", absl::StrCat("unknown field '", key, "'"));
+    ASSIGN_OR_RETURN(bool known, ParseLimit(errors, key, entry.second, "tenant_defaults", limits));
+    if (!known) {
+      return errors.At(entry.first, "tenant_defaults", absl::StrCat("unknown field '", key, "'"));
     }
   }
   return absl::OkStatus();
 }
 
+// `section` is the key the map was found under: scheduler, or its older name batching.
+absl::Status ParseScheduler(const ConfigErrors& errors, const YAML::Node& node,
+                            const std::string& section, SchedulerOptions& options) {
+  if (!node.IsMap()) {
+    return errors.At(node, section, absl::StrCat("expected a map, got ", TypeName(node)));
+  }
+  bool best_effort_set = false;
+  for (const auto& entry : node) {
+    std::string key = entry.first.Scalar();
+    std::string field = absl::StrCat(section, ".", key);
+    const YAML::Node& value = entry.second;
+    if (key == "max_batch_size") {
+      ASSIGN_OR_RETURN(int64_t count, ReadInteger(errors, value, field, 1, 1024));
+      options.max_batch_size = static_cast<int>(count);
+    } else if (key == "preferred_batch_sizes") {
+      if (!value.IsSequence()) {
+        return errors.At(value, field, absl::StrCat("expected a list, got ", TypeName(value)));
+      }
+      options.preferred_batch_sizes.clear();
+      for (size_t i = 0; i < value.size(); ++i) {
+        ASSIGN_OR_RETURN(int64_t count,
+                         ReadInteger(errors, value[i], absl::StrCat(field, "[", i, "]"), 1, 1024));
+        if (!options.preferred_batch_sizes.empty() &&
+            count <= options.preferred_batch_sizes.back()) {
+          return errors.At(value[i], absl::StrCat(field, "[", i, "]"),
+                           "sizes must be in ascending order");
+        }
+        options.preferred_batch_sizes.push_back(static_cast<int>(count));
+      }
+    } else if (key == "max_queue_delay_ms") {
+      ASSIGN_OR_RETURN(options.max_queue_delay, ReadMilliseconds(errors, value, field, 0, 10000));
+    } else if (key == "max_batches_in_flight") {
+      ASSIGN_OR_RETURN(int64_t count, ReadInteger(errors, value, field, 1, 64));
+      options.max_batches_in_flight = static_cast<int>(count);
+    } else if (key == "best_effort_max_batch_size") {
+      ASSIGN_OR_RETURN(int64_t count, ReadInteger(errors, value, field, 1, 1024));
+      options.best_effort_max_batch_size = static_cast<int>(count);
+      best_effort_set = true;
+    } else if (key == "best_effort_max_batch_time_ms") {
+      ASSIGN_OR_RETURN(options.best_effort_max_batch_time,
+                       ReadMilliseconds(errors, value, field, 0.001, 60000));
+    } else if (key == "fairness_quantum_ms") {
+      ASSIGN_OR_RETURN(options.fairness_quantum,
+                       ReadMilliseconds(errors, value, field, 0.001, 60000));
+    } else {
+      return errors.At(entry.first, section, absl::StrCat("unknown field '", key, "'"));
+    }
+  }
+  if (best_effort_set && options.best_effort_max_batch_size > options.max_batch_size) {
+    return errors.At(
+        node, section,
+        absl::StrCat("best_effort_max_batch_size (", options.best_effort_max_batch_size,
+                     ") is larger than max_batch_size (", options.max_batch_size, ")"));
+  }
+  if (!options.preferred_batch_sizes.empty() &&
+      options.preferred_batch_sizes.back() > options.max_batch_size) {
+    return errors.At(node, section,
+                     absl::StrCat("preferred batch size ", options.preferred_batch_sizes.back(),
+                                  " is larger than max_batch_size (", options.max_batch_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseTenants(const ConfigErrors& errors, const YAML::Node& node,
-                          DaemonConfig& config) {
+                          const TenantLimits& defaults, DaemonConfig& config) {
   if (node.IsNull()) return absl::OkStatus();
   if (!node.IsSequence()) {
     return errors.At(node, "tenants", absl::StrCat("expected a list, got ", TypeName(node)));
@@ -133,7 +263,8 @@ absl::Status ParseTenants(const ConfigErrors& errors, const YAML::Node& node,
     if (!item.IsMap()) {
       return errors.At(item, where, absl::StrCat("expected a map, got ", TypeName(item)));
     }
-    TenantCredential tenant;
+    TenantConfig tenant;
+    tenant.limits = defaults;
     bool has_id = false;
     bool has_hash = false;
     for (const auto& entry : item) {
@@ -155,17 +286,19 @@ absl::Status ParseTenants(const ConfigErrors& errors, const YAML::Node& node,
         tenant.token_sha256 = *std::move(hash);
         has_hash = true;
       } else {
-        return errors.At(entry.first, where, absl::StrCat("unknown field '", key, "'"));
+        ASSIGN_OR_RETURN(bool known, ParseLimit(errors, key, entry.second, where, tenant.limits));
+        if (!known) return errors.At(entry.first, where, absl::StrCat("unknown field '", key, "'"));
       }
     }
     if (!has_id) return errors.At(item, where, "missing field 'id'");
     if (!has_hash) return errors.At(item, where, "missing field 'token_sha256'");
-    for (const TenantCredential& other : config.tenants) {
+    for (const TenantConfig& other : config.tenants) {
       if (other.tenant_id == tenant.tenant_id) {
         return errors.At(item, where + ".id",
                          absl::StrCat("tenant '", tenant.tenant_id, "' is listed twice"));
       }
     }
+    config.scheduler.tenant_limits[tenant.tenant_id] = tenant.limits;
     config.tenants.push_back(std::move(tenant));
   }
   return absl::OkStatus();
@@ -216,6 +349,8 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text,
   }
   YAML::Node evidence_node = root;  // the later of tee and gpu, for errors about the pair
   std::string evidence_key = "tee";
+  std::string scheduler_key;  // which of scheduler and batching was given, if any
+  std::optional<YAML::Node> tenants_node;
   try {
     for (const auto& entry : root) {
       if (!entry.first.IsScalar()) return errors.At(entry.first, "(key)", "expected a field name");
@@ -237,13 +372,27 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text,
         if (!valid.ok()) return errors.At(value, key, valid.message());
         evidence_node = value;
         evidence_key = key;
-      } else if (key == "batching") {
-        RETURN_IF_ERROR(ParseBatching(errors, value, config));
+      } else if (key == "workers") {
+        ASSIGN_OR_RETURN(int64_t workers, ReadInteger(errors, value, "workers", 1, 64));
+        config.workers = static_cast<int>(workers);
+      } else if (key == "scheduler" || key == "batching") {
+        if (!scheduler_key.empty()) {
+          return errors.At(
+              entry.first, key,
+              absl::StrCat("the scheduler settings are already given as '", scheduler_key, "'"));
+        }
+        scheduler_key = key;
+        RETURN_IF_ERROR(ParseScheduler(errors, value, key, config.scheduler));
+      } else if (key == "tenant_defaults") {
+        RETURN_IF_ERROR(ParseTenantDefaults(errors, value, config.scheduler.default_limits));
       } else if (key == "tenants") {
-        RETURN_IF_ERROR(ParseTenants(errors, value, config));
+        tenants_node.emplace(value);  // parsed last, over tenant_defaults wherever those are
       } else {
         return errors.AtLine(entry.first.Mark().line, absl::StrCat("unknown field '", key, "'"));
       }
+    }
+    if (tenants_node.has_value()) {
+      RETURN_IF_ERROR(ParseTenants(errors, *tenants_node, config.scheduler.default_limits, config));
     }
   } catch (const YAML::Exception& e) {
     return errors.AtLine(e.mark.line, e.msg);
@@ -266,6 +415,14 @@ absl::Status CheckEvidenceSources(absl::string_view tee, absl::string_view gpu) 
         "gpu nvidia-cc needs tee sev-snp or tdx (a simulated CVM cannot vouch for a real GPU)");
   }
   return absl::OkStatus();
+}
+
+std::vector<TenantCredential> DaemonConfig::Credentials() const {
+  std::vector<TenantCredential> credentials;
+  for (const TenantConfig& tenant : tenants) {
+    credentials.push_back({tenant.tenant_id, tenant.token_sha256});
+  }
+  return credentials;
 }
 
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path) {

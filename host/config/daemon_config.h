@@ -1,5 +1,5 @@
-// cloisterd's settings: the command line and the small YAML config file (`--config FILE`).
-// This is the early schema (the full operator schema comes later):
+// cloisterd's settings: the command line and the operator's YAML config file (`--config FILE`).
+// The schema is proto/cloister/config/v1/daemon.proto (message Daemon); every key:
 //
 //   listen: "127.0.0.1:7700"           # HOST:PORT; port 0 picks a free port
 //   data_dir: ./cloister-data          # created 0700
@@ -7,14 +7,31 @@
 //   tee: sim                           # where the enclave's evidence comes from: sim, sev-snp, tdx
 //   gpu: nvidia-cc                     # GPU evidence: sim, nvidia-cc, none (default: sim with
 //                                      # tee sim, none otherwise); nvidia-cc needs a real TEE
-//   batching:
+//   workers: 1                         # enclave worker processes, one per device; 1..64
+//   scheduler:                         # (also accepted under its older name `batching`)
 //     max_batch_size: 8                # 1..1024
+//     preferred_batch_sizes: [4, 8]    # ascending, each <= max_batch_size
 //     max_queue_delay_ms: 2            # 0..10000, fractions allowed
+//     max_batches_in_flight: 2         # per worker, 1..64
+//     best_effort_max_batch_size: 2    # batch-class batches while realtime work waits
+//     best_effort_max_batch_time_ms: 5 # ... and their estimated duration
+//     fairness_quantum_ms: 2           # deficit round robin credit per round and weight unit
+//   tenant_defaults:                   # limits for tenants that do not set them (and "demo")
+//     <any tenant limit below>
 //   tenants:                           # absent or empty: the development tenant "demo"
 //     - id: acme
 //       token_sha256: <64 hex digits>  # SHA-256 of the tenant's API token
+//       priority: realtime             # realtime, standard (default), batch
+//       weight: 1                      # 1..10000, share of execution time within the class
+//       rate_per_second: 50            # token bucket; 0 (default): unlimited
+//       burst: 100                     # bucket size; default max(1, rate)
+//       max_queued_requests: 1024
+//       max_queued_bytes: 256MiB       # sizes: bytes, or with KiB, MiB, GiB, TiB
+//       max_payload_bytes: 64MiB
+//       model_memory_quota_bytes: 4GiB # sum of the tenant's stored models, checked at upload
+//       default_deadline_ms: 1000      # for requests without a deadline; default none
 //
-// Errors name the file, the line and the field (unknown fields and wrong types included).
+// Errors are "FILE:LINE: field: what" (unknown fields and wrong types included).
 // Flags override the file. Thread-safe: pure functions.
 #pragma once
 
@@ -25,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "host/scheduler/scheduler.h"
 #include "host/tenants/tenant_registry.h"
 
 namespace cloister::host {
@@ -33,15 +51,27 @@ inline constexpr char kCloisterdUsage[] =
     "usage: cloisterd [--config FILE] [--listen HOST:PORT] [--data-dir DIR] "
     "[--enclave-binary PATH] [--tee sim|sev-snp|tdx] [--gpu sim|nvidia-cc|none]";
 
+// One configured tenant: its credential and its limits.
+struct TenantConfig {
+  std::string tenant_id;
+  Bytes token_sha256;  // 32 bytes
+  TenantLimits limits;
+};
+
 struct DaemonConfig {
   std::string listen = "127.0.0.1:7700";
   std::string data_dir = "./cloister-data";
   std::string enclave_binary;  // empty: cloister-enclave beside the cloisterd executable
   std::string tee = "sim";     // sim, sev-snp, tdx
   std::string gpu;             // sim, nvidia-cc, none; empty: sim with tee sim, else none
-  int max_batch_size = 8;
-  absl::Duration max_queue_delay = absl::Milliseconds(2);
-  std::vector<TenantCredential> tenants;  // empty: the development tenant
+  int workers = 1;
+  // Scheduler settings; default_limits holds tenant_defaults and tenant_limits each tenant's
+  // limits (clock is left unset).
+  SchedulerOptions scheduler;
+  std::vector<TenantConfig> tenants;  // empty: the development tenant
+
+  // The credentials of the configured tenants, for TenantRegistry.
+  std::vector<TenantCredential> Credentials() const;
 };
 
 // Parses config text; `file_name` is only used in error messages. Empty text gives defaults.

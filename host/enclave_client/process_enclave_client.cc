@@ -71,12 +71,15 @@ std::string DescribeWaitStatus(int wait_status) {
 
 std::vector<std::string> ProcessEnclaveClient::WorkerCommandLine(
     const ProcessEnclaveOptions& options) {
-  std::vector<std::string> args = {options.binary_path, "--fd", "3", "--data-dir",
-                                   options.data_dir, "--tee", options.tee};
+  std::vector<std::string> args = {options.binary_path, "--fd",  "3",        "--data-dir",
+                                   options.data_dir,    "--tee", options.tee};
   if (!options.gpu.empty()) args.insert(args.end(), {"--gpu", options.gpu});
   if (options.tee == "sim") {
-    args.insert(args.end(), {"--sim-dir", absl::StrCat(options.data_dir, "/sim"),
-                             "--dev-policy-out", absl::StrCat(options.data_dir, "/dev-policy.yaml")});
+    args.insert(args.end(), {"--sim-dir", absl::StrCat(options.data_dir, "/sim")});
+    if (options.write_dev_policy) {
+      args.insert(args.end(),
+                  {"--dev-policy-out", absl::StrCat(options.data_dir, "/dev-policy.yaml")});
+    }
   }
   return args;
 }

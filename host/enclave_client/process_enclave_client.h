@@ -46,6 +46,9 @@ struct ProcessEnclaveOptions {
   // "tdx"; gpu "sim", "nvidia-cc", "none" or "" for the worker's default (sim with tee sim).
   std::string tee = "sim";
   std::string gpu;
+  // With the simulated TEE: whether this worker writes DATA_DIR/dev-policy.yaml. With several
+  // workers sharing a data dir only the first one does.
+  bool write_dev_policy = true;
   // How long Stop() waits after SIGTERM before SIGKILL.
   absl::Duration stop_grace = absl::Seconds(5);
   // Runs once, on the reader thread, if the connection ends without Stop() having been called

@@ -64,6 +64,11 @@ TEST_F(ProcessEnclaveClientTest, WorkerCommandLine) {
             (std::vector<std::string>{"/bin/cloister-enclave", "--fd", "3", "--data-dir", "/data",
                                       "--tee", "sim", "--sim-dir", "/data/sim",
                                       "--dev-policy-out", "/data/dev-policy.yaml"}));
+  // A second worker on the same data dir shares the roots but leaves the policy to the first.
+  options.write_dev_policy = false;
+  EXPECT_EQ(ProcessEnclaveClient::WorkerCommandLine(options),
+            (std::vector<std::string>{"/bin/cloister-enclave", "--fd", "3", "--data-dir", "/data",
+                                      "--tee", "sim", "--sim-dir", "/data/sim"}));
   // Real hardware: no simulated roots and no development policy.
   options.tee = "sev-snp";
   options.gpu = "nvidia-cc";

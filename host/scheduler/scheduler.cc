@@ -1,10 +1,12 @@
 #include "host/scheduler/scheduler.h"
 
 #include <algorithm>
-#include <optional>
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "base/status.h"
 
@@ -13,170 +15,561 @@ namespace cloister::host {
 using boundary::v1::HostToEnclave;
 using boundary::v1::SealedReplyItem;
 
-absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(EnclaveClient* enclave,
-                                                             SchedulerOptions options) {
-  if (enclave == nullptr) return absl::InvalidArgumentError("scheduler needs an enclave client");
+namespace {
+
+constexpr int64_t kMinItemCostNs = 1000;  // so a batch always costs something
+
+int64_t Nanos(absl::Duration duration) { return absl::ToInt64Nanoseconds(duration); }
+
+std::string FormatRate(double rate) {
+  if (rate == std::floor(rate)) return absl::StrCat(static_cast<int64_t>(rate));
+  return absl::StrCat(rate);
+}
+
+}  // namespace
+
+absl::string_view PriorityClassName(PriorityClass priority) {
+  switch (priority) {
+    case PriorityClass::kRealtime:
+      return "realtime";
+    case PriorityClass::kStandard:
+      return "standard";
+    case PriorityClass::kBatch:
+      return "batch";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<PriorityClass> ParsePriorityClass(absl::string_view name) {
+  if (name == "realtime") return PriorityClass::kRealtime;
+  if (name == "standard") return PriorityClass::kStandard;
+  if (name == "batch") return PriorityClass::kBatch;
+  return absl::InvalidArgumentError(
+      absl::StrCat("priority must be realtime, standard or batch, not '", name, "'"));
+}
+
+absl::Status CheckTenantLimits(const TenantLimits& limits) {
+  if (limits.weight < 1 || limits.weight > 10000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight must be in 1..10000, got ", limits.weight));
+  }
+  if (!(limits.rate_per_second >= 0) || limits.rate_per_second > 1e9) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rate_per_second must be in 0..1e9, got ", limits.rate_per_second));
+  }
+  if (!(limits.burst >= 0) || limits.burst > 1e9) {
+    return absl::InvalidArgumentError(absl::StrCat("burst must be in 0..1e9, got ", limits.burst));
+  }
+  if (limits.max_queued_requests < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_queued_requests must be at least 1, got ", limits.max_queued_requests));
+  }
+  if (limits.max_queued_size < 1) {
+    return absl::InvalidArgumentError("max_queued_bytes must be at least 1");
+  }
+  if (limits.max_payload_size < 1) {
+    return absl::InvalidArgumentError("max_payload_bytes must be at least 1");
+  }
+  if (limits.default_deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("default_deadline must be positive, got ",
+                                                   absl::FormatDuration(limits.default_deadline)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSchedulerOptions(const SchedulerOptions& options) {
   if (options.max_batch_size < 1 || options.max_batch_size > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_batch_size must be in 1..1024, got ", options.max_batch_size));
+  }
+  int previous = 0;
+  for (int size : options.preferred_batch_sizes) {
+    if (size <= previous || size > options.max_batch_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("preferred_batch_sizes must be ascending and each in 1..max_batch_size (",
+                       options.max_batch_size, "), got [",
+                       absl::StrJoin(options.preferred_batch_sizes, ", "), "]"));
+    }
+    previous = size;
   }
   if (options.max_queue_delay < absl::ZeroDuration() ||
       options.max_queue_delay > absl::Seconds(10)) {
     return absl::InvalidArgumentError(absl::StrCat("max_queue_delay must be in 0..10s, got ",
                                                    absl::FormatDuration(options.max_queue_delay)));
   }
-  if (options.max_batches_in_flight < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("max_batches_in_flight must be at least 1, got ",
+  if (options.max_batches_in_flight < 1 || options.max_batches_in_flight > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("max_batches_in_flight must be in 1..64, got ",
                                                    options.max_batches_in_flight));
   }
-  if (options.max_queued_requests_per_tenant < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_queued_requests_per_tenant must be at least 1, got ",
-                     options.max_queued_requests_per_tenant));
+  if (options.best_effort_max_batch_size < 1 || options.best_effort_max_batch_size > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "best_effort_max_batch_size must be in 1..1024, got ", options.best_effort_max_batch_size));
   }
-  return std::unique_ptr<Scheduler>(new Scheduler(enclave, options));
+  if (options.best_effort_max_batch_time <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("best_effort_max_batch_time must be positive");
+  }
+  if (options.fairness_quantum <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("fairness_quantum must be positive");
+  }
+  if (options.initial_item_cost <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("initial_item_cost must be positive");
+  }
+  if (!(options.cost_smoothing > 0 && options.cost_smoothing <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost_smoothing must be in (0, 1], got ", options.cost_smoothing));
+  }
+  if (absl::Status status = CheckTenantLimits(options.default_limits); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("default limits: ", status.message()));
+  }
+  for (const auto& [tenant_id, limits] : options.tenant_limits) {
+    if (absl::Status status = CheckTenantLimits(limits); !status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tenant ", tenant_id, ": ", status.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
-Scheduler::Scheduler(EnclaveClient* enclave, SchedulerOptions options)
-    : enclave_(enclave),
-      options_(options),
-      clock_(options.clock != nullptr ? options.clock : Clock::Real()) {
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::vector<EnclaveClient*> workers,
+                                                             SchedulerOptions options) {
+  if (workers.empty()) return absl::InvalidArgumentError("scheduler needs an enclave client");
+  for (EnclaveClient* worker : workers) {
+    if (worker == nullptr) return absl::InvalidArgumentError("scheduler needs an enclave client");
+  }
+  RETURN_IF_ERROR(CheckSchedulerOptions(options));
+  return std::unique_ptr<Scheduler>(new Scheduler(std::move(workers), std::move(options)));
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(EnclaveClient* worker,
+                                                             SchedulerOptions options) {
+  return Create(std::vector<EnclaveClient*>{worker}, std::move(options));
+}
+
+Scheduler::Scheduler(std::vector<EnclaveClient*> workers, SchedulerOptions options)
+    : workers_(std::move(workers)),
+      options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      largest_preferred_(
+          options_.preferred_batch_sizes.empty() ? 0 : options_.preferred_batch_sizes.back()),
+      in_flight_(workers_.size(), 0) {
   batcher_ = std::thread([this] { BatcherLoop(); });
 }
 
 Scheduler::~Scheduler() { Stop(); }
 
-void Scheduler::Submit(InferRequest request, Done done) {
-  absl::Time now = clock_->Now();
-  if (request.deadline <= now) {
-    done(absl::DeadlineExceededError("request deadline passed before it was queued"));
-    return;
+std::string Scheduler::QueueName(absl::string_view model_handle, int worker) {
+  return absl::StrCat(model_handle, "@", worker);
+}
+
+const TenantLimits& Scheduler::LimitsFor(absl::string_view tenant_id) const {
+  auto it = options_.tenant_limits.find(std::string(tenant_id));
+  return it != options_.tenant_limits.end() ? it->second : options_.default_limits;
+}
+
+Scheduler::Tenant& Scheduler::TenantLocked(absl::string_view tenant_id) {
+  auto it = tenants_.find(tenant_id);
+  if (it != tenants_.end()) return it->second;
+  Tenant& tenant = tenants_[std::string(tenant_id)];
+  tenant.id = std::string(tenant_id);
+  tenant.limits = &LimitsFor(tenant_id);
+  tenant.tokens = tenant.limits->burst > 0 ? tenant.limits->burst
+                                           : std::max(1.0, tenant.limits->rate_per_second);
+  tenant.refilled = clock_->Now();
+  return tenant;
+}
+
+absl::Status Scheduler::AdmitLocked(Tenant& tenant, const InferRequest& request, absl::Time now) {
+  const TenantLimits& limits = *tenant.limits;
+  if (stopping_) return absl::UnavailableError("cloisterd is shutting down");
+  if (request.worker != kAnyWorker &&
+      (request.worker < 0 || request.worker >= static_cast<int>(workers_.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat("no enclave worker ", request.worker));
   }
+  uint64_t size = request.item.ciphertext().size();
+  if (size > limits.max_payload_size) {
+    return absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant.id, ": payload of ", size,
+                                                     " bytes exceeds the limit of ",
+                                                     limits.max_payload_size, " bytes"));
+  }
+  if (tenant.queued_count >= limits.max_queued_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant.id, ": queue limit of ",
+                                                     limits.max_queued_requests,
+                                                     " requests reached; retry later"));
+  }
+  if (tenant.queued_size + size > limits.max_queued_size) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tenant ", tenant.id, ": queued-bytes limit of ", limits.max_queued_size,
+                     " bytes reached; retry later"));
+  }
+  if (limits.rate_per_second > 0) {
+    double burst = limits.burst > 0 ? limits.burst : std::max(1.0, limits.rate_per_second);
+    double refill = absl::ToDoubleSeconds(now - tenant.refilled) * limits.rate_per_second;
+    if (refill > 0) {
+      tenant.tokens = std::min(burst, tenant.tokens + refill);
+      tenant.refilled = now;
+    }
+    if (tenant.tokens < 1) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("tenant ", tenant.id, ": rate limit ", FormatRate(limits.rate_per_second),
+                       " requests/s exceeded (burst ", FormatRate(burst), "); retry later"));
+    }
+    tenant.tokens -= 1;
+  }
+  return absl::OkStatus();
+}
+
+Scheduler::Ticket Scheduler::Submit(InferRequest request, Done done) {
   absl::Status refusal;
+  Ticket ticket = 0;
+  std::vector<Answer> answers;
+  std::vector<Batch> batches;
   {
     absl::MutexLock lock(&mu_);
-    auto tenant_it = queued_per_tenant_.find(request.tenant_id);
-    if (stopping_) {
-      refusal = absl::UnavailableError("cloisterd is shutting down");
-    } else if (tenant_it != queued_per_tenant_.end() &&
-               tenant_it->second >= options_.max_queued_requests_per_tenant) {
-      refusal = absl::ResourceExhaustedError(absl::StrCat(
-          "tenant ", request.tenant_id, " already has ", options_.max_queued_requests_per_tenant,
-          " inference requests queued (the limit); retry later"));
+    absl::Time now = clock_->Now();
+    Tenant& tenant = TenantLocked(request.tenant_id);
+    absl::Time deadline = request.deadline;
+    if (deadline == absl::InfiniteFuture() &&
+        tenant.limits->default_deadline != absl::InfiniteDuration()) {
+      deadline = now + tenant.limits->default_deadline;
+    }
+    if (deadline <= now) {
+      refusal = absl::DeadlineExceededError(
+          absl::StrCat("tenant ", tenant.id, ": request deadline passed before it was queued"));
     } else {
-      ++queued_per_tenant_[request.tenant_id];
+      refusal = AdmitLocked(tenant, request, now);
+    }
+    if (!refusal.ok()) {
+      ++tenant.stats.refused;
+    } else {
+      std::string name = QueueName(request.item.model_handle(), request.worker);
+      std::unique_ptr<Queue>& slot = tenant.queues[name];
+      if (slot == nullptr) {
+        slot = std::make_unique<Queue>();
+        slot->tenant = &tenant;
+        slot->model_handle = request.item.model_handle();
+        slot->worker = request.worker;
+      }
+      Queue& queue = *slot;
+      bool wake = false;
+      if (queue.requests.empty()) {
+        tenant.active.push_back(&queue);
+        wake = true;  // a new queue: the batcher must learn its flush time
+      }
+      if (tenant.queued_count == 0) {
+        rings_[static_cast<int>(tenant.limits->priority)].tenants.push_back(&tenant);
+      }
+      ticket = next_ticket_++;
+      ++tenant.queued_count;
+      tenant.queued_size += request.item.ciphertext().size();
+      ++tenant.stats.admitted;
       ++queued_count_;
-      QueueKey key(request.tenant_id, request.item.model_handle());
-      Queue& queue = queues_[key];
-      if (queue.requests.empty()) queue.position = order_.insert(order_.end(), key);
-      earliest_deadline_ = std::min(earliest_deadline_, request.deadline);
+      if (tenant.limits->priority == PriorityClass::kRealtime) ++realtime_queued_;
+      if (deadline < earliest_deadline_) {
+        earliest_deadline_ = deadline;
+        wake = true;
+      }
       queue.requests.push_back(
-          Queued{std::move(request.item), now, request.deadline, std::move(done)});
-      ++wake_generation_;
-      return;
+          Queued{ticket, std::move(request.item), now, deadline, std::move(done)});
+      queued_by_ticket_[ticket] = &queue;
+      int count = static_cast<int>(queue.requests.size());
+      if (count == options_.max_batch_size || count == largest_preferred_) wake = true;
+      if (IsReadyLocked(queue, now) && total_in_flight_ < options_.max_batches_in_flight *
+                                                               static_cast<int>(workers_.size())) {
+        // Fast path: a slot is free and this request made a batch ready, so dispatch from here
+        // instead of handing over to the batcher thread (TakeBatchLocked still picks which
+        // batch goes, by priority and fairness). `queue` may be gone afterwards.
+        ExpireLocked(now, answers);
+        FillSlotsLocked(now, batches);
+      }
+      // The batcher must learn of a new queue's flush time or an earlier deadline, unless this
+      // request already left with a batch (then there is nothing new to wait for).
+      if (wake && queued_by_ticket_.contains(ticket)) ++wake_generation_;
     }
   }
-  done(std::move(refusal));
+  if (!refusal.ok()) {
+    done(std::move(refusal));
+    return 0;
+  }
+  for (auto& [answer_done, outcome] : answers) answer_done(std::move(outcome));
+  for (Batch& batch : batches) Dispatch(std::move(batch));
+  return ticket;
+}
+
+bool Scheduler::Cancel(Ticket ticket) {
+  Done done;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = queued_by_ticket_.find(ticket);
+    if (it == queued_by_ticket_.end()) return false;
+    Queue* queue = it->second;
+    auto position =
+        std::find_if(queue->requests.begin(), queue->requests.end(),
+                     [ticket](const Queued& queued) { return queued.ticket == ticket; });
+    CLOISTER_CHECK(position != queue->requests.end());
+    done = std::move(position->done);
+    ++queue->tenant->stats.cancelled;
+    ForgetLocked(*queue, *position);
+    queue->requests.erase(position);
+    RetireIfEmptyLocked(queue);
+    ++wake_generation_;  // the queue's flush time may have changed
+  }
+  done(absl::CancelledError("request cancelled by the client while queued"));
+  return true;
+}
+
+void Scheduler::ForgetLocked(Queue& queue, const Queued& queued) {
+  Tenant& tenant = *queue.tenant;
+  queued_by_ticket_.erase(queued.ticket);
+  --tenant.queued_count;
+  tenant.queued_size -= queued.item.ciphertext().size();
+  --queued_count_;
+  if (tenant.limits->priority == PriorityClass::kRealtime) --realtime_queued_;
+}
+
+void Scheduler::RetireIfEmptyLocked(Queue* queue) {
+  if (!queue->requests.empty()) return;
+  Tenant& tenant = *queue->tenant;
+  auto position = std::find(tenant.active.begin(), tenant.active.end(), queue);
+  CLOISTER_CHECK(position != tenant.active.end());
+  size_t index = position - tenant.active.begin();
+  tenant.active.erase(position);
+  if (tenant.next_active > index) --tenant.next_active;
+  if (tenant.next_active >= tenant.active.size()) tenant.next_active = 0;
+  tenant.queues.erase(QueueName(queue->model_handle, queue->worker));  // deletes *queue
+  if (tenant.queued_count > 0) return;
+  CLOISTER_CHECK(tenant.active.empty());
+  // An idle tenant keeps its debts but not its credit (deficit round robin).
+  tenant.deficit_ns = std::min<int64_t>(tenant.deficit_ns, 0);
+  Ring& ring = rings_[static_cast<int>(tenant.limits->priority)];
+  auto in_ring = std::find(ring.tenants.begin(), ring.tenants.end(), &tenant);
+  CLOISTER_CHECK(in_ring != ring.tenants.end());
+  size_t ring_index = in_ring - ring.tenants.begin();
+  ring.tenants.erase(in_ring);
+  if (ring.cursor > ring_index) --ring.cursor;
+  if (ring.cursor >= ring.tenants.size()) ring.cursor = 0;
 }
 
 void Scheduler::ExpireLocked(absl::Time now, std::vector<Answer>& answers) {
   if (now < earliest_deadline_) return;
   earliest_deadline_ = absl::InfiniteFuture();
-  for (auto it = queues_.begin(); it != queues_.end();) {
-    std::deque<Queued>& requests = it->second.requests;
-    std::deque<Queued> kept;
-    for (Queued& queued : requests) {
-      if (queued.deadline <= now) {
-        answers.emplace_back(
-            std::move(queued.done),
-            absl::DeadlineExceededError("request waited in the queue past its deadline"));
-        --queued_count_;
-        --queued_per_tenant_[it->first.first];
-      } else {
-        earliest_deadline_ = std::min(earliest_deadline_, queued.deadline);
-        kept.push_back(std::move(queued));
+  std::vector<Queue*> emptied;
+  for (Ring& ring : rings_) {
+    for (Tenant* tenant : ring.tenants) {
+      for (Queue* queue : tenant->active) {
+        std::deque<Queued> kept;
+        for (Queued& queued : queue->requests) {
+          if (queued.deadline <= now) {
+            answers.emplace_back(
+                std::move(queued.done),
+                absl::DeadlineExceededError(absl::StrCat(
+                    "tenant ", tenant->id, ": request waited in the queue past its deadline (",
+                    absl::FormatDuration(now - queued.enqueued), ")")));
+            ++tenant->stats.expired;
+            ForgetLocked(*queue, queued);
+          } else {
+            earliest_deadline_ = std::min(earliest_deadline_, queued.deadline);
+            kept.push_back(std::move(queued));
+          }
+        }
+        queue->requests.swap(kept);
+        if (queue->requests.empty()) emptied.push_back(queue);
       }
     }
-    requests.swap(kept);
-    if (queued_per_tenant_[it->first.first] == 0) queued_per_tenant_.erase(it->first.first);
-    if (requests.empty()) {
-      order_.erase(it->second.position);
-      it = queues_.erase(it);
-    } else {
-      ++it;
-    }
   }
+  for (Queue* queue : emptied) RetireIfEmptyLocked(queue);
 }
 
-std::list<Scheduler::QueueKey>::iterator Scheduler::FindReadyLocked(absl::Time now) {
-  for (auto it = order_.begin(); it != order_.end(); ++it) {
-    const Queue& queue = queues_.at(*it);
-    CLOISTER_CHECK(!queue.requests.empty());
-    if (static_cast<int>(queue.requests.size()) >= options_.max_batch_size ||
-        now - queue.requests.front().enqueued >= options_.max_queue_delay) {
-      return it;
-    }
+bool Scheduler::IsReadyLocked(const Queue& queue, absl::Time now) const {
+  int count = static_cast<int>(queue.requests.size());
+  return count >= options_.max_batch_size ||
+         (largest_preferred_ > 0 && count >= largest_preferred_) ||
+         now - queue.requests.front().enqueued >= options_.max_queue_delay;
+}
+
+Scheduler::Queue* Scheduler::ReadyQueueLocked(const Tenant& tenant, int worker, absl::Time now,
+                                              size_t& index) const {
+  size_t count = tenant.active.size();
+  for (size_t i = 0; i < count; ++i) {
+    index = (tenant.next_active + i) % count;
+    Queue* queue = tenant.active[index];
+    if (queue->worker != kAnyWorker && queue->worker != worker) continue;
+    if (IsReadyLocked(*queue, now)) return queue;
   }
-  return order_.end();
+  return nullptr;
+}
+
+int64_t Scheduler::ItemCostLocked(absl::string_view model_handle) const {
+  auto it = item_cost_ns_.find(model_handle);
+  return it != item_cost_ns_.end() ? it->second : Nanos(options_.initial_item_cost);
+}
+
+int Scheduler::BatchCountLocked(const Queue& queue, int64_t item_cost_ns) const {
+  int available = static_cast<int>(queue.requests.size());
+  int cap = options_.max_batch_size;
+  if (queue.tenant->limits->priority == PriorityClass::kBatch && realtime_queued_ > 0) {
+    int64_t by_time =
+        Nanos(options_.best_effort_max_batch_time) / std::max<int64_t>(item_cost_ns, 1);
+    cap = std::min<int64_t>(
+        {cap, options_.best_effort_max_batch_size, std::max<int64_t>(by_time, 1)});
+  }
+  if (available >= cap) return cap;
+  // A partial batch: the largest preferred size that fits, else all there is.
+  for (auto it = options_.preferred_batch_sizes.rbegin();
+       it != options_.preferred_batch_sizes.rend(); ++it) {
+    if (*it <= available) return *it;
+  }
+  return available;
+}
+
+bool Scheduler::TakeBatchLocked(int worker, absl::Time now, Batch& batch) {
+  for (Ring& ring : rings_) {
+    if (ring.tenants.empty()) continue;
+    Tenant* chosen = nullptr;
+    Queue* queue = nullptr;
+    size_t chosen_index = 0;
+    size_t queue_index = 0;
+    for (int pass = 0; pass < 2 && chosen == nullptr; ++pass) {
+      size_t count = ring.tenants.size();
+      // The ready tenants of this round that have no credit left, and how many rounds of credit
+      // the first of them needs.
+      std::vector<Tenant*> waiting;
+      int64_t rounds = INT64_MAX;
+      for (size_t i = 0; i < count; ++i) {
+        size_t index = (ring.cursor + i) % count;
+        Tenant* tenant = ring.tenants[index];
+        size_t ready_index = 0;
+        Queue* ready = ReadyQueueLocked(*tenant, worker, now, ready_index);
+        if (ready == nullptr) continue;
+        if (tenant->deficit_ns > 0) {
+          chosen = tenant;
+          queue = ready;
+          chosen_index = index;
+          queue_index = ready_index;
+          break;
+        }
+        int64_t credit = Nanos(options_.fairness_quantum) * tenant->limits->weight;
+        rounds = std::min(rounds, (1 - tenant->deficit_ns + credit - 1) / credit);
+        waiting.push_back(tenant);
+      }
+      if (chosen != nullptr || waiting.empty()) break;
+      // Nobody ready has credit: run as many DRR rounds at once as the first needs.
+      for (Tenant* tenant : waiting) {
+        tenant->deficit_ns += rounds * Nanos(options_.fairness_quantum) * tenant->limits->weight;
+      }
+    }
+    if (chosen == nullptr) continue;
+
+    int64_t item_cost = ItemCostLocked(queue->model_handle);
+    int count = BatchCountLocked(*queue, item_cost);
+    CLOISTER_CHECK(count >= 1 && count <= static_cast<int>(queue->requests.size()));
+    batch.worker = worker;
+    batch.tenant = chosen;
+    batch.model_handle = queue->model_handle;
+    batch.requests.clear();
+    batch.requests.reserve(count);
+    for (int i = 0; i < count; ++i) {
+      Queued& queued = queue->requests.front();
+      ForgetLocked(*queue, queued);
+      batch.requests.push_back(std::move(queued));
+      queue->requests.pop_front();
+    }
+    batch.charged_ns = item_cost * count;
+    batch.dispatched = now;
+    chosen->deficit_ns -= batch.charged_ns;
+    chosen->stats.dispatched += count;
+    ++chosen->stats.batches;
+    chosen->stats.charged_time += absl::Nanoseconds(batch.charged_ns);
+    // Deficit round robin: a tenant with credit left keeps the turn, otherwise the next one.
+    ring.cursor = chosen->deficit_ns > 0 ? chosen_index : (chosen_index + 1) % ring.tenants.size();
+    chosen->next_active = (queue_index + 1) % chosen->active.size();  // round robin over models
+    RetireIfEmptyLocked(queue);
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::FillSlotsLocked(absl::Time now, std::vector<Batch>& batches) {
+  int workers = static_cast<int>(workers_.size());
+  std::vector<int> order;
+  while (queued_count_ > 0 && total_in_flight_ < options_.max_batches_in_flight * workers) {
+    // Least busy worker first, starting after the one that got the last batch.
+    order.clear();
+    for (int i = 0; i < workers; ++i) {
+      int worker = static_cast<int>((next_worker_ + i) % workers);
+      if (in_flight_[worker] < options_.max_batches_in_flight) order.push_back(worker);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [this](int a, int b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                       return in_flight_[a] < in_flight_[b];
+                     });
+    bool took = false;
+    for (int worker : order) {
+      Batch batch;
+      if (!TakeBatchLocked(worker, now, batch)) continue;
+      ++in_flight_[worker];
+      ++total_in_flight_;
+      next_worker_ = (worker + 1) % workers;
+      batches.push_back(std::move(batch));
+      took = true;
+      break;
+    }
+    if (!took) return;
+  }
 }
 
 absl::Time Scheduler::NextWakeLocked() const {
   absl::Time wake = earliest_deadline_;
-  if (in_flight_ < options_.max_batches_in_flight) {
-    for (const QueueKey& key : order_) {
-      wake = std::min(wake, queues_.at(key).requests.front().enqueued + options_.max_queue_delay);
+  for (const Ring& ring : rings_) {
+    for (const Tenant* tenant : ring.tenants) {
+      for (const Queue* queue : tenant->active) {
+        bool has_slot = false;
+        if (queue->worker == kAnyWorker) {
+          has_slot =
+              total_in_flight_ < options_.max_batches_in_flight * static_cast<int>(workers_.size());
+        } else {
+          has_slot = in_flight_[queue->worker] < options_.max_batches_in_flight;
+        }
+        if (has_slot)
+          wake = std::min(wake, queue->requests.front().enqueued + options_.max_queue_delay);
+      }
     }
   }
   return wake;
 }
 
 void Scheduler::BatcherLoop() {
+  std::vector<Answer> answers;
+  std::vector<Batch> batches;
   while (true) {
-    std::vector<Answer> answers;
-    std::optional<std::pair<QueueKey, std::deque<Queued>>> batch;
+    answers.clear();
+    batches.clear();
     bool stopping = false;
     mu_.Lock();
     absl::Time now = clock_->Now();
     if (stopping_) {
       stopping = true;
-      for (auto& [key, queue] : queues_) {
-        for (Queued& queued : queue.requests) {
-          answers.emplace_back(std::move(queued.done),
-                               absl::UnavailableError("cloisterd is shutting down"));
+      for (Ring& ring : rings_) {
+        for (Tenant* tenant : ring.tenants) {
+          for (Queue* queue : tenant->active) {
+            for (Queued& queued : queue->requests) {
+              answers.emplace_back(std::move(queued.done),
+                                   absl::UnavailableError("cloisterd is shutting down"));
+            }
+          }
+          tenant->active.clear();
+          tenant->queues.clear();
+          tenant->queued_count = 0;
+          tenant->queued_size = 0;
         }
+        ring.tenants.clear();
+        ring.cursor = 0;
       }
-      queues_.clear();
-      order_.clear();
-      queued_per_tenant_.clear();
+      queued_by_ticket_.clear();
       queued_count_ = 0;
+      realtime_queued_ = 0;
     } else {
       ExpireLocked(now, answers);
-      if (in_flight_ < options_.max_batches_in_flight) {
-        auto ready = FindReadyLocked(now);
-        if (ready != order_.end()) {
-          QueueKey key = *ready;
-          auto queue_it = queues_.find(key);
-          std::deque<Queued>& requests = queue_it->second.requests;
-          size_t count = std::min<size_t>(requests.size(), options_.max_batch_size);
-          std::deque<Queued> taken(std::make_move_iterator(requests.begin()),
-                                   std::make_move_iterator(requests.begin() + count));
-          requests.erase(requests.begin(), requests.begin() + count);
-          queued_count_ -= count;
-          int& tenant_count = queued_per_tenant_[key.first];
-          tenant_count -= count;
-          if (tenant_count == 0) queued_per_tenant_.erase(key.first);
-          if (requests.empty()) {
-            order_.erase(ready);
-            queues_.erase(queue_it);
-          } else {
-            // Round robin: the queue just served goes behind the others.
-            order_.splice(order_.end(), order_, ready);
-          }
-          ++in_flight_;
-          batch.emplace(std::move(key), std::move(taken));
-        }
-      }
-      if (!batch && answers.empty()) {
+      FillSlotsLocked(now, batches);
+      if (batches.empty() && answers.empty()) {
         uint64_t generation = wake_generation_;
         auto changed = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return stopping_ || wake_generation_ != generation;
@@ -195,42 +588,66 @@ void Scheduler::BatcherLoop() {
     mu_.Unlock();
 
     for (auto& [done, outcome] : answers) done(std::move(outcome));
-    if (batch) Dispatch(batch->first, std::move(batch->second));
+    for (Batch& batch : batches) Dispatch(std::move(batch));
     if (stopping) {
       absl::MutexLock lock(&mu_);
-      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return total_in_flight_ == 0; };
       mu_.Await(absl::Condition(&idle));
       return;
     }
   }
 }
 
-void Scheduler::Dispatch(const QueueKey& key, std::deque<Queued> batch) {
+void Scheduler::Dispatch(Batch batch) {
   HostToEnclave call;
   boundary::v1::InferBatchCall* infer = call.mutable_infer_batch();
-  infer->set_tenant_id(key.first);
-  infer->set_model_handle(key.second);
+  infer->set_tenant_id(batch.tenant->id);  // tenants are never erased: the pointer stays valid
+  infer->set_model_handle(batch.model_handle);
   auto request_ids = std::make_shared<std::vector<std::string>>();
   auto dones = std::make_shared<std::vector<Done>>();
-  request_ids->reserve(batch.size());
-  dones->reserve(batch.size());
-  for (Queued& queued : batch) {
+  request_ids->reserve(batch.requests.size());
+  dones->reserve(batch.requests.size());
+  for (Queued& queued : batch.requests) {
     request_ids->push_back(queued.item.request_id());
     dones->push_back(std::move(queued.done));
     *infer->add_items() = std::move(queued.item);
   }
-  Log(LogLevel::kDebug, "batch_dispatched",
-      {{"tenant", key.first},
-       {"handle", key.second},
-       {"count", static_cast<long long>(request_ids->size())}});
-  enclave_->Call(std::move(call), [this, request_ids, dones](EnclaveClient::Reply reply) {
-    // Answer first, then release the slot: once Stop() sees no batch in flight, every answer
-    // has been delivered.
-    CompleteBatch(*request_ids, *dones, std::move(reply));
-    absl::MutexLock lock(&mu_);
-    --in_flight_;
-    ++wake_generation_;
-  });
+  int count = static_cast<int>(request_ids->size());
+  workers_[batch.worker]->Call(
+      std::move(call),
+      [this, request_ids, dones, worker = batch.worker, tenant_id = batch.tenant->id,
+       model_handle = std::move(batch.model_handle), count, charged_ns = batch.charged_ns,
+       dispatched = batch.dispatched](EnclaveClient::Reply reply) {
+        int64_t measured_ns = 0;
+        if (reply.ok() && reply->has_infer_batch())
+          measured_ns = reply->infer_batch().execution_ns();
+        if (measured_ns <= 0) measured_ns = Nanos(clock_->Now() - dispatched);
+        if (options_.on_batch_reply) options_.on_batch_reply(worker, reply);
+        // Answer first, then release the slot: once Stop() sees no batch in flight, every
+        // answer has been delivered.
+        CompleteBatch(*request_ids, *dones, std::move(reply));
+        Finished(worker, tenant_id, model_handle, count, charged_ns, measured_ns);
+      });
+}
+
+void Scheduler::Finished(int worker, const std::string& tenant_id, const std::string& model_handle,
+                         int count, int64_t charged_ns, int64_t measured_ns) {
+  absl::MutexLock lock(&mu_);
+  measured_ns = std::max<int64_t>(measured_ns, kMinItemCostNs * count);
+  Tenant& tenant = tenants_.find(tenant_id)->second;
+  tenant.deficit_ns -= measured_ns - charged_ns;
+  tenant.stats.charged_time += absl::Nanoseconds(measured_ns - charged_ns);
+  int64_t per_item = measured_ns / count;
+  auto [it, inserted] = item_cost_ns_.try_emplace(model_handle, per_item);
+  if (!inserted) {
+    it->second +=
+        static_cast<int64_t>(options_.cost_smoothing * static_cast<double>(per_item - it->second));
+    it->second = std::max(it->second, kMinItemCostNs);
+  }
+  --in_flight_[worker];
+  --total_in_flight_;
+  // A free slot matters to the batcher only if something waits for it (or Stop() does).
+  if (queued_count_ > 0 || stopping_) ++wake_generation_;
 }
 
 void Scheduler::CompleteBatch(const std::vector<std::string>& request_ids, std::vector<Done>& dones,
@@ -281,7 +698,18 @@ int Scheduler::queued_count() const {
 
 int Scheduler::batches_in_flight() const {
   absl::MutexLock lock(&mu_);
-  return in_flight_;
+  return total_in_flight_;
+}
+
+TenantStats Scheduler::StatsFor(absl::string_view tenant_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tenants_.find(tenant_id);
+  return it == tenants_.end() ? TenantStats() : it->second.stats;
+}
+
+absl::Duration Scheduler::ItemCostEstimate(absl::string_view model_handle) const {
+  absl::MutexLock lock(&mu_);
+  return absl::Nanoseconds(ItemCostLocked(model_handle));
 }
 
 void Scheduler::WakeForTest() {

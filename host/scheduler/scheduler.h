@@ -1,34 +1,54 @@
-// Scheduler: cloisterd's inference queues and batch former (DESIGN.md section 7). Requests are
-// queued per (tenant, model handle); a batcher thread turns a queue into one InferBatchCall when
-// it holds `max_batch_size` requests or its oldest request has waited `max_queue_delay`, so a
-// batch always holds one tenant's requests for one model. Ready queues are served round robin,
-// and at most `max_batches_in_flight` batches are with the enclave worker at once (two: one
-// batch's transfer overlaps another's compute).
+// Scheduler: cloisterd's admission control, queues, batch former and placement (DESIGN.md
+// section 7).
 //
-// Every accepted request gets exactly one answer through its callback: the enclave's sealed
-// reply item, or an error (the batch failed, the enclave refused this item, the request waited
-// past its deadline, the queue was full, or the scheduler stopped).
+// Admission (Submit): per tenant a token-bucket request rate, limits on queued requests and
+// queued ciphertext bytes, a payload size limit and a deadline (the request's own, or the
+// tenant's default). A refusal is RESOURCE_EXHAUSTED (or DEADLINE_EXCEEDED) with a message that
+// names the tenant and the limit; nothing is dropped silently.
 //
-// Threading: Submit() is thread-safe and never blocks on the enclave. Callbacks run on the
-// enclave client's completion thread, on the batcher thread (expired deadlines, shutdown) or,
-// for an immediate refusal, on the caller's thread; they must not block for long.
-// Ownership: the scheduler owns its thread; the EnclaveClient and Clock must outlive it.
+// Queues: one per (tenant, model handle, worker), so a batch always holds one tenant's requests
+// for one model. A queue is ready when it holds `max_batch_size` requests (or the largest
+// preferred batch size), or when its oldest request has waited `max_queue_delay`; a batch then
+// takes the largest preferred size that fits, or everything up to `max_batch_size`.
+//
+// Order: tenants belong to a priority class (realtime, standard, batch). Classes are served in
+// strict priority; within a class, weighted deficit round robin over tenants, charged in
+// execution time: a batch is charged at dispatch with the model's estimated per-item cost (an
+// EWMA of observed batches) and corrected by the measured time when the reply arrives. While
+// realtime requests wait, a batch-class batch is capped in size and estimated duration.
+//
+// Placement: several enclave workers, each with up to `max_batches_in_flight` batches. A request
+// bound to a worker (the one that holds its session) only runs there; an unbound one runs on the
+// least busy worker.
+//
+// Every accepted request gets exactly one answer through its callback: the enclave's sealed reply
+// item, or an error (the batch failed, the enclave refused this item, the deadline passed in the
+// queue, the client cancelled, or the scheduler stopped).
+//
+// Threading: Submit() and Cancel() are thread-safe and never block on the enclave. When a
+// Submit() makes a batch ready and a worker slot is free, it dispatches that batch itself (no
+// hand-over to the batcher thread); otherwise the batcher thread dispatches. Callbacks run on an
+// enclave client's completion thread, on the batcher thread (expired deadlines, shutdown) or on
+// the caller's thread (an immediate refusal, a cancellation, answers that come back inside
+// EnclaveClient::Call()); callers must not hold a lock that a callback takes, and callbacks must
+// not block for long or call Stop().
+// Ownership: the scheduler owns its thread; the EnclaveClients and the Clock must outlive it.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
@@ -37,93 +57,232 @@
 
 namespace cloister::host {
 
+// Strict priority between classes: realtime before standard before batch (best effort).
+enum class PriorityClass { kRealtime = 0, kStandard = 1, kBatch = 2 };
+inline constexpr int kPriorityClassCount = 3;
+
+// "realtime", "standard", "batch".
+absl::string_view PriorityClassName(PriorityClass priority);
+// The inverse of PriorityClassName; InvalidArgument for another word.
+absl::StatusOr<PriorityClass> ParsePriorityClass(absl::string_view name);
+
+// What one tenant may queue and how it is scheduled.
+struct TenantLimits {
+  PriorityClass priority = PriorityClass::kStandard;
+  int weight = 1;                  // 1..10000: share of execution time within its class
+  double rate_per_second = 0;      // token bucket refill; 0: no rate limit
+  double burst = 0;                // bucket size in requests; 0: max(1, rate_per_second)
+  int max_queued_requests = 1024;  // queued, not yet dispatched; >= 1
+  uint64_t max_queued_size = uint64_t{256} << 20;  // ciphertext bytes queued; >= 1
+  uint64_t max_payload_size = uint64_t{64} << 20;  // one request's ciphertext; >= 1
+  // Applies to requests that carry no deadline of their own.
+  absl::Duration default_deadline = absl::InfiniteDuration();
+  // Sum of the tenant's stored model sizes. Checked by the service at upload; the scheduler
+  // does not use it.
+  uint64_t model_memory_quota = uint64_t{4} << 30;
+};
+
+// InvalidArgument naming the field when a limit is out of range.
+absl::Status CheckTenantLimits(const TenantLimits& limits);
+
 struct SchedulerOptions {
   int max_batch_size = 8;                                  // 1..1024 requests
+  std::vector<int> preferred_batch_sizes;                  // ascending, each 1..max_batch_size
   absl::Duration max_queue_delay = absl::Milliseconds(2);  // 0..10 s
-  int max_batches_in_flight = 2;                           // per enclave worker, >= 1
-  // Admission: queued (not yet dispatched) requests per tenant; more is RESOURCE_EXHAUSTED.
-  int max_queued_requests_per_tenant = 1024;
+  int max_batches_in_flight = 2;                           // per enclave worker, 1..64
+  // While realtime requests wait, a batch-class batch holds at most this many requests (and
+  // never more than max_batch_size) and at most `best_effort_max_batch_time` of estimated
+  // execution (but always at least one request).
+  int best_effort_max_batch_size = 2;                                 // 1..1024
+  absl::Duration best_effort_max_batch_time = absl::Milliseconds(5);  // > 0
+  // Deficit round robin: credit per round per unit of weight, in execution time.
+  absl::Duration fairness_quantum = absl::Milliseconds(2);  // > 0
+  // Per-request cost of a model before its first batch is measured.
+  absl::Duration initial_item_cost = absl::Milliseconds(1);  // > 0
+  double cost_smoothing = 0.25;  // EWMA weight of the newest measurement, (0, 1]
+  // Limits for tenants not listed in `tenant_limits`.
+  TenantLimits default_limits;
+  std::map<std::string, TenantLimits> tenant_limits;
   Clock* clock = nullptr;  // nullptr: Clock::Real()
+  // When set, sees every batch's raw reply (e.g. to keep the enclave's usage receipt) on the
+  // completion thread, before the requests are answered. Must not block or call the scheduler.
+  std::function<void(int worker, const EnclaveClient::Reply& reply)> on_batch_reply;
 };
+
+// InvalidArgument naming the option when one is out of range.
+absl::Status CheckSchedulerOptions(const SchedulerOptions& options);
+
+inline constexpr int kAnyWorker = -1;
 
 // One inference request as the host sees it: sealed, with its routing metadata.
 struct InferRequest {
   std::string tenant_id;
   boundary::v1::SealedItem item;  // item.model_handle selects the queue
+  // InfiniteFuture: the tenant's default deadline applies.
   absl::Time deadline = absl::InfiniteFuture();
+  // The worker that must run it (its session lives there), or kAnyWorker.
+  int worker = kAnyWorker;
+};
+
+// Counters for one tenant since the scheduler started.
+struct TenantStats {
+  uint64_t admitted = 0;
+  uint64_t refused = 0;     // every admission refusal (rate, queue, size, deadline, shutdown)
+  uint64_t expired = 0;     // deadline passed in the queue
+  uint64_t cancelled = 0;   // removed from the queue by Cancel()
+  uint64_t dispatched = 0;  // requests sent to a worker
+  uint64_t batches = 0;
+  // Execution time charged: estimates for batches in flight, measurements for finished ones.
+  absl::Duration charged_time;
 };
 
 class Scheduler {
  public:
   // OK: the enclave's sealed reply for this request. Error: why there is none.
   using Done = std::function<void(absl::StatusOr<boundary::v1::SealedReplyItem>)>;
+  // Names a queued request for Cancel(); 0 names none.
+  using Ticket = uint64_t;
 
-  // InvalidArgument for options out of range. Starts the batcher thread.
-  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(EnclaveClient* enclave,
+  // InvalidArgument for options out of range or no workers. Starts the batcher thread.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(std::vector<EnclaveClient*> workers,
+                                                           SchedulerOptions options);
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(EnclaveClient* worker,
                                                            SchedulerOptions options);
   ~Scheduler();  // Stop()
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues one request; `done` runs exactly once. RESOURCE_EXHAUSTED when the tenant's queue
-  // limit is reached, UNAVAILABLE after Stop(), DEADLINE_EXCEEDED if the deadline has passed
-  // (all three answered at once, on the caller's thread).
-  void Submit(InferRequest request, Done done);
+  // Admits and queues one request; `done` runs exactly once. A refusal (see the file comment;
+  // UNAVAILABLE after Stop(), INVALID_ARGUMENT for a worker index out of range) is answered at
+  // once on the caller's thread and returns 0; otherwise the ticket for Cancel().
+  Ticket Submit(InferRequest request, Done done);
+
+  // Removes a request that is still queued and answers it CANCELLED on the caller's thread
+  // (true). False if it was already dispatched or answered: its one answer comes from there.
+  bool Cancel(Ticket ticket);
 
   // Answers every queued request with UNAVAILABLE "cloisterd is shutting down", waits until the
-  // batches in flight are answered, and joins the thread. The enclave client must complete its
-  // calls for this to return (stopping it does). Idempotent.
+  // batches in flight are answered, and joins the thread. The enclave clients must complete
+  // their calls for this to return (stopping them does). Idempotent.
   void Stop();
 
   // Requests queued and not yet dispatched, over all tenants.
   int queued_count() const;
+  // Batches with the workers, over all workers.
   int batches_in_flight() const;
+  int worker_count() const { return static_cast<int>(workers_.size()); }
+  TenantStats StatsFor(absl::string_view tenant_id) const;
+  // The current per-request cost estimate of a model (initial_item_cost before any batch).
+  absl::Duration ItemCostEstimate(absl::string_view model_handle) const;
+  // The limits that apply to `tenant_id`.
+  const TenantLimits& LimitsFor(absl::string_view tenant_id) const;
 
   // Makes the batcher re-read the clock now (tests that advance a FakeClock).
   void WakeForTest();
 
  private:
   struct Queued {
+    Ticket ticket;
     boundary::v1::SealedItem item;
     absl::Time enqueued;
     absl::Time deadline;
     Done done;
   };
-  using QueueKey = std::pair<std::string, std::string>;  // (tenant, model handle)
-  // Invariant: a Queue in queues_ is never empty and is listed exactly once in order_, at
-  // `position`; empty queues are erased from both.
+  struct Tenant;
+  // Requests of one tenant for one model on one worker (or kAnyWorker). Listed in its tenant's
+  // `active` exactly while non-empty.
   struct Queue {
+    Tenant* tenant;
+    std::string model_handle;
+    int worker;
     std::deque<Queued> requests;
-    std::list<QueueKey>::iterator position;
+  };
+  // Invariants: `queued_count` and `queued_size` sum the tenant's queued requests; the tenant is
+  // in its class ring exactly while queued_count > 0; `active` lists its non-empty queues.
+  struct Tenant {
+    std::string id;
+    const TenantLimits* limits;
+    double tokens = 0;
+    absl::Time refilled;
+    int queued_count = 0;
+    uint64_t queued_size = 0;
+    int64_t deficit_ns = 0;
+    absl::flat_hash_map<std::string, std::unique_ptr<Queue>> queues;  // by QueueName
+    std::vector<Queue*> active;
+    size_t next_active = 0;
+    TenantStats stats;
+  };
+  struct Ring {
+    std::vector<Tenant*> tenants;
+    size_t cursor = 0;
+  };
+  // One batch taken from a queue, ready to send.
+  struct Batch {
+    int worker;
+    Tenant* tenant;
+    std::string model_handle;
+    std::vector<Queued> requests;
+    int64_t charged_ns;
+    absl::Time dispatched;
   };
   // A callback with its outcome, run after the lock is released.
   using Answer = std::pair<Done, absl::StatusOr<boundary::v1::SealedReplyItem>>;
 
-  Scheduler(EnclaveClient* enclave, SchedulerOptions options);
-  void BatcherLoop();
-  // Removes requests whose deadline has passed; their answers go to `answers`.
+  Scheduler(std::vector<EnclaveClient*> workers, SchedulerOptions options);
+  static std::string QueueName(absl::string_view model_handle, int worker);
+
+  Tenant& TenantLocked(absl::string_view tenant_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admission checks; OK or the refusal. Takes a token from the bucket when OK.
+  absl::Status AdmitLocked(Tenant& tenant, const InferRequest& request, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bookkeeping for a request leaving queue `queue` (dispatched, expired, cancelled, stopped).
+  void ForgetLocked(Queue& queue, const Queued& queued) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops `queue` from its tenant if it is empty, and the tenant from its ring if idle.
+  void RetireIfEmptyLocked(Queue* queue) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLocked(absl::Time now, std::vector<Answer>& answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next queue (round robin) that is full or has waited long enough, or order_.end().
-  std::list<QueueKey>::iterator FindReadyLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // When the batcher must look again without being woken: the earliest queue delay or deadline.
+  bool IsReadyLocked(const Queue& queue, absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenant's next ready queue (from `next_active` on) that may run on `worker`, and its
+  // index in `active`; nullptr if none.
+  Queue* ReadyQueueLocked(const Tenant& tenant, int worker, absl::Time now, size_t& index) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes ready batches for free slots (least busy worker first) until none is left.
+  void FillSlotsLocked(absl::Time now, std::vector<Batch>& batches)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the next batch for `worker` by priority and deficit round robin; false if none.
+  bool TakeBatchLocked(int worker, absl::Time now, Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many requests the next batch from `queue` takes.
+  int BatchCountLocked(const Queue& queue, int64_t item_cost_ns) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t ItemCostLocked(absl::string_view model_handle) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the batcher must look again without being woken.
   absl::Time NextWakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends one batch to the enclave (without the lock held).
-  void Dispatch(const QueueKey& key, std::deque<Queued> batch);
+  void BatcherLoop();
+  // Sends one batch to its worker (without the lock held).
+  void Dispatch(Batch batch);
+  // Charges the measured time of a finished batch and releases its slot.
+  void Finished(int worker, const std::string& tenant_id, const std::string& model_handle,
+                int count, int64_t charged_ns, int64_t measured_ns);
   // Answers every request of a batch from the enclave's reply.
   static void CompleteBatch(const std::vector<std::string>& request_ids, std::vector<Done>& dones,
                             EnclaveClient::Reply reply);
 
-  EnclaveClient* const enclave_;
+  const std::vector<EnclaveClient*> workers_;
   const SchedulerOptions options_;
   Clock* const clock_;
+  const int largest_preferred_;  // 0 without preferred sizes
 
   mutable absl::Mutex mu_;
-  std::map<QueueKey, Queue> queues_ ABSL_GUARDED_BY(mu_);
-  std::list<QueueKey> order_ ABSL_GUARDED_BY(mu_);  // non-empty queues, round-robin order
-  absl::flat_hash_map<std::string, int> queued_per_tenant_ ABSL_GUARDED_BY(mu_);
+  absl::node_hash_map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
+  Ring rings_[kPriorityClassCount] ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Ticket, Queue*> queued_by_ticket_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int64_t> item_cost_ns_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);  // per worker
+  int total_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int queued_count_ ABSL_GUARDED_BY(mu_) = 0;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int realtime_queued_ ABSL_GUARDED_BY(mu_) = 0;
+  Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  size_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;  // where the least-busy search starts
   // The earliest finite deadline among queued requests (a lower bound; refreshed on expiry).
   absl::Time earliest_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

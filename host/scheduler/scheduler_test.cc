@@ -1,5 +1,6 @@
 #include "host/scheduler/scheduler.h"
 
+#include <atomic>
 #include <map>
 #include <string>
 #include <vector>
@@ -7,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "base/status.h"
 #include "gtest/gtest.h"
+#include "host/enclave_client/function_enclave_client.h"
 #include "host/testing/fake_enclave_client.h"
 
 namespace cloister::host {
@@ -65,34 +68,44 @@ EnclaveToHost ReplyTo(const HostToEnclave& call) {
     out->set_sequence(item.sequence());
     out->set_ciphertext(absl::StrCat("r:", item.ciphertext()));
   }
+  // 1 ms per request, the scheduler's initial estimate: charges need no correction.
+  result->set_execution_ns(absl::ToInt64Nanoseconds(absl::Milliseconds(1)) *
+                           call.infer_batch().items_size());
   return reply;
+}
+
+std::vector<std::string> RequestIds(const HostToEnclave& call) {
+  std::vector<std::string> ids;
+  for (const auto& item : call.infer_batch().items()) ids.push_back(item.request_id());
+  return ids;
 }
 
 class SchedulerTest : public ::testing::Test {
  protected:
   void Start(int max_batch_size, absl::Duration max_queue_delay, int max_in_flight = 2,
              int max_queued_per_tenant = 1024) {
-    SchedulerOptions options;
+    SchedulerOptions options = options_;
     options.max_batch_size = max_batch_size;
     options.max_queue_delay = max_queue_delay;
     options.max_batches_in_flight = max_in_flight;
-    options.max_queued_requests_per_tenant = max_queued_per_tenant;
+    options.default_limits.max_queued_requests = max_queued_per_tenant;
     options.clock = &clock_;
     auto scheduler = Scheduler::Create(&enclave_, options);
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = *std::move(scheduler);
   }
 
-  void Submit(const std::string& tenant, const std::string& model, const std::string& request_id,
-              absl::Time deadline = absl::InfiniteFuture()) {
+  Scheduler::Ticket Submit(const std::string& tenant, const std::string& model,
+                           const std::string& request_id,
+                           absl::Time deadline = absl::InfiniteFuture(), size_t size = 0) {
     InferRequest request;
     request.tenant_id = tenant;
     request.item.set_session_id("session-" + tenant);
     request.item.set_request_id(request_id);
     request.item.set_model_handle(model);
-    request.item.set_ciphertext("c:" + request_id);
+    request.item.set_ciphertext(size == 0 ? "c:" + request_id : std::string(size, 'x'));
     request.deadline = deadline;
-    scheduler_->Submit(std::move(request), answers_.For(request_id));
+    return scheduler_->Submit(std::move(request), answers_.For(request_id));
   }
 
   void Advance(absl::Duration duration) {
@@ -108,12 +121,6 @@ class SchedulerTest : public ::testing::Test {
     return call;
   }
 
-  static std::vector<std::string> RequestIds(const HostToEnclave& call) {
-    std::vector<std::string> ids;
-    for (const auto& item : call.infer_batch().items()) ids.push_back(item.request_id());
-    return ids;
-  }
-
   void TearDown() override {
     // Answer whatever is still pending so Stop() can finish.
     std::thread finisher([this] {
@@ -126,6 +133,8 @@ class SchedulerTest : public ::testing::Test {
     finisher.join();
   }
 
+  // Options the next Start() begins from.
+  SchedulerOptions options_;
   FakeClock clock_;
   FakeEnclaveClient enclave_;
   Answers answers_;
@@ -227,7 +236,7 @@ TEST_F(SchedulerTest, ReadyQueuesAreServedRoundRobin) {
   std::vector<std::string> order;
   for (int i = 0; i < 4; ++i) order.push_back(CompleteOldest().infer_batch().tenant_id());
   // FIFO would starve globex until acme's queue is empty (acme, acme, acme, globex).
-  EXPECT_EQ(order, (std::vector<std::string>{"acme", "acme", "globex", "acme"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"acme", "globex", "acme", "acme"}));
 }
 
 TEST_F(SchedulerTest, EveryRequestGetsExactlyOneAnswer) {
@@ -381,6 +390,418 @@ TEST_F(SchedulerTest, DeadWorkerAnswersAtOnce) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(scheduler_->batches_in_flight(), 0);
+}
+
+TEST_F(SchedulerTest, RefusesBadPolicyOptions) {
+  auto code_of = [this](const SchedulerOptions& options) {
+    return Scheduler::Create(&enclave_, options).status();
+  };
+  SchedulerOptions options;
+  options.preferred_batch_sizes = {4, 2};
+  EXPECT_EQ(code_of(options).code(), absl::StatusCode::kInvalidArgument);
+  options.preferred_batch_sizes = {2, 16};  // above max_batch_size 8
+  EXPECT_EQ(code_of(options).code(), absl::StatusCode::kInvalidArgument);
+  options = SchedulerOptions();
+  options.best_effort_max_batch_size = 0;
+  EXPECT_EQ(code_of(options).code(), absl::StatusCode::kInvalidArgument);
+  options = SchedulerOptions();
+  options.tenant_limits["acme"].weight = 0;
+  EXPECT_EQ(code_of(options).message(), "tenant acme: weight must be in 1..10000, got 0");
+  options = SchedulerOptions();
+  options.default_limits.default_deadline = absl::ZeroDuration();
+  EXPECT_EQ(code_of(options).code(), absl::StatusCode::kInvalidArgument);
+  options = SchedulerOptions();
+  options.cost_smoothing = 0;
+  EXPECT_EQ(code_of(options).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create(std::vector<EnclaveClient*>{}, SchedulerOptions()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SchedulerTest, PreferredBatchSizesShapePartialBatches) {
+  options_.preferred_batch_sizes = {2, 4};
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Seconds(10), /*max_in_flight=*/4);
+  for (int i = 0; i < 3; ++i) Submit("acme", kModelA, absl::StrCat("r", i));
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_TRUE(enclave_.Pending().empty()) << "3 requests make no preferred batch yet";
+  Submit("acme", kModelA, "r3");  // 4: the largest preferred size goes at once
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(RequestIds(enclave_.Pending()[0]), (std::vector<std::string>{"r0", "r1", "r2", "r3"}));
+  for (int i = 4; i < 7; ++i) Submit("acme", kModelA, absl::StrCat("r", i));
+  Advance(absl::Seconds(10));
+  // After the delay: the largest preferred size that fits (2), then the rest (1).
+  ASSERT_TRUE(enclave_.WaitForPending(3));
+  std::vector<HostToEnclave> pending = enclave_.Pending();
+  EXPECT_EQ(RequestIds(pending[1]), (std::vector<std::string>{"r4", "r5"}));
+  EXPECT_EQ(RequestIds(pending[2]), (std::vector<std::string>{"r6"}));
+}
+
+TEST_F(SchedulerTest, RateLimitIsATokenBucket) {
+  options_.tenant_limits["acme"].rate_per_second = 10;
+  options_.tenant_limits["acme"].burst = 2;
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Seconds(10));
+  EXPECT_NE(Submit("acme", kModelA, "r0"), 0u);
+  EXPECT_NE(Submit("acme", kModelA, "r1"), 0u);
+  EXPECT_EQ(Submit("acme", kModelA, "r2"), 0u);
+  ASSERT_EQ(answers_.Of("r2").size(), 1u);
+  EXPECT_EQ(answers_.Of("r2")[0].status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(answers_.Of("r2")[0].status().message(),
+            "tenant acme: rate limit 10 requests/s exceeded (burst 2); retry later");
+  EXPECT_NE(Submit("globex", kModelA, "g0"), 0u) << "other tenants have their own bucket";
+  clock_.Advance(absl::Milliseconds(100));  // one token back
+  EXPECT_NE(Submit("acme", kModelA, "r3"), 0u);
+  EXPECT_EQ(Submit("acme", kModelA, "r4"), 0u);
+  EXPECT_EQ(scheduler_->StatsFor("acme").refused, 2u);
+  EXPECT_EQ(scheduler_->StatsFor("acme").admitted, 3u);
+}
+
+TEST_F(SchedulerTest, QueueAndPayloadLimitsNameTheLimit) {
+  options_.tenant_limits["acme"].max_queued_size = 100;
+  options_.tenant_limits["acme"].max_payload_size = 80;
+  options_.tenant_limits["acme"].max_queued_requests = 5;
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Seconds(10));
+  EXPECT_EQ(Submit("acme", kModelA, "big", absl::InfiniteFuture(), 81), 0u);
+  EXPECT_EQ(answers_.Of("big")[0].status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(answers_.Of("big")[0].status().message(),
+            "tenant acme: payload of 81 bytes exceeds the limit of 80 bytes");
+  EXPECT_NE(Submit("acme", kModelA, "r0", absl::InfiniteFuture(), 60), 0u);
+  EXPECT_EQ(Submit("acme", kModelA, "r1", absl::InfiniteFuture(), 41), 0u);
+  EXPECT_EQ(answers_.Of("r1")[0].status().message(),
+            "tenant acme: queued-bytes limit of 100 bytes reached; retry later");
+  for (int i = 2; i < 6; ++i) {
+    EXPECT_NE(Submit("acme", kModelA, absl::StrCat("r", i), absl::InfiniteFuture(), 10), 0u);
+  }
+  EXPECT_EQ(Submit("acme", kModelA, "r6", absl::InfiniteFuture(), 1), 0u);
+  EXPECT_EQ(answers_.Of("r6")[0].status().message(),
+            "tenant acme: queue limit of 5 requests reached; retry later");
+  EXPECT_EQ(scheduler_->queued_count(), 5);
+}
+
+TEST_F(SchedulerTest, TenantDefaultDeadlineAppliesWithoutOne) {
+  options_.tenant_limits["acme"].default_deadline = absl::Milliseconds(5);
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Seconds(10));
+  Submit("acme", kModelA, "default");
+  Submit("acme", kModelA, "own", clock_.Now() + absl::Seconds(1));
+  Submit("globex", kModelA, "unlimited");
+  Advance(absl::Milliseconds(6));
+  ASSERT_TRUE(answers_.WaitForTotal(1));
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(answers_.total(), 1);
+  EXPECT_EQ(answers_.Of("default")[0].status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(answers_.Of("default")[0].status().message(),
+            "tenant acme: request waited in the queue past its deadline (6ms)");
+  EXPECT_EQ(scheduler_->StatsFor("acme").expired, 1u);
+  EXPECT_TRUE(enclave_.Pending().empty()) << "an expired request is never executed";
+}
+
+TEST_F(SchedulerTest, CancelRemovesAQueuedRequestOnly) {
+  Start(/*max_batch_size=*/2, /*max_queue_delay=*/absl::Seconds(10), /*max_in_flight=*/1);
+  Scheduler::Ticket r0 = Submit("acme", kModelA, "r0");
+  Submit("acme", kModelA, "r1");
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  Scheduler::Ticket r2 = Submit("acme", kModelA, "r2");
+  Submit("acme", kModelA, "r3");
+  Submit("acme", kModelA, "r4");
+  EXPECT_FALSE(scheduler_->Cancel(r0)) << "already with the worker";
+  EXPECT_TRUE(scheduler_->Cancel(r2));
+  EXPECT_FALSE(scheduler_->Cancel(r2)) << "answered once";
+  ASSERT_EQ(answers_.Of("r2").size(), 1u);
+  EXPECT_EQ(answers_.Of("r2")[0].status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(scheduler_->queued_count(), 2);
+  CompleteOldest();
+  HostToEnclave next = CompleteOldest();
+  EXPECT_EQ(RequestIds(next), (std::vector<std::string>{"r3", "r4"}));
+  ASSERT_TRUE(answers_.WaitForTotal(5));
+  EXPECT_TRUE(answers_.Of("r0")[0].ok());
+  EXPECT_EQ(answers_.Of("r2").size(), 1u);
+  EXPECT_EQ(scheduler_->StatsFor("acme").cancelled, 1u);
+}
+
+TEST_F(SchedulerTest, HigherClassesGoFirst) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
+  Submit("std", kModelA, "busy");
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  // Queued while the only slot is taken, lowest class first.
+  for (int i = 0; i < 2; ++i) Submit("be", kModelA, absl::StrCat("be", i));
+  for (int i = 0; i < 2; ++i) Submit("std", kModelA, absl::StrCat("std", i));
+  for (int i = 0; i < 2; ++i) Submit("rt", kModelA, absl::StrCat("rt", i));
+  std::vector<std::string> order;
+  for (int i = 0; i < 7; ++i) order.push_back(RequestIds(CompleteOldest()).at(0));
+  EXPECT_EQ(order, (std::vector<std::string>{"busy", "rt0", "rt1", "std0", "std1", "be0", "be1"}));
+}
+
+TEST_F(SchedulerTest, BestEffortBatchesShrinkWhileRealtimeWaits) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options_.best_effort_max_batch_size = 2;
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Seconds(10), /*max_in_flight=*/1);
+  for (int i = 0; i < 8; ++i) Submit("be", kModelA, absl::StrCat("a", i));
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 8) << "nobody realtime waits";
+  for (int i = 0; i < 8; ++i) Submit("be", kModelA, absl::StrCat("b", i));
+  Submit("rt", kModelB, "rt0");  // not ready yet (its queue delay runs), but waiting
+  CompleteOldest();
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 2);
+  Advance(absl::Seconds(10));  // the realtime request is ready: it goes next
+  CompleteOldest();
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"rt0"}));
+  // Nobody realtime is left: full batches again.
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 6);
+}
+
+TEST_F(SchedulerTest, BestEffortBatchTimeCapUsesTheCostEstimate) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options_.best_effort_max_batch_size = 8;
+  options_.best_effort_max_batch_time = absl::Milliseconds(3);  // 3 requests at 1 ms each
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Seconds(10), /*max_in_flight=*/1);
+  Submit("rt", kModelB, "rt0");
+  for (int i = 0; i < 8; ++i) Submit("be", kModelA, absl::StrCat("a", i));
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 3);
+}
+
+// Saturates one worker with several tenants and returns each one's measured execution time over
+// the first `batch_count` batches. Tenant i uses model i with cost `item_costs[i]` per request.
+std::map<std::string, absl::Duration> RunSaturated(const std::vector<std::string>& tenants,
+                                                   const std::vector<int>& weights,
+                                                   const std::vector<absl::Duration>& item_costs,
+                                                   int batch_count) {
+  FakeClock clock;
+  FakeEnclaveClient enclave;
+  SchedulerOptions options;
+  options.max_batch_size = 4;
+  options.max_queue_delay = absl::ZeroDuration();
+  options.max_batches_in_flight = 1;
+  options.clock = &clock;
+  std::map<std::string, absl::Duration> cost_of;
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    options.tenant_limits[tenants[i]].weight = weights[i];
+    cost_of[absl::StrCat("model", i)] = item_costs[i];
+  }
+  auto scheduler = Scheduler::Create(&enclave, options);
+  CLOISTER_CHECK(scheduler.ok());
+  Answers answers;
+  for (int r = 0; r < 1000; ++r) {
+    for (size_t i = 0; i < tenants.size(); ++i) {
+      std::string id = absl::StrCat(tenants[i], "-", r);
+      InferRequest request;
+      request.tenant_id = tenants[i];
+      request.item.set_request_id(id);
+      request.item.set_model_handle(absl::StrCat("model", i));
+      request.item.set_ciphertext("c");
+      (*scheduler)->Submit(std::move(request), answers.For(id));
+    }
+  }
+  std::map<std::string, absl::Duration> measured;
+  for (int b = 0; b < batch_count; ++b) {
+    CLOISTER_CHECK(enclave.WaitForPending(1));
+    HostToEnclave call = enclave.Pending().front();
+    EnclaveToHost reply = ReplyTo(call);
+    absl::Duration took =
+        cost_of[call.infer_batch().model_handle()] * call.infer_batch().items_size();
+    reply.mutable_infer_batch()->set_execution_ns(absl::ToInt64Nanoseconds(took));
+    clock.Advance(took);
+    measured[call.infer_batch().tenant_id()] += took;
+    enclave.Complete(call.call_id(), reply);
+  }
+  // Saturated throughout: every tenant still has requests queued.
+  for (const std::string& tenant : tenants) {
+    EXPECT_LT((*scheduler)->StatsFor(tenant).dispatched, 1000u) << tenant;
+  }
+  std::thread finisher([&] {
+    while ((*scheduler)->batches_in_flight() > 0) {
+      enclave.FailAll(absl::UnavailableError("test over"));
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  (*scheduler)->Stop();
+  finisher.join();
+  return measured;
+}
+
+void ExpectShares(const std::map<std::string, absl::Duration>& measured,
+                  const std::map<std::string, int>& weights) {
+  absl::Duration total;
+  int weight_total = 0;
+  for (const auto& [tenant, time] : measured) total += time;
+  for (const auto& [tenant, weight] : weights) weight_total += weight;
+  for (const auto& [tenant, weight] : weights) {
+    double want = static_cast<double>(weight) / weight_total;
+    double got = measured.count(tenant) ? absl::FDivDuration(measured.at(tenant), total) : 0;
+    EXPECT_NEAR(got, want, want * 0.1) << tenant;
+  }
+}
+
+TEST(SchedulerFairnessTest, ExecutionTimeFollowsWeights) {
+  // Equal costs, weights 3:1.
+  ExpectShares(
+      RunSaturated({"acme", "globex"}, {3, 1}, {absl::Milliseconds(1), absl::Milliseconds(1)}, 200),
+      {{"acme", 3}, {"globex", 1}});
+}
+
+TEST(SchedulerFairnessTest, ExpensiveModelsAreChargedByTime) {
+  // globex's model costs 5x acme's per request, and neither matches the initial estimate: with
+  // equal weights, both get the same execution time, not the same number of requests.
+  ExpectShares(RunSaturated({"acme", "globex"}, {1, 1},
+                            {absl::Microseconds(400), absl::Milliseconds(2)}, 150),
+               {{"acme", 1}, {"globex", 1}});
+}
+
+TEST(SchedulerFairnessTest, ThreeTenantsWithDifferentWeightsAndCosts) {
+  ExpectShares(
+      RunSaturated({"a", "b", "c"}, {1, 2, 5},
+                   {absl::Milliseconds(3), absl::Milliseconds(1), absl::Microseconds(700)}, 250),
+      {{"a", 1}, {"b", 2}, {"c", 5}});
+}
+
+TEST_F(SchedulerTest, CostEstimateLearnsFromMeasuredBatches) {
+  options_.cost_smoothing = 0.5;
+  Start(/*max_batch_size=*/2, /*max_queue_delay=*/absl::Seconds(10), /*max_in_flight=*/1);
+  EXPECT_EQ(scheduler_->ItemCostEstimate(kModelA), absl::Milliseconds(1));
+  for (int i = 0; i < 4; ++i) Submit("acme", kModelA, absl::StrCat("r", i));
+  for (absl::Duration per_item : {absl::Milliseconds(4), absl::Milliseconds(2)}) {
+    ASSERT_TRUE(enclave_.WaitForPending(1));
+    HostToEnclave call = enclave_.Pending().front();
+    EnclaveToHost reply = ReplyTo(call);
+    reply.mutable_infer_batch()->set_execution_ns(absl::ToInt64Nanoseconds(per_item * 2));
+    enclave_.Complete(call.call_id(), reply);
+  }
+  ASSERT_TRUE(answers_.WaitForTotal(4));
+  // The first measurement replaces the initial guess, later ones are smoothed: (4 + 2) / 2.
+  for (int i = 0; i < 100 && scheduler_->batches_in_flight() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(scheduler_->ItemCostEstimate(kModelA), absl::Milliseconds(3));
+  EXPECT_EQ(scheduler_->StatsFor("acme").charged_time, absl::Milliseconds(12));
+}
+
+TEST(SchedulerWorkersTest, BatchesSpreadOverWorkersAndPinnedRequestsStay) {
+  FakeClock clock;
+  FakeEnclaveClient first;
+  FakeEnclaveClient second;
+  SchedulerOptions options;
+  options.max_batch_size = 1;
+  options.max_queue_delay = absl::ZeroDuration();
+  options.max_batches_in_flight = 2;
+  options.clock = &clock;
+  auto scheduler = Scheduler::Create({&first, &second}, options);
+  ASSERT_TRUE(scheduler.ok());
+  Answers answers;
+  auto submit = [&](const std::string& id, int worker) {
+    InferRequest request;
+    request.tenant_id = "acme";
+    request.item.set_request_id(id);
+    request.item.set_model_handle(kModelA);
+    request.item.set_ciphertext("c");
+    request.worker = worker;
+    return (*scheduler)->Submit(std::move(request), answers.For(id));
+  };
+  for (int i = 0; i < 4; ++i) submit(absl::StrCat("any", i), kAnyWorker);
+  ASSERT_TRUE(first.WaitForPending(2));
+  ASSERT_TRUE(second.WaitForPending(2));
+  EXPECT_EQ((*scheduler)->batches_in_flight(), 4);
+  // Both workers are full: pinned requests wait for their own worker only.
+  submit("on-second", 1);
+  submit("on-first", 0);
+  EXPECT_EQ(submit("nowhere", 2), 0u);
+  EXPECT_EQ(answers.Of("nowhere")[0].status().code(), absl::StatusCode::kInvalidArgument);
+  HostToEnclave call = second.Pending().front();
+  second.Complete(call.call_id(), ReplyTo(call));
+  ASSERT_TRUE(second.WaitForPending(2));
+  EXPECT_EQ(RequestIds(second.Pending().back()), (std::vector<std::string>{"on-second"}));
+  EXPECT_EQ(first.Pending().size(), 2u);
+  call = first.Pending().front();
+  first.Complete(call.call_id(), ReplyTo(call));
+  ASSERT_TRUE(first.WaitForPending(2));
+  EXPECT_EQ(RequestIds(first.Pending().back()), (std::vector<std::string>{"on-first"}));
+  for (FakeEnclaveClient* enclave : {&first, &second}) {
+    for (const HostToEnclave& pending : enclave->Pending()) {
+      enclave->Complete(pending.call_id(), ReplyTo(pending));
+    }
+  }
+  ASSERT_TRUE(answers.WaitForTotal(7));
+  (*scheduler)->Stop();
+}
+
+TEST(SchedulerLoadTest, ExactlyOneAnswerPerRequestUnderMixedConcurrentLoad) {
+  FakeClock clock;
+  std::atomic<int> batches{0};
+  // Every fifth batch fails as a whole, every third has its first item refused.
+  auto handler = [&batches](const HostToEnclave& call) -> absl::StatusOr<EnclaveToHost> {
+    int batch = batches.fetch_add(1);
+    if (batch % 5 == 4) return absl::UnavailableError("worker busy");
+    EnclaveToHost reply = ReplyTo(call);
+    if (batch % 3 == 2) {
+      auto* first = reply.mutable_infer_batch()->mutable_replies(0);
+      first->mutable_status()->set_code(static_cast<int>(absl::StatusCode::kNotFound));
+      first->mutable_status()->set_message("unknown session");
+    }
+    return reply;
+  };
+  FunctionEnclaveClient first(handler, /*threads=*/2);
+  FunctionEnclaveClient second(handler, /*threads=*/1);
+  SchedulerOptions options;
+  options.max_batch_size = 4;
+  options.preferred_batch_sizes = {2, 4};
+  options.max_queue_delay = absl::Microseconds(100);
+  options.clock = &clock;
+  options.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options.tenant_limits["rt"].max_queued_requests = 20;
+  options.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options.tenant_limits["be"].weight = 3;
+  options.tenant_limits["limited"].rate_per_second = 1000;
+  options.tenant_limits["limited"].burst = 5;
+  auto scheduler = Scheduler::Create({&first, &second}, options);
+  ASSERT_TRUE(scheduler.ok());
+  Answers answers;
+  const std::vector<std::string> tenants = {"rt", "be", "std", "limited"};
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 500;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        std::string id = absl::StrCat("t", t, "-", i);
+        InferRequest request;
+        request.tenant_id = tenants[(t + i) % tenants.size()];
+        request.item.set_request_id(id);
+        request.item.set_model_handle(i % 2 ? kModelA : kModelB);
+        request.item.set_ciphertext("c");
+        request.worker = i % 7 == 0 ? i % 2 : kAnyWorker;
+        if (i % 11 == 0) request.deadline = clock.Now() + absl::Microseconds(50);
+        Scheduler::Ticket ticket = (*scheduler)->Submit(std::move(request), answers.For(id));
+        if (i % 13 == 0 && ticket != 0) (*scheduler)->Cancel(ticket);
+        if (i % 3 == 0) clock.Advance(absl::Microseconds(20));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  // Let the queues drain, then stop (which answers whatever is left).
+  for (int i = 0; i < 2000 && (*scheduler)->queued_count() > 0; ++i) {
+    clock.Advance(absl::Microseconds(200));
+    (*scheduler)->WakeForTest();
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  (*scheduler)->Stop();
+  ASSERT_TRUE(answers.WaitForTotal(kThreads * kPerThread));
+  absl::SleepFor(absl::Milliseconds(20));
+  auto all = answers.All();
+  ASSERT_EQ(all.size(), static_cast<size_t>(kThreads * kPerThread));
+  std::map<absl::StatusCode, int> codes;
+  for (const auto& [request_id, list] : all) {
+    ASSERT_EQ(list.size(), 1u) << request_id;
+    ++codes[list[0].status().code()];
+  }
+  EXPECT_EQ(answers.total(), kThreads * kPerThread);
+  EXPECT_GT(codes[absl::StatusCode::kOk], 0);
+  EXPECT_GT(codes[absl::StatusCode::kResourceExhausted], 0);
+  EXPECT_GT(codes[absl::StatusCode::kCancelled], 0);
+  EXPECT_GT(codes[absl::StatusCode::kUnavailable], 0);
+  EXPECT_GT(codes[absl::StatusCode::kNotFound], 0);
 }
 
 }  // namespace

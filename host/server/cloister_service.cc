@@ -93,6 +93,52 @@ class CloisterService::TrackedUnaryReactor : public grpc::ServerUnaryReactor {
   CloisterService* const service_;
 };
 
+// Infer's reactor: a client cancellation (or an expired RPC deadline) takes the request out of
+// the scheduler's queue. It lives until both gRPC is done with it and Infer() has handed it
+// the request's ticket, so the ticket never lands in a deleted reactor.
+class CloisterService::InferReactor : public grpc::ServerUnaryReactor {
+ public:
+  explicit InferReactor(CloisterService* service) : service_(service) { service_->RpcStarted(); }
+
+  // Called once by Infer() after Submit (ticket 0: answered at once).
+  void SetTicket(Scheduler::Ticket ticket) {
+    bool cancel_now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      ticket_ = ticket;
+      cancel_now = cancelled_;
+    }
+    if (cancel_now && ticket != 0) service_->scheduler_->Cancel(ticket);
+    Unref();
+  }
+
+  void OnCancel() override {
+    Scheduler::Ticket ticket = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      ticket = ticket_;
+    }
+    if (ticket != 0) service_->scheduler_->Cancel(ticket);
+  }
+
+  void OnDone() override {
+    service_->RpcDone();
+    Unref();
+  }
+
+ private:
+  void Unref() {
+    if (references_.fetch_sub(1) == 1) delete this;
+  }
+
+  CloisterService* const service_;
+  std::atomic<int> references_{2};  // gRPC's (until OnDone) and Infer()'s (until SetTicket)
+  absl::Mutex mu_;
+  Scheduler::Ticket ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 grpc::ServerUnaryReactor* CloisterService::NewUnaryReactor() {
   return new TrackedUnaryReactor(this);
 }
@@ -182,6 +228,7 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
 
   void OnDone() override {
     CloisterService* service = service_;
+    if (reserved_size_ > 0) service->ReleaseModelMemory(tenant_id_, reserved_size_);
     delete this;
     service->RpcDone();
   }
@@ -204,7 +251,16 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
           absl::StrCat("model of ", start.ciphertext_size(), " bytes exceeds the limit of ",
                        service_->options_.max_model_size, " bytes"));
     }
-    if (status.ok()) status = service_->sessions_.CheckAccess(start.session_id(), tenant_id_);
+    if (status.ok()) {
+      absl::StatusOr<int> worker = service_->sessions_.WorkerFor(start.session_id(), tenant_id_);
+      status = worker.status();
+      if (worker.ok()) worker_ = *worker;
+    }
+    if (status.ok()) {
+      status =
+          service_->ReserveModelMemory(tenant_id_, start.model_handle(), start.ciphertext_size());
+      if (status.ok()) reserved_size_ = start.ciphertext_size();
+    }
     if (!status.ok()) {
       Fail(status);
       return;
@@ -284,8 +340,10 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
     boundary::v1::LoadModelCall* load = call.mutable_load_model();
     load->set_tenant_id(tenant_id_);
     *load->mutable_request() = std::move(item);
+    // The other workers get the same ciphertext once the enclave has wrapped the model key.
+    if (service_->workers_.size() > 1) ciphertext_ = std::make_shared<std::string>(*ciphertext);
     load->set_model_ciphertext(*std::move(ciphertext));
-    service_->enclave_->Call(std::move(call), [this](EnclaveClient::Reply reply) {
+    service_->workers_[worker_]->Call(std::move(call), [this](EnclaveClient::Reply reply) {
       auto shared = std::make_shared<EnclaveClient::Reply>(std::move(reply));
       service_->file_worker_.Post([this, shared] { Complete(std::move(*shared)); });
     });
@@ -311,8 +369,42 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
       FinishOnce(absl::OkStatus());
       return;
     }
+    std::string wrapped_key = std::move(*result.mutable_wrapped_model_key());
+    if (service_->workers_.size() == 1) {
+      Store(wrapped_key);
+      return;
+    }
+    // Load it into every other worker too (its sessions may use the model), then store it.
+    auto remaining =
+        std::make_shared<std::atomic<int>>(static_cast<int>(service_->workers_.size()) - 1);
+    auto shared_key = std::make_shared<std::string>(std::move(wrapped_key));
+    for (size_t worker = 0; worker < service_->workers_.size(); ++worker) {
+      if (static_cast<int>(worker) == worker_) continue;
+      HostToEnclave reload;
+      reload.mutable_reload_model()->set_model_handle(handle_);
+      reload.mutable_reload_model()->set_wrapped_model_key(*shared_key);
+      reload.mutable_reload_model()->set_model_ciphertext(*ciphertext_);
+      service_->workers_[worker]->Call(
+          std::move(reload), [this, worker, remaining, shared_key](EnclaveClient::Reply reply) {
+            if (!reply.ok()) {
+              Log(LogLevel::kWarning, "model_fanout_failed",
+                  {{"tenant", tenant_id_},
+                   {"handle", handle_},
+                   {"worker", static_cast<int>(worker)},
+                   {"error", reply.status().ToString()}});
+            }
+            if (remaining->fetch_sub(1) == 1) {
+              service_->file_worker_.Post([this, shared_key] { Store(*shared_key); });
+            }
+          });
+    }
+  }
+
+  // On the file worker: commit the staged model with its wrapped key and answer.
+  void Store(const std::string& wrapped_key) {
+    ciphertext_.reset();
     uint64_t size = upload_->size();
-    status = upload_->Commit(result.wrapped_model_key());
+    absl::Status status = upload_->Commit(wrapped_key);
     upload_.reset();
     if (!status.ok()) {
       Log(LogLevel::kError, "model_store_failed",
@@ -338,6 +430,11 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
   void FinishOnce(const absl::Status& status) {
     if (state_ == State::kFinished) return;
     state_ = State::kFinished;
+    // Stored or given up: either way the upload no longer holds quota of its own.
+    if (reserved_size_ > 0) {
+      service_->ReleaseModelMemory(tenant_id_, reserved_size_);
+      reserved_size_ = 0;
+    }
     Finish(ToGrpcStatus(status));
   }
 
@@ -350,6 +447,9 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
   std::string handle_;
   std::string request_id_;
   uint64_t declared_size_ = 0;
+  uint64_t reserved_size_ = 0;  // of the tenant's model-memory quota, released in OnDone
+  int worker_ = 0;              // the worker holding the upload's session
+  std::shared_ptr<std::string> ciphertext_;  // kept for the other workers
   std::unique_ptr<BlobUpload> upload_;
 };
 
@@ -357,13 +457,56 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
 
 CloisterService::CloisterService(TenantRegistry* tenants, EnclaveClient* enclave,
                                  Scheduler* scheduler, BlobStore* blobs, ServiceOptions options)
+    : CloisterService(tenants, std::vector<EnclaveClient*>{enclave}, scheduler, blobs,
+                      std::move(options)) {}
+
+CloisterService::CloisterService(TenantRegistry* tenants, std::vector<EnclaveClient*> workers,
+                                 Scheduler* scheduler, BlobStore* blobs, ServiceOptions options)
     : tenants_(tenants),
-      enclave_(enclave),
+      workers_(std::move(workers)),
       scheduler_(scheduler),
       blobs_(blobs),
       options_(options),
       clock_(options.clock != nullptr ? options.clock : Clock::Real()),
-      sessions_(clock_, options.session_ttl, options.max_sessions_per_tenant) {}
+      sessions_(clock_, options.session_ttl, options.max_sessions_per_tenant) {
+  CLOISTER_CHECK(!workers_.empty());
+  for (EnclaveClient* worker : workers_) CLOISTER_CHECK(worker != nullptr);
+}
+
+absl::Status CloisterService::ReserveModelMemory(const std::string& tenant_id,
+                                                 const std::string& handle, uint64_t size) {
+  uint64_t quota = scheduler_->LimitsFor(tenant_id).model_memory_quota;
+  absl::StatusOr<std::vector<StoredModel>> stored = blobs_->List();
+  if (!stored.ok()) {
+    Log(LogLevel::kError, "model_list_failed", {{"error", stored.status().ToString()}});
+    return absl::InternalError("cloisterd cannot read its model store");
+  }
+  uint64_t stored_size = 0;
+  for (const StoredModel& model : *stored) {
+    // An upload under an existing handle replaces that model.
+    if (model.tenant_id == tenant_id && model.handle != handle)
+      stored_size += model.ciphertext_size;
+  }
+  absl::MutexLock lock(&quota_mu_);
+  uint64_t& uploading = uploading_size_[tenant_id];
+  if (stored_size + uploading + size > quota) {
+    uint64_t in_progress = uploading;
+    if (uploading == 0) uploading_size_.erase(tenant_id);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tenant ", tenant_id, ": model memory quota of ", quota, " bytes exceeded (", stored_size,
+        " bytes stored, ", in_progress, " being uploaded, this model ", size, " bytes)"));
+  }
+  uploading += size;
+  return absl::OkStatus();
+}
+
+void CloisterService::ReleaseModelMemory(const std::string& tenant_id, uint64_t size) {
+  absl::MutexLock lock(&quota_mu_);
+  auto it = uploading_size_.find(tenant_id);
+  CLOISTER_CHECK(it != uploading_size_.end() && it->second >= size);
+  it->second -= size;
+  if (it->second == 0) uploading_size_.erase(it);
+}
 
 CloisterService::~CloisterService() = default;
 
@@ -390,8 +533,9 @@ absl::StatusOr<std::string> CloisterService::Authenticate(
   return tenant_id;
 }
 
-absl::Status CloisterService::CheckSealedCall(const SealedCall& call, absl::string_view tenant_id,
-                                              bool require_handle) {
+absl::StatusOr<int> CloisterService::CheckSealedCall(const SealedCall& call,
+                                                     absl::string_view tenant_id,
+                                                     bool require_handle) {
   if (call.session_id().empty() || call.session_id().size() > kMaxSessionIdSize) {
     return absl::InvalidArgumentError("sealed call needs a session id");
   }
@@ -406,7 +550,11 @@ absl::Status CloisterService::CheckSealedCall(const SealedCall& call, absl::stri
                                                    options_.max_sealed_message_size));
   }
   if (call.deadline_ms() < 0) return absl::InvalidArgumentError("deadline_ms is negative");
-  return sessions_.CheckAccess(call.session_id(), tenant_id);
+  ASSIGN_OR_RETURN(int worker, sessions_.WorkerFor(call.session_id(), tenant_id));
+  if (worker < 0 || worker >= static_cast<int>(workers_.size())) {
+    return absl::NotFoundError("unknown session; open a new session");
+  }
+  return worker;
 }
 
 grpc::ServerUnaryReactor* CloisterService::GetEvidence(grpc::CallbackServerContext* context,
@@ -428,7 +576,8 @@ grpc::ServerUnaryReactor* CloisterService::GetEvidence(grpc::CallbackServerConte
   HostToEnclave call;
   call.mutable_get_evidence()->set_nonce(request->nonce());
   call.mutable_get_evidence()->set_fresh(request->fresh());
-  enclave_->Call(std::move(call), [reactor, response](EnclaveClient::Reply reply) {
+  size_t worker = next_evidence_worker_.fetch_add(1) % workers_.size();
+  workers_[worker]->Call(std::move(call), [reactor, response](EnclaveClient::Reply reply) {
     if (!reply.ok()) {
       reactor->Finish(ToGrpcStatus(reply.status()));
       return;
@@ -470,14 +619,26 @@ grpc::ServerUnaryReactor* CloisterService::OpenSession(grpc::CallbackServerConte
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
-  HostToEnclave call;
-  boundary::v1::OpenSessionCall* open = call.mutable_open_session();
+  auto call = std::make_shared<HostToEnclave>();
+  boundary::v1::OpenSessionCall* open = call->mutable_open_session();
   open->set_tenant_id(*tenant);
   open->set_hpke_enc(request->hpke_enc());
   open->set_sealed_hello(request->sealed_hello());
   open->set_evidence_digest(request->evidence_digest());
-  enclave_->Call(std::move(call), [this, reactor, response,
-                                   tenant_id = *tenant](EnclaveClient::Reply reply) {
+  OpenSessionOn(0, std::move(call), reactor, response, *tenant);
+  return reactor;
+}
+
+void CloisterService::OpenSessionOn(size_t worker, std::shared_ptr<const HostToEnclave> call,
+                                    grpc::ServerUnaryReactor* reactor,
+                                    OpenSessionResponse* response, std::string tenant_id) {
+  workers_[worker]->Call(*call, [this, worker, call, reactor, response,
+                                 tenant_id = std::move(tenant_id)](EnclaveClient::Reply reply) {
+    if (!reply.ok() && absl::IsFailedPrecondition(reply.status()) && worker + 1 < workers_.size()) {
+      // This worker did not issue the evidence the client verified; another one did.
+      OpenSessionOn(worker + 1, call, reactor, response, tenant_id);
+      return;
+    }
     if (!reply.ok()) {
       reactor->Finish(ToGrpcStatus(reply.status()));
       return;
@@ -487,13 +648,12 @@ grpc::ServerUnaryReactor* CloisterService::OpenSession(grpc::CallbackServerConte
       reactor->Finish(ToGrpcStatus(absl::InternalError("enclave opened a session without an id")));
       return;
     }
-    sessions_.Add(result.session_id(), tenant_id);
+    sessions_.Add(result.session_id(), tenant_id, static_cast<int>(worker));
     response->set_session_id(std::move(*result.mutable_session_id()));
     response->set_sequence(result.sequence());
     response->set_sealed_welcome(std::move(*result.mutable_sealed_welcome()));
     reactor->Finish(grpc::Status::OK);
   });
-  return reactor;
 }
 
 grpc::ServerReadReactor<UploadModelRequest>* CloisterService::UploadModel(
@@ -523,10 +683,10 @@ grpc::ServerUnaryReactor* CloisterService::RelaySealedCall(grpc::CallbackServerC
     reactor->Finish(ToGrpcStatus(tenant.status()));
     return reactor;
   }
-  absl::Status status = CheckSealedCall(*request, *tenant, /*require_handle=*/false);
-  if (!status.ok()) {
-    LogRefused(method, *tenant, status);
-    reactor->Finish(ToGrpcStatus(status));
+  absl::StatusOr<int> worker = CheckSealedCall(*request, *tenant, /*require_handle=*/false);
+  if (!worker.ok()) {
+    LogRefused(method, *tenant, worker.status());
+    reactor->Finish(ToGrpcStatus(worker.status()));
     return reactor;
   }
   HostToEnclave call;
@@ -534,7 +694,7 @@ grpc::ServerUnaryReactor* CloisterService::RelaySealedCall(grpc::CallbackServerC
       is_delete ? call.mutable_delete_model() : call.mutable_list_models();
   message->set_tenant_id(*tenant);
   *message->mutable_request() = ToSealedItem(*request);
-  enclave_->Call(
+  workers_[*worker]->Call(
       std::move(call), [this, reactor, response, is_delete, request_id = request->request_id(),
                         tenant_id = *tenant](EnclaveClient::Reply reply) {
         if (!reply.ok()) {
@@ -588,21 +748,24 @@ void CloisterService::RemoveStoredModel(const std::string& handle) {
 
 grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* context,
                                                  const SealedCall* request, SealedReply* response) {
-  grpc::ServerUnaryReactor* reactor = NewUnaryReactor();
+  InferReactor* reactor = new InferReactor(this);
   absl::StatusOr<std::string> tenant = Authenticate(*context, "Infer");
+  absl::StatusOr<int> worker = absl::UnknownError("not checked");
   if (!tenant.ok()) {
-    reactor->Finish(ToGrpcStatus(tenant.status()));
-    return reactor;
+    worker = tenant.status();
+  } else {
+    worker = CheckSealedCall(*request, *tenant, /*require_handle=*/true);
+    if (!worker.ok()) LogRefused("Infer", *tenant, worker.status());
   }
-  absl::Status status = CheckSealedCall(*request, *tenant, /*require_handle=*/true);
-  if (!status.ok()) {
-    LogRefused("Infer", *tenant, status);
-    reactor->Finish(ToGrpcStatus(status));
+  if (!worker.ok()) {
+    reactor->Finish(ToGrpcStatus(worker.status()));
+    reactor->SetTicket(0);
     return reactor;
   }
   InferRequest infer;
   infer.tenant_id = *tenant;
   infer.item = ToSealedItem(*request);
+  infer.worker = *worker;
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
     // The RPC's deadline is in real time; the scheduler's clock may be a test clock, so carry
     // over the time left rather than the instant.
@@ -613,16 +776,24 @@ grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* co
         std::min(infer.deadline, clock_->Now() + absl::Milliseconds(request->deadline_ms()));
   }
   std::string request_id = request->request_id();
-  scheduler_->Submit(std::move(infer), [reactor, response, request_id = std::move(request_id)](
-                                           absl::StatusOr<SealedReplyItem> reply) {
-    if (!reply.ok()) {
-      reactor->Finish(ToGrpcStatus(reply.status()));
-      return;
-    }
-    absl::Status status = ToSealedReply(*reply, request_id, *response);
-    if (!status.ok()) response->Clear();
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  std::string tenant_id = *tenant;
+  Scheduler::Ticket ticket = scheduler_->Submit(
+      std::move(infer), [reactor, response, request_id = std::move(request_id),
+                         tenant_id = std::move(tenant_id)](absl::StatusOr<SealedReplyItem> reply) {
+        if (!reply.ok()) {
+          if (absl::IsResourceExhausted(reply.status()) ||
+              absl::IsDeadlineExceeded(reply.status())) {
+            LogRefused("Infer", tenant_id, reply.status());
+          }
+          reactor->Finish(ToGrpcStatus(reply.status()));
+          return;
+        }
+        absl::Status status = ToSealedReply(*reply, request_id, *response);
+        if (!status.ok()) response->Clear();
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  // May run after the answer: the reactor stays alive until SetTicket.
+  reactor->SetTicket(ticket);
   return reactor;
 }
 

@@ -6,23 +6,32 @@
 // (sizes, handle and request id syntax) and that a named session was opened by this tenant
 // (NOT_FOUND / PERMISSION_DENIED), and only then relays it:
 //   GetEvidence -> GetEvidenceCall, OpenSession -> OpenSessionCall (remembers the session),
-//   UploadModel -> stages the ciphertext in the BlobStore, LoadModelCall, commits the blob and
-//                  the wrapped key only if the enclave returned one,
+//   UploadModel -> checks the tenant's model-memory quota, stages the ciphertext in the
+//                  BlobStore, LoadModelCall, loads the model into every other worker
+//                  (ReloadModelCall with the wrapped key), commits the blob and the wrapped key
+//                  only if the enclave returned one,
 //   ListModels / DeleteModel -> SealedCallMessage (a confirmed delete also removes the stored
-//                  blob and wrapped key), Infer -> Scheduler.
+//                  blob and wrapped key), Infer -> Scheduler (a cancelled RPC leaves the queue).
+//
+// Several enclave workers: each holds its own keys and sessions. GetEvidence goes round robin,
+// OpenSession goes to the worker whose evidence the client verified (tried in order until one
+// recognizes the evidence digest), and every sealed call of a session goes to its worker.
 // The host never sees plaintext: sealed replies are passed through untouched, and errors the
 // enclave reports to the host (its boundary status) become the RPC status.
 //
 // Threading: handlers run on gRPC threads and return at once; completions run on the enclave
 // client's thread or on the service's SerialWorker (file work).
-// Ownership: the registry, enclave client, scheduler and blob store are borrowed and must
+// Ownership: the registry, enclave clients, scheduler and blob store are borrowed and must
 // outlive the service; the service must outlive the grpc::Server that serves it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -47,6 +56,9 @@ struct ServiceOptions {
 
 class CloisterService final : public api::v1::Cloister::CallbackService {
  public:
+  // `workers` are the enclave workers in the scheduler's order (at least one).
+  CloisterService(TenantRegistry* tenants, std::vector<EnclaveClient*> workers,
+                  Scheduler* scheduler, BlobStore* blobs, ServiceOptions options);
   CloisterService(TenantRegistry* tenants, EnclaveClient* enclave, Scheduler* scheduler,
                   BlobStore* blobs, ServiceOptions options);
   ~CloisterService() override;
@@ -80,8 +92,10 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
 
  private:
   class TrackedUnaryReactor;
+  class InferReactor;
   class UploadReactor;
   friend class TrackedUnaryReactor;
+  friend class InferReactor;
   friend class UploadReactor;
 
   // Every RPC's reactor calls RpcStarted() when created and RpcDone() from OnDone().
@@ -95,9 +109,18 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   // The authenticated tenant id of a call; UNAUTHENTICATED, or UNAVAILABLE while draining.
   absl::StatusOr<std::string> Authenticate(const grpc::CallbackServerContext& context,
                                            absl::string_view method) const;
-  // Shape checks shared by sealed calls, then the session's owner.
-  absl::Status CheckSealedCall(const api::v1::SealedCall& call, absl::string_view tenant_id,
-                               bool require_handle);
+  // Shape checks shared by sealed calls, then the session's owner; the session's worker.
+  absl::StatusOr<int> CheckSealedCall(const api::v1::SealedCall& call, absl::string_view tenant_id,
+                                      bool require_handle);
+  // Tries OpenSession on `worker` and, if it does not know the evidence, on the next ones.
+  void OpenSessionOn(size_t worker, std::shared_ptr<const boundary::v1::HostToEnclave> call,
+                     grpc::ServerUnaryReactor* reactor, api::v1::OpenSessionResponse* response,
+                     std::string tenant_id);
+  // Model-memory quota: reserves `size` bytes of `tenant_id`'s quota for an upload of `handle`
+  // (replacing any stored model of that handle), or RESOURCE_EXHAUSTED naming the quota.
+  absl::Status ReserveModelMemory(const std::string& tenant_id, const std::string& handle,
+                                  uint64_t size);
+  void ReleaseModelMemory(const std::string& tenant_id, uint64_t size);
   // ListModels and DeleteModel: one SealedCallMessage each.
   grpc::ServerUnaryReactor* RelaySealedCall(grpc::CallbackServerContext* context,
                                             const api::v1::SealedCall* request,
@@ -106,7 +129,7 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   void RemoveStoredModel(const std::string& handle);
 
   TenantRegistry* const tenants_;
-  EnclaveClient* const enclave_;
+  const std::vector<EnclaveClient*> workers_;
   Scheduler* const scheduler_;
   BlobStore* const blobs_;
   const ServiceOptions options_;
@@ -116,6 +139,11 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   mutable absl::Mutex rpc_mu_;
   int active_rpcs_ ABSL_GUARDED_BY(rpc_mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(rpc_mu_) = false;
+
+  std::atomic<uint64_t> next_evidence_worker_{0};
+  absl::Mutex quota_mu_;
+  // Bytes of uploads in progress, per tenant, counted against the model-memory quota.
+  absl::flat_hash_map<std::string, uint64_t> uploading_size_ ABSL_GUARDED_BY(quota_mu_);
 
   SerialWorker file_worker_;
 };

@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -523,6 +525,206 @@ TEST_F(CloisterServiceTest, DrainRefusesNewCallsAndWaitsForRunningOnes) {
   slow.join();
   ASSERT_TRUE(slow_status.ok()) << slow_status.error_message();
   EXPECT_EQ(slow_reply.ciphertext(), "out:sleep:300;batch=1");
+}
+
+// Two enclave workers, each with its own evidence, behind one service; acme has a small
+// model-memory quota and one batch in flight per worker.
+class MultiWorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::path(::testing::TempDir()) /
+            ("multi_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    auto registry = TenantRegistry::Create({{"acme", TokenHash("acme-token")}});
+    ASSERT_TRUE(registry.ok());
+    registry_ = *std::move(registry);
+    for (int i = 0; i < 2; ++i) {
+      workers_.push_back(std::make_unique<testing::FakeEnclaveClient>(
+          std::make_unique<testing::FakeEnclave>(absl::StrCat("w", i), Digest(i))));
+    }
+    auto blobs = FileBlobStore::Open((root_ / "models").string());
+    ASSERT_TRUE(blobs.ok());
+    blobs_ = *std::move(blobs);
+    SchedulerOptions scheduler_options;
+    scheduler_options.max_queue_delay = absl::ZeroDuration();
+    scheduler_options.max_batches_in_flight = 1;
+    scheduler_options.tenant_limits["acme"].model_memory_quota = 100;
+    auto scheduler = Scheduler::Create({workers_[0].get(), workers_[1].get()}, scheduler_options);
+    ASSERT_TRUE(scheduler.ok());
+    scheduler_ = *std::move(scheduler);
+    service_ = std::make_unique<CloisterService>(
+        registry_.get(), std::vector<EnclaveClient*>{workers_[0].get(), workers_[1].get()},
+        scheduler_.get(), blobs_.get(), ServiceOptions());
+    auto server = StartGrpcServer(service_.get(), "127.0.0.1:0", 8 << 20);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = Cloister::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_.port),
+                                                  grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    server_.server->Shutdown();
+    server_.server.reset();
+    scheduler_->Stop();
+    service_.reset();
+    fs::remove_all(root_);
+  }
+
+  static std::string Digest(int worker) { return std::string(32, static_cast<char>('A' + worker)); }
+
+  std::string OpenSessionOn(int worker) {
+    grpc::ClientContext context;
+    context.AddMetadata("x-cloister-tenant", "acme");
+    context.AddMetadata("authorization", "Bearer acme-token");
+    api::v1::OpenSessionRequest request;
+    request.set_hpke_enc(std::string(32, 'e'));
+    request.set_sealed_hello("hello:acme");
+    request.set_evidence_digest(Digest(worker));
+    api::v1::OpenSessionResponse response;
+    grpc::Status status = stub_->OpenSession(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.session_id();
+  }
+
+  grpc::Status Upload(const std::string& session, const std::string& handle,
+                      const std::string& ciphertext) {
+    grpc::ClientContext context;
+    context.AddMetadata("x-cloister-tenant", "acme");
+    context.AddMetadata("authorization", "Bearer acme-token");
+    api::v1::UploadModelResponse response;
+    auto writer = stub_->UploadModel(&context, &response);
+    api::v1::UploadModelRequest message;
+    message.mutable_start()->set_session_id(session);
+    message.mutable_start()->set_model_handle(handle);
+    message.mutable_start()->set_ciphertext_size(ciphertext.size());
+    writer->Write(message);
+    message.Clear();
+    message.set_data(ciphertext);
+    writer->Write(message);
+    message.Clear();
+    auto* finish = message.mutable_finish();
+    finish->set_session_id(session);
+    finish->set_request_id("upload-1");
+    finish->set_model_handle(handle);
+    finish->set_sequence(1);
+    finish->set_ciphertext("load:model");
+    writer->Write(message);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  grpc::Status Infer(const std::string& session, const std::string& request_id,
+                     const std::string& input, api::v1::SealedReply& reply,
+                     absl::Duration timeout = absl::Seconds(30)) {
+    grpc::ClientContext context;
+    context.AddMetadata("x-cloister-tenant", "acme");
+    context.AddMetadata("authorization", "Bearer acme-token");
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    api::v1::SealedCall call;
+    call.set_session_id(session);
+    call.set_request_id(request_id);
+    call.set_model_handle(kHandle);
+    call.set_sequence(2);
+    call.set_ciphertext(input);
+    return stub_->Infer(&context, call, &reply);
+  }
+
+  static int CountCalls(const std::vector<boundary::v1::HostToEnclave>& history,
+                        boundary::v1::HostToEnclave::CallCase call_case) {
+    int count = 0;
+    for (const auto& call : history) count += call.call_case() == call_case;
+    return count;
+  }
+
+  fs::path root_;
+  std::unique_ptr<TenantRegistry> registry_;
+  std::vector<std::unique_ptr<testing::FakeEnclaveClient>> workers_;
+  std::unique_ptr<FileBlobStore> blobs_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<CloisterService> service_;
+  RunningServer server_;
+  std::unique_ptr<Cloister::Stub> stub_;
+};
+
+TEST_F(MultiWorkerServiceTest, SessionsOpenWhereTheEvidenceCameFromAndStayThere) {
+  std::string on_second = OpenSessionOn(1);
+  EXPECT_EQ(on_second.substr(0, 3), "w1-");
+  std::string on_first = OpenSessionOn(0);
+  EXPECT_EQ(on_first.substr(0, 3), "w0-");
+
+  // The upload loads on the session's worker and is reloaded into the other one.
+  grpc::Status status = Upload(on_second, kHandle, std::string(40, 'm'));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(CountCalls(workers_[1]->History(), boundary::v1::HostToEnclave::kLoadModel), 1);
+  EXPECT_EQ(CountCalls(workers_[0]->History(), boundary::v1::HostToEnclave::kReloadModel), 1);
+
+  // Each session's requests run on its own worker, and the model is there on both.
+  api::v1::SealedReply reply;
+  status = Infer(on_first, "infer-0", "x", reply);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  status = Infer(on_second, "infer-1", "y", reply);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(CountCalls(workers_[0]->History(), boundary::v1::HostToEnclave::kInferBatch), 1);
+  EXPECT_EQ(CountCalls(workers_[1]->History(), boundary::v1::HostToEnclave::kInferBatch), 1);
+  EXPECT_EQ(workers_[1]->History().back().infer_batch().items(0).request_id(), "infer-1");
+
+  // GetEvidence alternates between the workers.
+  std::vector<std::string> evidence;
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext context;
+    context.AddMetadata("x-cloister-tenant", "acme");
+    context.AddMetadata("authorization", "Bearer acme-token");
+    api::v1::GetEvidenceRequest request;
+    request.set_nonce(std::string(32, 'n'));
+    api::v1::GetEvidenceResponse response;
+    ASSERT_TRUE(stub_->GetEvidence(&context, request, &response).ok());
+    evidence.push_back(response.challenge_response().substr(0, 2));
+  }
+  std::sort(evidence.begin(), evidence.end());
+  EXPECT_EQ(evidence, (std::vector<std::string>{"w0", "w1"}));
+}
+
+TEST_F(MultiWorkerServiceTest, ModelMemoryQuotaIsCheckedAtUpload) {
+  std::string session = OpenSessionOn(0);
+  ASSERT_TRUE(Upload(session, kHandle, std::string(60, 'm')).ok());
+  grpc::Status status = Upload(session, kOtherHandle, std::string(41, 'm'));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(status.error_message(),
+            "tenant acme: model memory quota of 100 bytes exceeded (60 bytes stored, 0 being "
+            "uploaded, this model 41 bytes)");
+  EXPECT_EQ(blobs_->List()->size(), 1u) << "nothing of the refused upload is stored";
+  // Replacing the stored model under the same handle counts only the new size.
+  status = Upload(session, kHandle, std::string(100, 'n'));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(Upload(session, kOtherHandle, std::string(1, 'm')).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(MultiWorkerServiceTest, ACancelledRequestLeavesTheQueueUnexecuted) {
+  std::string session = OpenSessionOn(0);
+  ASSERT_TRUE(Upload(session, kHandle, std::string(10, 'm')).ok());
+  // The worker's only slot is busy for a while; a second request queues behind it.
+  std::thread busy([&] {
+    api::v1::SealedReply reply;
+    grpc::Status status = Infer(session, "busy", "sleep:400", reply);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  });
+  for (int i = 0; i < 1000 && scheduler_->batches_in_flight() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  api::v1::SealedReply reply;
+  grpc::Status status = Infer(session, "impatient", "x", reply, absl::Milliseconds(100));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  busy.join();
+  absl::SleepFor(absl::Milliseconds(50));
+  TenantStats stats = scheduler_->StatsFor("acme");
+  EXPECT_EQ(stats.cancelled + stats.expired, 1u);
+  EXPECT_EQ(stats.dispatched, 1u);
+  for (const auto& call : workers_[0]->History()) {
+    if (call.call_case() != boundary::v1::HostToEnclave::kInferBatch) continue;
+    for (const auto& item : call.infer_batch().items()) EXPECT_NE(item.request_id(), "impatient");
+  }
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ absl::Status SessionTable::CheckCapacity(absl::string_view tenant_id) {
   return absl::OkStatus();
 }
 
-void SessionTable::Add(std::string session_id, std::string tenant_id) {
+void SessionTable::Add(std::string session_id, std::string tenant_id, int worker) {
   absl::MutexLock lock(&mu_);
   absl::Time now = clock_->Now();
   SweepLocked(now);
@@ -48,10 +48,15 @@ void SessionTable::Add(std::string session_id, std::string tenant_id) {
     if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
   }
   ++per_tenant_[tenant_id];
-  it->second = Entry{std::move(tenant_id), now + ttl_};
+  it->second = Entry{std::move(tenant_id), now + ttl_, worker};
 }
 
 absl::Status SessionTable::CheckAccess(absl::string_view session_id, absl::string_view tenant_id) {
+  return WorkerFor(session_id, tenant_id).status();
+}
+
+absl::StatusOr<int> SessionTable::WorkerFor(absl::string_view session_id,
+                                            absl::string_view tenant_id) {
   absl::MutexLock lock(&mu_);
   absl::Time now = clock_->Now();
   auto it = sessions_.find(session_id);
@@ -64,7 +69,7 @@ absl::Status SessionTable::CheckAccess(absl::string_view session_id, absl::strin
   if (it->second.tenant_id != tenant_id) {
     return absl::PermissionDeniedError("session belongs to another tenant");
   }
-  return absl::OkStatus();
+  return it->second.worker;
 }
 
 size_t SessionTable::size() const {

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -23,11 +24,13 @@ class SessionTable {
 
   // RESOURCE_EXHAUSTED when the tenant already holds the maximum number of live sessions.
   absl::Status CheckCapacity(absl::string_view tenant_id);
-  // Records a session the enclave opened for `tenant_id`.
-  void Add(std::string session_id, std::string tenant_id);
+  // Records a session that enclave worker `worker` opened for `tenant_id`.
+  void Add(std::string session_id, std::string tenant_id, int worker = 0);
   // OK if the session is live and belongs to `tenant_id`; NOT_FOUND "unknown session; open a
   // new session" if unknown or expired; PERMISSION_DENIED if it belongs to another tenant.
   absl::Status CheckAccess(absl::string_view session_id, absl::string_view tenant_id);
+  // As CheckAccess, and on success the worker that holds the session.
+  absl::StatusOr<int> WorkerFor(absl::string_view session_id, absl::string_view tenant_id);
 
   size_t size() const;
 
@@ -35,6 +38,7 @@ class SessionTable {
   struct Entry {
     std::string tenant_id;
     absl::Time expires_at;
+    int worker = 0;
   };
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -59,7 +59,7 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
   switch (call.call_case()) {
     case HostToEnclave::kGetEvidence:
       reply.mutable_get_evidence()->set_challenge_response(
-          absl::StrCat("evidence:", call.get_evidence().nonce()));
+          absl::StrCat(name_.empty() ? "" : name_ + ":", "evidence:", call.get_evidence().nonce()));
       break;
     case HostToEnclave::kOpenSession: {
       const auto& open = call.open_session();
@@ -67,7 +67,12 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
         SetStatus(reply.mutable_status(), 7, "session hello is for another tenant");
         break;
       }
-      std::string session_id = absl::StrFormat("session-%08d", ++session_count_);
+      if (!evidence_digest_.empty() && open.evidence_digest() != evidence_digest_) {
+        SetStatus(reply.mutable_status(), 9, "evidence digest is not this enclave's evidence");
+        break;
+      }
+      std::string session_id = absl::StrCat(name_.empty() ? "" : name_ + "-",
+                                            absl::StrFormat("session-%08d", ++session_count_));
       session_tenants_[session_id] = open.tenant_id();
       session_sequences_[session_id] = 1;
       auto* result = reply.mutable_open_session();

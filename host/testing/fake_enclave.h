@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "cloister/boundary/v1/boundary.pb.h"
 
@@ -29,6 +30,13 @@ namespace cloister::host::testing {
 
 class FakeEnclave {
  public:
+  FakeEnclave() = default;
+  // A worker among several: session ids are "NAME-session-%08d", evidence is "NAME:evidence:"
+  // + nonce, and OpenSession refuses with FAILED_PRECONDITION any evidence digest other than
+  // `evidence_digest`, as a real worker refuses evidence it did not issue.
+  FakeEnclave(std::string name, std::string evidence_digest)
+      : name_(std::move(name)), evidence_digest_(std::move(evidence_digest)) {}
+
   // The reply for `call` (same call id), or nullopt when the call asks the worker to crash.
   std::optional<boundary::v1::EnclaveToHost> Handle(const boundary::v1::HostToEnclave& call);
 
@@ -45,6 +53,8 @@ class FakeEnclave {
   std::map<std::string, uint64_t> session_sequences_;   // next e2c sequence per session
   std::map<std::string, std::string> model_tenants_;    // handle -> tenant that loaded it
   int session_count_ = 0;
+  std::string name_;             // empty: the single-worker formats
+  std::string evidence_digest_;  // empty: any digest is accepted
 };
 
 }  // namespace cloister::host::testing

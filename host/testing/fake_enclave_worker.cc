@@ -1,7 +1,7 @@
 // fake_enclave_worker: a stand-in for `cloister-enclave` in host tests only. It accepts the
 // worker command line that ProcessEnclaveClient passes (--fd N --data-dir D --sim-dir S
-// --dev-policy-out P), writes S/ready and P like the real worker writes its simulated roots and
-// development policy, then answers frames on fd N with FakeEnclave until the socket closes.
+// [--dev-policy-out P]), writes S/ready and P (when given) like the real worker writes its
+// simulated roots and development policy, then answers frames on fd N with FakeEnclave until the socket closes.
 // Test knobs (environment): FAKE_ENCLAVE_EXIT_AT_START=CODE exits before answering anything;
 // FAKE_ENCLAVE_IGNORE_SIGTERM=1 ignores SIGTERM (to test the SIGKILL fallback);
 // FAKE_ENCLAVE_FIRST_EVIDENCE_ERROR=1 answers the first GetEvidenceCall with FAILED_PRECONDITION
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (fd < 0 || data_dir.empty() || sim_dir.empty() || policy_path.empty()) {
+  if (fd < 0 || data_dir.empty() || sim_dir.empty()) {
     std::fprintf(stderr, "fake_enclave_worker: missing flags\n");
     return 2;
   }
@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
 
   if (!cloister::MakeDirs(sim_dir).ok() ||
       !cloister::WriteFileAtomic(sim_dir + "/ready", "fake\n").ok() ||
-      !cloister::WriteFileAtomic(policy_path, "# fake development policy\n").ok()) {
+      (!policy_path.empty() &&
+       !cloister::WriteFileAtomic(policy_path, "# fake development policy\n").ok())) {
     std::fprintf(stderr, "fake_enclave_worker: cannot write its files\n");
     return 1;
   }
