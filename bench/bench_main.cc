@@ -1,0 +1,211 @@
+// cloister-bench: benchmarks that compare Cloister side by side with peers in one run (DESIGN.md
+// section 9).
+//
+//   cloister-bench runtime-vs-ort [--json] [--model NAME] [--threads N] [--iterations N] ...
+//   cloister-bench coalescing [--json] [--payloads BYTES,...] [--iterations N] ...
+//   cloister-bench cc-tax [--json] [--models cls,bert_mini] [--batches 1,4,16,64] ...
+//   cloister-bench broker-efficiency [--json] [--batch N] [--callers N] [--requests N] ...
+//   cloister-bench scheduler-overhead [--json] [--latency-requests N] [--producers N] ...
+//
+// OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
+// kernels in VMs whose CPU it does not recognise (see deploy/README.md). The deployed enclave sets
+// OPENBLAS_CORETYPE; so that the benchmark measures the runtime as deployed, cloister-bench sets it
+// too (SkylakeX on AVX-512 hosts, Haswell on AVX2 hosts) and re-executes itself, unless the
+// variable is already set.
+//
+// Exit status: 0 when the benchmark ran (whether or not it met its target), 1 on bad usage or a
+// failure while running, 2 when a peer runtime (node, onnxruntime-node) is not installed.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "bench/broker_efficiency.h"
+#include "bench/case_flags.h"
+#include "bench/cc_tax.h"
+#include "bench/coalescing.h"
+#include "bench/ort_peer.h"
+#include "bench/runtime_vs_ort.h"
+#include "bench/scheduler_overhead.h"
+#include "cblas.h"
+
+namespace cloister::bench {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitPeerMissing = 2;
+
+// Sets OPENBLAS_CORETYPE for this CPU and restarts the program so that OpenBLAS sees it; returns
+// (without restarting) when it is set already, the CPU has no AVX2, or the restart fails.
+void ChooseBlasKernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const char* core = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    core = "SkylakeX";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    core = "Haswell";
+  }
+  if (core == nullptr) return;
+  ::setenv("OPENBLAS_CORETYPE", core, 1);
+  ::execv("/proc/self/exe", argv);
+  absl::FPrintF(stderr, "cloister-bench: could not restart with OPENBLAS_CORETYPE=%s\n", core);
+}
+
+void PrintUsage(std::FILE* to) {
+  absl::FPrintF(to, "usage: cloister-bench SUBCOMMAND [flags]\nsubcommands:\n");
+  absl::FPrintF(to, "  runtime-vs-ort   %s", RuntimeVsOrtUsage());
+  absl::FPrintF(to, "  coalescing       %s", CoalescingUsage());
+  absl::FPrintF(to, "  cc-tax           %s", CcTaxUsage());
+  absl::FPrintF(to, "  broker-efficiency %s", BrokerEfficiencyUsage());
+  absl::FPrintF(to, "  scheduler-overhead %s", SchedulerOverheadUsage());
+}
+
+int SchedulerOverheadMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", SchedulerOverheadUsage());
+    return 0;
+  }
+  auto options = ParseSchedulerOverheadFlags(args, SchedulerOverheadOptions{});
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench scheduler-overhead: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto results = RunSchedulerOverhead(*options, stdout, stderr);
+  if (!results.ok()) {
+    absl::FPrintF(stderr, "cloister-bench scheduler-overhead: %s\n", results.status().message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+int CoalescingMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", CoalescingUsage());
+    return 0;
+  }
+  auto options = ParseCoalescingFlags(args, CoalescingOptions{});
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench coalescing: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto results = RunCoalescing(*options, stdout, stderr);
+  if (!results.ok()) {
+    absl::FPrintF(stderr, "cloister-bench coalescing: %s\n", results.status().message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+int CcTaxMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", CcTaxUsage());
+    return 0;
+  }
+  CcTaxOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  defaults.threads = std::max(1u, std::thread::hardware_concurrency());
+  auto options = ParseCcTaxFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench cc-tax: %s (see --help)\n", options.status().message());
+    return kExitFailure;
+  }
+  if (!options->json) {
+    absl::FPrintF(stderr, "OpenBLAS %s kernels, %d threads, %d iterations per mode\n",
+                  openblas_get_corename(), options->threads, options->iterations);
+  }
+  auto results = RunCcTax(*options, stdout, stderr);
+  if (!results.ok()) {
+    absl::FPrintF(stderr, "cloister-bench cc-tax: %s\n", results.status().message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+int BrokerEfficiencyMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", BrokerEfficiencyUsage());
+    return 0;
+  }
+  BrokerEfficiencyOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  defaults.cloisterd = CLOISTER_BENCH_CLOISTERD;
+  auto options = ParseBrokerEfficiencyFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench broker-efficiency: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto result = RunBrokerEfficiency(*options, stdout, stderr);
+  if (!result.ok()) {
+    absl::FPrintF(stderr, "cloister-bench broker-efficiency: %s\n", result.status().message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+int RuntimeVsOrtMain(const std::vector<std::string>& args) {
+  RuntimeVsOrtOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  const char* ort_dir = std::getenv("CLOISTER_ORT_DIR");
+  defaults.ort_dir = ort_dir != nullptr && *ort_dir != '\0' ? ort_dir : CLOISTER_BENCH_ORT_DIR;
+  defaults.peer_script = CLOISTER_BENCH_PEER_SCRIPT;
+  defaults.threads = std::max(1u, std::thread::hardware_concurrency());
+
+  for (const std::string& arg : args) {
+    if (arg == "--help" || arg == "-h") {
+      absl::FPrintF(stdout, "%s", RuntimeVsOrtUsage());
+      return 0;
+    }
+  }
+  auto options = ParseRuntimeVsOrtFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench runtime-vs-ort: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto peer = OrtPeer::Start(
+      {.node = options->node, .script = options->peer_script, .modules_dir = options->ort_dir});
+  if (!peer.ok()) {
+    absl::FPrintF(stderr, "cloister-bench runtime-vs-ort: %s\n", peer.status().message());
+    return kExitPeerMissing;
+  }
+  if (!options->json) {
+    absl::FPrintF(
+        stderr, "onnxruntime-node %s, OpenBLAS %s kernels, %d threads, %d iterations per side\n",
+        (*peer)->version(), openblas_get_corename(), options->threads, options->iterations);
+  }
+  auto results = RunRuntimeVsOrt(*options, **peer, stdout, stderr);
+  if (!results.ok()) {
+    absl::FPrintF(stderr, "cloister-bench runtime-vs-ort: %s\n", results.status().message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace cloister::bench
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    cloister::bench::PrintUsage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? cloister::bench::kExitFailure : 0;
+  }
+  cloister::bench::ChooseBlasKernels(argv);
+  const std::string subcommand = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (subcommand == "runtime-vs-ort") return cloister::bench::RuntimeVsOrtMain(args);
+  if (subcommand == "coalescing") return cloister::bench::CoalescingMain(args);
+  if (subcommand == "cc-tax") return cloister::bench::CcTaxMain(args);
+  if (subcommand == "broker-efficiency") return cloister::bench::BrokerEfficiencyMain(args);
+  if (subcommand == "scheduler-overhead") return cloister::bench::SchedulerOverheadMain(args);
+  absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
+  return cloister::bench::kExitFailure;
+}
