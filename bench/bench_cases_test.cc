@@ -8,6 +8,7 @@
 #include "bench/case_flags.h"
 #include "bench/cc_tax.h"
 #include "bench/coalescing.h"
+#include "bench/tenant_isolation.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -53,6 +54,73 @@ TEST(CaseFlags, EachCaseRefusesBadValues) {
   EXPECT_FALSE(ParseBrokerEfficiencyFlags({"--model", "rec"}, {}).ok());
   EXPECT_EQ(ParseBrokerEfficiencyFlags({"--requests", "2", "--rounds", "3"}, {}).status().message(),
             "--requests (2) must be at least --rounds (3)");
+}
+
+TEST(TenantIsolationFlags, ParseAndRefuse) {
+  auto fairness = ParseFairnessFlags(
+      {"--executor", "spin", "--spin-us", "100", "--heavy-weight", "5", "--duration-ms=10"}, {});
+  ASSERT_TRUE(fairness.ok()) << fairness.status();
+  EXPECT_EQ(fairness->executor.executor, "spin");
+  EXPECT_EQ(fairness->executor.spin_us, 100);
+  EXPECT_EQ(fairness->heavy_weight, 5);
+  EXPECT_EQ(fairness->duration_ms, 10);
+  EXPECT_EQ(ParseFairnessFlags({"--executor", "gpu"}, {}).status().message(),
+            "--executor must be one of cls, spin, not \"gpu\"");
+  EXPECT_FALSE(ParseFairnessFlags({"--light-weight", "0"}, {}).ok());
+  auto noisy =
+      ParseNoisyNeighbourFlags({"--rate", "20", "--loads", "0", "--be-max-batch", "2"}, {});
+  ASSERT_TRUE(noisy.ok()) << noisy.status();
+  EXPECT_EQ(noisy->realtime_rate, 20);
+  EXPECT_EQ(noisy->loads, 0);
+  EXPECT_EQ(noisy->best_effort_max_batch_size, 2);
+  EXPECT_FALSE(ParseNoisyNeighbourFlags({"--rate", "0"}, {}).ok());
+  EXPECT_FALSE(ParseNoisyNeighbourFlags({"--rounds", "0"}, {}).ok());
+}
+
+TEST(TenantIsolationOutput, JsonLinesAndTables) {
+  FairnessResult fairness;
+  fairness.share_ratio = 2.9;
+  fairness.heavy_weight = 3;
+  fairness.light_weight = 1;
+  fairness.executor = "spin";
+  const auto line = nlohmann::json::parse(FairnessJsonLine(fairness));
+  EXPECT_DOUBLE_EQ(line["share_ratio"].get<double>(), 2.9);
+  EXPECT_EQ(line["executor"], "spin");
+  EXPECT_NE(FairnessTable(fairness).find("target 3.00 within 10 %: met"), std::string::npos);
+  fairness.share_ratio = 2.6;
+  EXPECT_NE(FairnessTable(fairness).find("missed"), std::string::npos);
+
+  NoisyNeighbourResult noisy;
+  noisy.p99_inflation = 1.2;
+  noisy.be_throughput_share = 0.8;
+  const auto noisy_line = nlohmann::json::parse(NoisyNeighbourJsonLine(noisy));
+  EXPECT_DOUBLE_EQ(noisy_line["p99_inflation"].get<double>(), 1.2);
+  EXPECT_TRUE(noisy_line.contains("be_throughput_share"));
+  const std::string table = NoisyNeighbourTable(noisy);
+  EXPECT_NE(table.find("p99 inflation 1.200 (target <= 1.10: missed)"), std::string::npos);
+  EXPECT_NE(table.find("best-effort share 0.800 (target >= 0.7: met)"), std::string::npos);
+}
+
+// A short saturated run with the spin executor: both tenants execute, the heavier more, and the
+// reported ratios are the quotients of the reported times.
+TEST(TenantIsolationRun, FairnessWithSpinExecutor) {
+  FairnessOptions options;
+  options.executor.executor = "spin";
+  options.executor.spin_us = 500;
+  options.duration_ms = 300;
+  options.warmup_ms = 50;
+  options.queue_depth = 4;
+  options.max_batch_size = 2;
+  options.json = true;
+  std::FILE* sink = std::tmpfile();
+  ASSERT_NE(sink, nullptr);
+  auto result = RunFairness(options, sink, sink);
+  std::fclose(sink);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->light_requests, 0);
+  EXPECT_GT(result->heavy_requests, result->light_requests);
+  EXPECT_DOUBLE_EQ(result->share_ratio, result->heavy_exec_ms / result->light_exec_ms);
+  EXPECT_DOUBLE_EQ(result->charged_ratio, result->heavy_charged_ms / result->light_charged_ms);
 }
 
 TEST(CoalescingOutput, JsonLineAndTable) {

@@ -6,6 +6,8 @@
 //   cloister-bench cc-tax [--json] [--models cls,bert_mini] [--batches 1,4,16,64] ...
 //   cloister-bench broker-efficiency [--json] [--batch N] [--callers N] [--requests N] ...
 //   cloister-bench scheduler-overhead [--json] [--latency-requests N] [--producers N] ...
+//   cloister-bench fairness [--json] [--duration-ms N] [--executor cls|spin] ...
+//   cloister-bench noisy-neighbour [--json] [--rate N] [--duration-ms N] [--loads N] ...
 //
 // OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
 // kernels in VMs whose CPU it does not recognise (see deploy/README.md). The deployed enclave sets
@@ -32,6 +34,7 @@
 #include "bench/ort_peer.h"
 #include "bench/runtime_vs_ort.h"
 #include "bench/scheduler_overhead.h"
+#include "bench/tenant_isolation.h"
 #include "cblas.h"
 
 namespace cloister::bench {
@@ -64,6 +67,8 @@ void PrintUsage(std::FILE* to) {
   absl::FPrintF(to, "  cc-tax           %s", CcTaxUsage());
   absl::FPrintF(to, "  broker-efficiency %s", BrokerEfficiencyUsage());
   absl::FPrintF(to, "  scheduler-overhead %s", SchedulerOverheadUsage());
+  absl::FPrintF(to, "  fairness         %s", FairnessUsage());
+  absl::FPrintF(to, "  noisy-neighbour  %s", NoisyNeighbourUsage());
 }
 
 int SchedulerOverheadMain(const std::vector<std::string>& args) {
@@ -80,6 +85,47 @@ int SchedulerOverheadMain(const std::vector<std::string>& args) {
   auto results = RunSchedulerOverhead(*options, stdout, stderr);
   if (!results.ok()) {
     absl::FPrintF(stderr, "cloister-bench scheduler-overhead: %s\n", results.status().message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+int FairnessMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", FairnessUsage());
+    return 0;
+  }
+  FairnessOptions defaults;
+  defaults.executor.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  auto options = ParseFairnessFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench fairness: %s (see --help)\n", options.status().message());
+    return kExitFailure;
+  }
+  auto result = RunFairness(*options, stdout, stderr);
+  if (!result.ok()) {
+    absl::FPrintF(stderr, "cloister-bench fairness: %s\n", result.status().message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+int NoisyNeighbourMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", NoisyNeighbourUsage());
+    return 0;
+  }
+  NoisyNeighbourOptions defaults;
+  defaults.executor.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  auto options = ParseNoisyNeighbourFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench noisy-neighbour: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto result = RunNoisyNeighbour(*options, stdout, stderr);
+  if (!result.ok()) {
+    absl::FPrintF(stderr, "cloister-bench noisy-neighbour: %s\n", result.status().message());
     return kExitFailure;
   }
   return 0;
@@ -206,6 +252,8 @@ int main(int argc, char** argv) {
   if (subcommand == "cc-tax") return cloister::bench::CcTaxMain(args);
   if (subcommand == "broker-efficiency") return cloister::bench::BrokerEfficiencyMain(args);
   if (subcommand == "scheduler-overhead") return cloister::bench::SchedulerOverheadMain(args);
+  if (subcommand == "fairness") return cloister::bench::FairnessMain(args);
+  if (subcommand == "noisy-neighbour") return cloister::bench::NoisyNeighbourMain(args);
   absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
   return cloister::bench::kExitFailure;
 }
