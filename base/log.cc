@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <atomic>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -21,8 +22,9 @@ std::string& Component() {
   static std::string* c = new std::string("cloister");
   return *c;
 }
-LogLevel& MinLevel() {
-  static LogLevel level = LogLevel::kInfo;
+// Read without the mutex: a filtered-out call (the hot paths' debug logs) costs one load.
+std::atomic<LogLevel>& MinLevel() {
+  static std::atomic<LogLevel> level{LogLevel::kInfo};
   return level;
 }
 std::function<void(const std::string&)>& Sink() {
@@ -67,10 +69,7 @@ void SetLogComponent(std::string_view component) {
   Component() = std::string(component);
 }
 
-void SetMinLogLevel(LogLevel level) {
-  std::lock_guard<std::mutex> lock(LogMutex());
-  MinLevel() = level;
-}
+void SetMinLogLevel(LogLevel level) { MinLevel().store(level, std::memory_order_relaxed); }
 
 void SetLogSinkForTest(std::function<void(const std::string&)> sink) {
   std::lock_guard<std::mutex> lock(LogMutex());
@@ -78,14 +77,19 @@ void SetLogSinkForTest(std::function<void(const std::string&)> sink) {
 }
 
 void Log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
-  std::lock_guard<std::mutex> lock(LogMutex());
-  if (level < MinLevel()) return;
+  if (level < MinLevel().load(std::memory_order_relaxed)) return;
+  std::string component;
+  {
+    std::lock_guard<std::mutex> lock(LogMutex());
+    component = Component();
+  }
+  // The line is built outside the lock; only the write is serialized.
   std::string line = "{\"ts\":";
   AppendJsonString(line, absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()));
   line += ",\"level\":";
   AppendJsonString(line, LevelName(level));
   line += ",\"component\":";
-  AppendJsonString(line, Component());
+  AppendJsonString(line, component);
   line += ",\"event\":";
   AppendJsonString(line, event);
   for (const LogField& f : fields) {
@@ -101,6 +105,7 @@ void Log(LogLevel level, std::string_view event, std::initializer_list<LogField>
     }
   }
   line += "}\n";
+  std::lock_guard<std::mutex> lock(LogMutex());
   if (Sink()) {
     Sink()(line);
   } else {
