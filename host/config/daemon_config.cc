@@ -229,6 +229,9 @@ absl::Status ParseScheduler(const ConfigErrors& errors, const YAML::Node& node,
     } else if (key == "best_effort_max_batch_time_ms") {
       ASSIGN_OR_RETURN(options.best_effort_max_batch_time,
                        ReadMilliseconds(errors, value, field, 0.001, 60000));
+    } else if (key == "realtime_activity_window_ms") {
+      ASSIGN_OR_RETURN(options.realtime_activity_window,
+                       ReadMilliseconds(errors, value, field, 0, 60000));
     } else if (key == "fairness_quantum_ms") {
       ASSIGN_OR_RETURN(options.fairness_quantum,
                        ReadMilliseconds(errors, value, field, 0.001, 60000));

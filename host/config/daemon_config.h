@@ -16,6 +16,7 @@
 //     best_effort_max_batch_size: 2    # batch-class batches while realtime work waits
 //     best_effort_max_batch_time_ms: 5 # ... and their estimated duration
 //     fairness_quantum_ms: 2           # deficit round robin credit per round and weight unit
+//     realtime_activity_window_ms: 1000  # caps hold this long after a realtime arrival
 //   tenant_defaults:                   # limits for tenants that do not set them (and "demo")
 //     <any tenant limit below>
 //   tenants:                           # absent or empty: the development tenant "demo"

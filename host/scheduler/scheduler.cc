@@ -105,6 +105,10 @@ absl::Status CheckSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "best_effort_max_batch_size must be in 1..1024, got ", options.best_effort_max_batch_size));
   }
+  if (options.realtime_activity_window < absl::ZeroDuration() ||
+      options.realtime_activity_window > absl::Seconds(60)) {
+    return absl::InvalidArgumentError("realtime_activity_window must be in 0..60 s");
+  }
   if (options.best_effort_max_batch_time <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("best_effort_max_batch_time must be positive");
   }
@@ -262,7 +266,10 @@ Scheduler::Ticket Scheduler::Submit(InferRequest request, Done done) {
       tenant.queued_size += request.item.ciphertext().size();
       ++tenant.stats.admitted;
       ++queued_count_;
-      if (tenant.limits->priority == PriorityClass::kRealtime) ++realtime_queued_;
+      if (tenant.limits->priority == PriorityClass::kRealtime) {
+        ++realtime_queued_;
+        last_realtime_arrival_ = now;
+      }
       if (deadline < earliest_deadline_) {
         earliest_deadline_ = deadline;
         wake = true;
@@ -402,10 +409,12 @@ int64_t Scheduler::ItemCostLocked(absl::string_view model_handle) const {
   return it != item_cost_ns_.end() ? it->second : Nanos(options_.initial_item_cost);
 }
 
-int Scheduler::BatchCountLocked(const Queue& queue, int64_t item_cost_ns) const {
+int Scheduler::BatchCountLocked(const Queue& queue, int64_t item_cost_ns, absl::Time now) const {
   int available = static_cast<int>(queue.requests.size());
   int cap = options_.max_batch_size;
-  if (queue.tenant->limits->priority == PriorityClass::kBatch && realtime_queued_ > 0) {
+  const bool realtime_active =
+      realtime_queued_ > 0 || now - last_realtime_arrival_ < options_.realtime_activity_window;
+  if (queue.tenant->limits->priority == PriorityClass::kBatch && realtime_active) {
     int64_t by_time =
         Nanos(options_.best_effort_max_batch_time) / std::max<int64_t>(item_cost_ns, 1);
     cap = std::min<int64_t>(
@@ -459,7 +468,7 @@ bool Scheduler::TakeBatchLocked(int worker, absl::Time now, Batch& batch) {
     if (chosen == nullptr) continue;
 
     int64_t item_cost = ItemCostLocked(queue->model_handle);
-    int count = BatchCountLocked(*queue, item_cost);
+    int count = BatchCountLocked(*queue, item_cost, now);
     CLOISTER_CHECK(count >= 1 && count <= static_cast<int>(queue->requests.size()));
     batch.worker = worker;
     batch.tenant = chosen;

@@ -95,6 +95,10 @@ struct SchedulerOptions {
   // execution (but always at least one request).
   int best_effort_max_batch_size = 2;                                 // 1..1024
   absl::Duration best_effort_max_batch_time = absl::Milliseconds(5);  // > 0
+  // The caps also hold for this long after a realtime request arrived, even when none is queued
+  // at the moment: a realtime tenant at a moderate rate has an empty queue most of the time, and
+  // its next request must not find a full best-effort batch in the way. 0: only while queued.
+  absl::Duration realtime_activity_window = absl::Seconds(1);  // 0..60 s
   // Deficit round robin: credit per round per unit of weight, in execution time.
   absl::Duration fairness_quantum = absl::Milliseconds(2);  // > 0
   // Per-request cost of a model before its first batch is measured.
@@ -252,7 +256,7 @@ class Scheduler {
   // Takes the next batch for `worker` by priority and deficit round robin; false if none.
   bool TakeBatchLocked(int worker, absl::Time now, Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many requests the next batch from `queue` takes.
-  int BatchCountLocked(const Queue& queue, int64_t item_cost_ns) const
+  int BatchCountLocked(const Queue& queue, int64_t item_cost_ns, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ItemCostLocked(absl::string_view model_handle) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When the batcher must look again without being woken.
@@ -281,6 +285,7 @@ class Scheduler {
   int total_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int queued_count_ ABSL_GUARDED_BY(mu_) = 0;
   int realtime_queued_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_realtime_arrival_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   size_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;  // where the least-busy search starts
   // The earliest finite deadline among queued requests (a lower bound; refreshed on expiry).

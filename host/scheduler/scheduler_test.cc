@@ -552,6 +552,26 @@ TEST_F(SchedulerTest, BestEffortBatchesShrinkWhileRealtimeWaits) {
   EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 6);
 }
 
+TEST_F(SchedulerTest, BestEffortStaysCappedShortlyAfterRealtimeActivity) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options_.best_effort_max_batch_size = 2;
+  options_.realtime_activity_window = absl::Seconds(1);
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
+  Submit("rt", kModelB, "rt0");  // dispatched at once; the best-effort requests queue behind it
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  for (int i = 0; i < 8; ++i) Submit("be", kModelA, absl::StrCat("a", i));
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"rt0"}));
+  // No realtime request is queued, but one arrived just now: best-effort batches stay small.
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 2);
+  // Once the realtime tenant has been quiet for the window, full batches again.
+  Advance(absl::Seconds(2));
+  CompleteOldest();
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 6);
+}
+
 TEST_F(SchedulerTest, BestEffortBatchTimeCapUsesTheCostEstimate) {
   options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
   options_.tenant_limits["be"].priority = PriorityClass::kBatch;
