@@ -7,56 +7,35 @@
 //   check_bench_json LINES FIELD[,FIELD...] [QUOTIENT=A/B ...] -- COMMAND [ARG...]
 //
 // Exits 0 when the output is right, 1 when it is not (with one line saying what is wrong).
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
-
-extern char** environ;
+#include "tests/support/process.h"
 
 namespace {
+
+// ctest's own TIMEOUT is shorter; this only keeps a stray run from hanging forever.
+constexpr absl::Duration kCommandTimeout = absl::Minutes(10);
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "FAIL: %s\n", message.c_str());
   return 1;
 }
 
-// Runs argv with stdout captured; returns the exit code (-1 for a signal) and the output.
+// Runs the command (tests/support/process.h) and passes its stderr through, so that a failing
+// benchmark explains itself in the test log; returns the exit code (-1 for a signal or a
+// timeout) and fills `out` with stdout.
 int RunCapturing(std::vector<std::string> args, std::string* out) {
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) return -1;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int spawned = ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(pipe_fds[1]);
-  if (spawned != 0) {
-    ::close(pipe_fds[0]);
-    return -1;
-  }
-  char buffer[4096];
-  ssize_t n;
-  while ((n = ::read(pipe_fds[0], buffer, sizeof(buffer))) != 0) {
-    if (n > 0) out->append(buffer, static_cast<size_t>(n));
-  }
-  ::close(pipe_fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  cloister::testing::RunResult run = cloister::testing::Run(args, {}, kCommandTimeout);
+  std::fputs(run.err.c_str(), stderr);
+  *out = std::move(run.out);
+  return run.exit_code;
 }
 
 struct Field {
