@@ -384,19 +384,7 @@ absl::StatusOr<Verdict> RunNvidiaGpu(const Options& options, absl::Time at, std:
     input.driver_rim_xml = driver_rim;
     input.vbios_rim_xml = vbios_rim;
     input.ocsp_responses = ocsp;
-    if (rim_dir.has_value()) {
-      if (auto report = ParseSpdmReport(input.report); report.ok()) {
-        const RimDirectory::Entry* found = nullptr;
-        if (!input.driver_rim_xml.has_value() &&
-            (found = rim_dir->Find(report->driver_version)) != nullptr) {
-          input.driver_rim_xml = found->xml;
-        }
-        if (!input.vbios_rim_xml.has_value() &&
-            (found = rim_dir->Find(report->vbios_version)) != nullptr) {
-          input.vbios_rim_xml = found->xml;
-        }
-      }
-    }
+    if (rim_dir.has_value()) rim_dir->FillRims(input);
     ASSIGN_OR_RETURN(Verdict part, VerifyNvidiaGpu(input, nvidia, at, prefix));
     verdict.pass = verdict.pass && part.pass;
     MergeVerdict(verdict, std::move(part));

@@ -65,6 +65,30 @@ const RimDirectory::Entry* RimDirectory::Find(std::string_view version) const {
   return nullptr;
 }
 
+RimDirectory::Choice RimDirectory::FillRims(NvidiaGpuInput& input) const {
+  Choice choice;
+  absl::StatusOr<SpdmReport> report = ParseSpdmReport(input.report);
+  if (!report.ok()) return choice;
+  if (!input.driver_rim_xml.has_value()) {
+    choice.driver = Find(report->driver_version);
+    if (choice.driver != nullptr) {
+      input.driver_rim_xml = choice.driver->xml;
+    } else {
+      choice.missing_driver =
+          absl::StrCat("no RIM for driver ", report->driver_version, " in ", path);
+    }
+  }
+  if (!input.vbios_rim_xml.has_value()) {
+    choice.vbios = Find(report->vbios_version);
+    if (choice.vbios != nullptr) {
+      input.vbios_rim_xml = choice.vbios->xml;
+    } else {
+      choice.missing_vbios = absl::StrCat("no RIM for VBIOS ", report->vbios_version, " in ", path);
+    }
+  }
+  return choice;
+}
+
 absl::StatusOr<RimDirectory> LoadRimDirectory(const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<fs::path> files, ListFiles(path, "RIM", {".xml", ".swidtag"}));
   RimDirectory directory;
@@ -140,22 +164,11 @@ Verdict NvidiaGpuBundleVerifier::Verify(const EvidenceBundle& bundle, ByteSpan e
     }
     // The RIMs are chosen by the versions the report states; the verifier then checks that
     // the RIM's identity matches and that the report's signature covers those versions.
-    std::string missing_driver, missing_vbios;
-    if (auto report = ParseSpdmReport(input.report); report.ok() && rims.has_value()) {
-      if (const RimDirectory::Entry* rim = rims->Find(report->driver_version)) {
-        input.driver_rim_xml = rim->xml;
-        verdict.claims[prefix + "driver_rim.file"] = rim->file;
-      } else {
-        missing_driver = absl::StrCat("no RIM for driver ", report->driver_version, " in ",
-                                      rims->path);
-      }
-      if (const RimDirectory::Entry* rim = rims->Find(report->vbios_version)) {
-        input.vbios_rim_xml = rim->xml;
-        verdict.claims[prefix + "vbios_rim.file"] = rim->file;
-      } else {
-        missing_vbios =
-            absl::StrCat("no RIM for VBIOS ", report->vbios_version, " in ", rims->path);
-      }
+    RimDirectory::Choice choice;
+    if (rims.has_value()) {
+      choice = rims->FillRims(input);
+      if (choice.driver) verdict.claims[prefix + "driver_rim.file"] = choice.driver->file;
+      if (choice.vbios) verdict.claims[prefix + "vbios_rim.file"] = choice.vbios->file;
     }
 
     absl::StatusOr<Verdict> part = VerifyNvidiaGpu(input, nvidia, at, prefix);
@@ -169,9 +182,9 @@ Verdict NvidiaGpuBundleVerifier::Verify(const EvidenceBundle& bundle, ByteSpan e
       if (check.result != Check::kFail) continue;
       std::string why;
       if (check.name == prefix + "rim.driver.signature") {
-        why = !rim_problem.empty() ? rim_problem : missing_driver;
+        why = !rim_problem.empty() ? rim_problem : choice.missing_driver;
       } else if (check.name == prefix + "rim.vbios.signature") {
-        why = !rim_problem.empty() ? rim_problem : missing_vbios;
+        why = !rim_problem.empty() ? rim_problem : choice.missing_vbios;
       } else if (check.name == prefix + "certs.ocsp") {
         why = ocsp_problem;
       } else if (check.name == prefix + "nonce" && !nonce_usable) {

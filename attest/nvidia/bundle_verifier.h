@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "attest/nvidia/gpu_verifier.h"
 #include "attest/verifier.h"
 #include "base/bytes.h"
 
@@ -42,6 +43,18 @@ struct RimDirectory {
 
   // The first RIM with this colloquialVersion, or nullptr.
   const Entry* Find(std::string_view version) const;
+
+  // What FillRims chose for one GPU: the entries used (nullptr when none), and for a kind it
+  // looked for and did not find, why ("no RIM for driver 545.00 in DIR").
+  struct Choice {
+    const Entry* driver = nullptr;
+    const Entry* vbios = nullptr;
+    std::string missing_driver, missing_vbios;
+  };
+  // Sets `input`'s driver and VBIOS RIMs that are still unset to the ones whose versions equal
+  // those its report states. Nothing is chosen when the report does not parse (the verifier
+  // then fails report.parse).
+  Choice FillRims(NvidiaGpuInput& input) const;
 };
 // NotFound when `path` is not a readable directory; InvalidArgument when it holds too many files.
 absl::StatusOr<RimDirectory> LoadRimDirectory(const std::string& path);
