@@ -1249,7 +1249,6 @@ class MatMulKernel : public Kernel {
     const int64_t batches = Product(batch, 0, batch.size());
     const int64_t a_batches = Product(batch_a, 0, batch_a.size());
     const int64_t b_batches = Product(batch_b, 0, batch_b.size());
-    bool ok = true;
     auto run = [&](auto tag) {
       using T = decltype(tag);
       const T* ad = a.data<T>();
@@ -1285,29 +1284,9 @@ class MatMulKernel : public Kernel {
         }
       }
     };
-    switch (a.dtype()) {
-      case DataType::kFloat:
-        run(float{});
-        break;
-      case DataType::kDouble:
-        run(double{});
-        break;
-      case DataType::kInt32:
-        run(int32_t{});
-        break;
-      case DataType::kInt64:
-        run(int64_t{});
-        break;
-      case DataType::kUint32:
-        run(uint32_t{});
-        break;
-      case DataType::kUint64:
-        run(uint64_t{});
-        break;
-      default:
-        ok = false;
+    if (!DispatchGemm(a.dtype(), run)) {
+      return absl::InternalError("MatMul dispatched on an unchecked type");
     }
-    if (!ok) return absl::InternalError("MatMul dispatched on an unchecked type");
     if (activation_.kind != Activation::Kind::kNone) {
       activation_.Apply(y->data<float>(), y->count());
     }
@@ -1390,27 +1369,8 @@ class GemmKernel : public Kernel {
       Gemm<T>(trans_a_, trans_b_, m, n, k, static_cast<T>(alpha_), a.data<T>(), a.dim(1),
               b.data<T>(), b.dim(1), beta, yd, n);
     };
-    switch (a.dtype()) {
-      case DataType::kFloat:
-        run(float{});
-        break;
-      case DataType::kDouble:
-        run(double{});
-        break;
-      case DataType::kInt32:
-        run(int32_t{});
-        break;
-      case DataType::kInt64:
-        run(int64_t{});
-        break;
-      case DataType::kUint32:
-        run(uint32_t{});
-        break;
-      case DataType::kUint64:
-        run(uint64_t{});
-        break;
-      default:
-        return absl::InternalError("Gemm dispatched on an unchecked type");
+    if (!DispatchGemm(a.dtype(), run)) {
+      return absl::InternalError("Gemm dispatched on an unchecked type");
     }
     return status;
   }
