@@ -45,9 +45,10 @@ constexpr absl::Duration kReloadTimeout = absl::Seconds(300);
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 constexpr int kMaxGrpcMessageSize = (64 << 20) + (1 << 20);  // a sealed call plus framing
 
-// Sends GetEvidenceCalls until one succeeds: the worker answers once it has written its
-// simulated roots and development policy.
-absl::Status WaitForEnclave(EnclaveClient& enclave, const std::atomic<bool>& worker_exited) {
+// Sends GetEvidenceCalls until one succeeds (the worker answers once it has written its
+// simulated roots and development policy) and returns that answer.
+absl::StatusOr<boundary::v1::GetEvidenceResult> WaitForEnclave(
+    EnclaveClient& enclave, const std::atomic<bool>& worker_exited) {
   absl::Time give_up = absl::Now() + kEnclaveReadyTimeout;
   absl::Status last;
   while (absl::Now() < give_up) {
@@ -55,7 +56,7 @@ absl::Status WaitForEnclave(EnclaveClient& enclave, const std::atomic<bool>& wor
     call.mutable_get_evidence()->set_nonce(ToString(crypto::RandomBytes(32)));
     absl::StatusOr<boundary::v1::EnclaveToHost> reply =
         CallAndWait(enclave, std::move(call), give_up - absl::Now());
-    if (reply.ok()) return absl::OkStatus();
+    if (reply.ok()) return reply->get_evidence();
     last = reply.status();
     if (worker_exited.load() || absl::IsUnavailable(last)) return last;
     Log(LogLevel::kInfo, "waiting_for_enclave", {{"error", last.ToString()}});
@@ -173,6 +174,7 @@ int Run(const DaemonConfig& config) {
 
   std::atomic<bool> worker_exited{false};
   std::vector<std::unique_ptr<ProcessEnclaveClient>> enclaves;
+  std::vector<Bytes> enclave_keys;  // each worker's evidence signing key, for its receipts
   std::vector<EnclaveClient*> workers;
   auto stop_workers = [&enclaves] {
     for (auto& enclave : enclaves) enclave->Stop();
@@ -194,10 +196,20 @@ int Run(const DaemonConfig& config) {
     enclaves.push_back(*std::move(enclave));
     workers.push_back(enclaves.back().get());
     // The first worker creates the simulated roots and sealing secret the others share.
-    if (absl::Status status = WaitForEnclave(*enclaves.back(), worker_exited); !status.ok()) {
+    absl::StatusOr<boundary::v1::GetEvidenceResult> evidence =
+        WaitForEnclave(*enclaves.back(), worker_exited);
+    if (!evidence.ok()) {
       stop_workers();
-      return Fail(status);
+      return Fail(evidence.status());
     }
+    // Its usage receipts are verified against the signing key in this evidence.
+    absl::StatusOr<Bytes> key = EnclaveSigningKeyFromEvidence(*evidence);
+    if (!key.ok()) {
+      // Serving goes on; this worker's receipts will be refused (and logged) as unverifiable.
+      Log(LogLevel::kWarning, "enclave_key_unknown",
+          {{"worker", index}, {"error", key.status().ToString()}});
+    }
+    enclave_keys.push_back(key.ok() ? *std::move(key) : Bytes());
   }
   Log(LogLevel::kInfo, "enclave_workers_ready", {{"workers", config.workers}});
   absl::StatusOr<std::unique_ptr<FileBlobStore>> blobs =
@@ -220,27 +232,13 @@ int Run(const DaemonConfig& config) {
     stop_workers();
     return Fail(receipt_log.status());
   }
-  std::vector<Bytes> enclave_keys;
-  for (size_t index = 0; index < enclaves.size(); ++index) {
-    boundary::v1::HostToEnclave call;
-    call.mutable_get_evidence()->set_nonce(ToString(crypto::RandomBytes(32)));
-    absl::StatusOr<boundary::v1::EnclaveToHost> reply =
-        CallAndWait(*enclaves[index], std::move(call), kEnclaveReadyTimeout);
-    absl::StatusOr<Bytes> key = reply.ok() ? EnclaveSigningKeyFromEvidence(reply->get_evidence())
-                                           : absl::StatusOr<Bytes>(reply.status());
-    if (!key.ok()) {
-      // Serving goes on; this worker's receipts will be refused (and logged) as unverifiable.
-      Log(LogLevel::kWarning, "enclave_key_unknown",
-          {{"worker", static_cast<int>(index)}, {"error", key.status().ToString()}});
-    }
-    enclave_keys.push_back(key.ok() ? *std::move(key) : Bytes());
-  }
   SchedulerOptions scheduler_options = config.scheduler;
   scheduler_options.on_batch_reply = [log = receipt_log->get(), &enclave_keys](
                                          int worker, const EnclaveClient::Reply& reply) {
     if (!reply.ok() || !reply->has_infer_batch() || !reply->infer_batch().has_receipt()) return;
     absl::StatusOr<boundary::v1::UsageReceipt> kept =
-        log->Append(absl::StrCat("worker", worker), enclave_keys[worker], reply->infer_batch().receipt());
+        log->Append(absl::StrCat("worker", worker), enclave_keys[worker],
+                    reply->infer_batch().receipt());
     if (!kept.ok()) {
       Log(LogLevel::kWarning, "receipt_refused",
           {{"worker", worker}, {"reason", std::string(kept.status().message())}});
