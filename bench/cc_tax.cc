@@ -16,6 +16,7 @@
 #include "bench/case_flags.h"
 #include "enclave/batch_runner.h"
 #include "enclave/pcie/transfer_path.h"
+#include "enclave/runtime/executor.h"
 #include "enclave/runtime/model.h"
 #include "nlohmann/json.hpp"
 
@@ -134,7 +135,11 @@ absl::StatusOr<CcTaxOptions> ParseCcTaxFlags(const std::vector<std::string>& arg
                             {"--iterations", IntFlag{&options.iterations, 1}},
                             {"--warmup", IntFlag{&options.warmup, 0}},
                             {"--threads", IntFlag{&options.threads, 1}},
-                            {"--transfer-threads", IntFlag{&options.transfer_threads, 0}}}));
+                            {"--transfer-threads", IntFlag{&options.transfer_threads, 0}},
+                            {"--executor", StringFlag{&options.executor, {}}}}));
+  if (absl::Status found = runtime::FindExecutor(options.executor).status(); !found.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--executor: ", found.message()));
+  }
   options.models = absl::StrSplit(models, ',');
   for (const std::string& name : options.models) {
     const auto& known = BenchModels();
@@ -150,13 +155,16 @@ absl::StatusOr<CcTaxOptions> ParseCcTaxFlags(const std::vector<std::string>& arg
 std::string CcTaxUsage() {
   return "serving throughput with PCIe mode emulated over off, through the batch path\n"
          "                   [--json] [--models cls,bert_mini] [--batches 1,4,16,64]\n"
-         "                   [--iterations N (10)] [--warmup N (1)] [--threads N (BLAS; the cores)]\n"
-         "                   [--transfer-threads N (0: the path's default)] [--models-dir DIR]\n";
+         "                   [--iterations N (10)] [--warmup N (1)] [--threads N (BLAS; the "
+         "cores)]\n"
+         "                   [--transfer-threads N (0: the path's default)] [--models-dir DIR]\n"
+         "                   [--executor cpu|cuda|auto (cpu)]\n";
 }
 
 std::string CcTaxJsonLine(const CcTaxResult& result) {
   nlohmann::ordered_json line;
   line["model"] = result.model;
+  line["executor"] = result.executor;
   line["batch"] = result.batch;
   line["rps_off"] = result.rps_off();
   line["rps_emulated"] = result.rps_emulated();
@@ -224,10 +232,12 @@ absl::StatusOr<std::vector<CcTaxResult>> RunCcTax(const CcTaxOptions& options, s
     ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
     runtime::LoadOptions load_options;
     load_options.threads = options.threads;
+    ASSIGN_OR_RETURN(load_options.executor, runtime::FindExecutor(options.executor));
     ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
                      runtime::Model::Load(AsBytes(bytes), load_options));
     for (const int batch : options.batches) {
       auto result = RunCase(options, *model, model_name, batch, *off, *emulated);
+      if (result.ok()) result->executor = std::string(load_options.executor->name());
       if (!result.ok()) {
         return absl::Status(result.status().code(), absl::StrCat(model_name, " batch ", batch, ": ",
                                                                  result.status().message()));

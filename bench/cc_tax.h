@@ -29,13 +29,15 @@ struct CcTaxOptions {
   int iterations = 10;                                     // timed batches per mode
   int warmup = 1;                                          // untimed batches per mode
   int threads = 1;                                         // BLAS threads of the model
-  int transfer_threads = 0;  // the TransferPaths' threads; 0: their default
+  int transfer_threads = 0;      // the TransferPaths' threads; 0: their default
+  std::string executor = "cpu";  // runtime::FindExecutor name: cpu, cuda, auto
   uint64_t seed = 20261130;
   bool json = false;
 };
 
 struct CcTaxResult {
   std::string model;
+  std::string executor;  // the executor's name (cpu, cuda)
   int batch = 0;
   Timing off;                       // milliseconds per batch, mode off
   Timing emulated;                  // milliseconds per batch, mode emulated
@@ -64,7 +66,7 @@ absl::StatusOr<CcTaxOptions> ParseCcTaxFlags(const std::vector<std::string>& arg
 std::string CcTaxUsage();
 
 // One JSON object on one line: model, batch, rps_off, rps_emulated, ratio, and the extras
-// off_ms, emulated_ms (median batch times), off_transfer_ms, emulated_transfer_ms,
+// executor, off_ms, emulated_ms (median batch times), off_transfer_ms, emulated_transfer_ms,
 // transfer_ratio, transfer_size, iterations.
 std::string CcTaxJsonLine(const CcTaxResult& result);
 // An aligned table and one line with the verdict against the target.

@@ -8,6 +8,9 @@
 #include "base/status.h"
 #include "bench/case_flags.h"
 #include "enclave/pcie/transfer_path.h"
+#ifdef CLOISTER_BENCH_HAVE_GPU
+#include "enclave/gpu/cuda_transfer.h"
+#endif
 #include "nlohmann/json.hpp"
 
 namespace cloister::bench {
@@ -20,12 +23,25 @@ double MillisecondsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// The bytes a transfer delivered, read back on the host: directly for the CPU path, through
+// the path's own way back for the GPU path (so that check covers both directions).
+absl::StatusOr<Bytes> Delivered(TransferPath&, const enclave::pcie::StagingBuffer& device) {
+  return Bytes(device.data(), device.data() + device.size());
+}
+#ifdef CLOISTER_BENCH_HAVE_GPU
+absl::StatusOr<Bytes> Delivered(gpu::CudaTransferPath& path, const gpu::CudaBuffer& device) {
+  ASSIGN_OR_RETURN(gpu::CudaBuffer back, path.ToHost(device.data(), device.size()));
+  return Bytes(back.data(), back.data() + back.size());
+}
+#endif
+
 // Each request separately: staged on its own and moved in its own transfer.
-absl::Status MoveSeparately(TransferPath& path, const std::vector<Bytes>& requests) {
+template <typename Path>
+absl::Status MoveSeparately(Path& path, const std::vector<Bytes>& requests) {
   for (const Bytes& request : requests) {
-    ASSIGN_OR_RETURN(enclave::pcie::StagingBuffer staging, path.AcquireHostStaging(request.size()));
+    ASSIGN_OR_RETURN(auto staging, path.AcquireHostStaging(request.size()));
     std::memcpy(staging.data(), request.data(), request.size());
-    ASSIGN_OR_RETURN(enclave::pcie::StagingBuffer device, path.ToDevice(staging.view()));
+    ASSIGN_OR_RETURN(auto device, path.ToDevice(staging.view()));
     if (device.size() != request.size()) {
       return absl::InternalError("a separate transfer delivered the wrong number of bytes");
     }
@@ -34,15 +50,15 @@ absl::Status MoveSeparately(TransferPath& path, const std::vector<Bytes>& reques
 }
 
 // All requests gathered into one staging buffer and moved in one transfer.
-absl::Status MoveCoalesced(TransferPath& path, const std::vector<Bytes>& requests,
-                           size_t total_size) {
-  ASSIGN_OR_RETURN(enclave::pcie::StagingBuffer staging, path.AcquireHostStaging(total_size));
+template <typename Path>
+absl::Status MoveCoalesced(Path& path, const std::vector<Bytes>& requests, size_t total_size) {
+  ASSIGN_OR_RETURN(auto staging, path.AcquireHostStaging(total_size));
   size_t offset = 0;
   for (const Bytes& request : requests) {
     std::memcpy(staging.data() + offset, request.data(), request.size());
     offset += request.size();
   }
-  ASSIGN_OR_RETURN(enclave::pcie::StagingBuffer device, path.ToDevice(staging.view()));
+  ASSIGN_OR_RETURN(auto device, path.ToDevice(staging.view()));
   if (device.size() != total_size) {
     return absl::InternalError("the coalesced transfer delivered the wrong number of bytes");
   }
@@ -50,16 +66,18 @@ absl::Status MoveCoalesced(TransferPath& path, const std::vector<Bytes>& request
 }
 
 // One transfer of each kind must deliver exactly the bytes sent.
-absl::Status CheckDelivery(TransferPath& path, const std::vector<Bytes>& requests) {
-  ASSIGN_OR_RETURN(enclave::pcie::StagingBuffer one, path.ToDevice(requests[0]));
-  if (one.size() != requests[0].size() ||
-      std::memcmp(one.data(), requests[0].data(), one.size()) != 0) {
+template <typename Path>
+absl::Status CheckDelivery(Path& path, const std::vector<Bytes>& requests) {
+  ASSIGN_OR_RETURN(auto one, path.ToDevice(requests[0]));
+  ASSIGN_OR_RETURN(Bytes one_bytes, Delivered(path, one));
+  if (one_bytes != requests[0]) {
     return absl::InternalError("a separate transfer delivered other bytes than were sent");
   }
   Bytes all;
   for (const Bytes& request : requests) all.insert(all.end(), request.begin(), request.end());
-  ASSIGN_OR_RETURN(enclave::pcie::StagingBuffer together, path.ToDevice(all));
-  if (together.size() != all.size() || std::memcmp(together.data(), all.data(), all.size()) != 0) {
+  ASSIGN_OR_RETURN(auto together, path.ToDevice(all));
+  ASSIGN_OR_RETURN(Bytes together_bytes, Delivered(path, together));
+  if (together_bytes != all) {
     return absl::InternalError("the coalesced transfer delivered other bytes than were sent");
   }
   return absl::OkStatus();
@@ -82,7 +100,8 @@ absl::StatusOr<CoalescingOptions> ParseCoalescingFlags(const std::vector<std::st
                             {"--iterations", IntFlag{&options.iterations, 1}},
                             {"--warmup", IntFlag{&options.warmup, 0}},
                             {"--threads", IntFlag{&options.threads, 0}},
-                            {"--mode", StringFlag{&options.mode, {"off", "driver", "emulated"}}}}));
+                            {"--mode", StringFlag{&options.mode, {"off", "driver", "emulated"}}},
+                            {"--device", StringFlag{&options.device, {"cpu", "gpu"}}}}));
   return options;
 }
 
@@ -92,7 +111,7 @@ std::string CoalescingUsage() {
          "(64,4096,65536,1048576)]\n"
          "                   [--iterations N (30)] [--warmup N (3)] [--threads N (0: the "
          "path's default)]\n"
-         "                   [--mode off|driver|emulated (emulated)]\n";
+         "                   [--mode off|driver|emulated (emulated)] [--device cpu|gpu (cpu)]\n";
 }
 
 std::string CoalescingJsonLine(const CoalescingResult& result) {
@@ -103,6 +122,7 @@ std::string CoalescingJsonLine(const CoalescingResult& result) {
   line["gain"] = result.gain();
   line["requests"] = result.requests;
   line["mode"] = result.mode;
+  line["device"] = result.device;
   line["threads"] = result.threads;
   line["iterations"] = result.separate.count;
   line["separate_p90_us"] = result.separate.p90_ms * 1e3;
@@ -129,13 +149,12 @@ std::string CoalescingTable(const std::vector<CoalescingResult>& results) {
   return table + verdict + "\n";
 }
 
-absl::StatusOr<std::vector<CoalescingResult>> RunCoalescing(const CoalescingOptions& options,
-                                                            std::FILE* out, std::FILE* log) {
-  ASSIGN_OR_RETURN(enclave::pcie::PcieMode mode, enclave::pcie::ParsePcieMode(options.mode));
-  enclave::pcie::TransferOptions transfer_options;
-  transfer_options.threads = options.threads;
-  ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> path,
-                   TransferPath::Create(mode, transfer_options));
+namespace {
+
+template <typename Path>
+absl::StatusOr<std::vector<CoalescingResult>> RunWithPath(const CoalescingOptions& options,
+                                                          Path& path, int threads, std::FILE* out,
+                                                          std::FILE* log) {
   std::vector<CoalescingResult> results;
   uint64_t fill = 0x243f6a8885a308d3ULL;
   for (const int payload_size : options.payload_sizes) {
@@ -147,51 +166,67 @@ absl::StatusOr<std::vector<CoalescingResult>> RunCoalescing(const CoalescingOpti
       }
     }
     const size_t total_size = static_cast<size_t>(payload_size) * requests.size();
-    if (auto checked = CheckDelivery(*path, requests); !checked.ok()) {
+    if (auto checked = CheckDelivery(path, requests); !checked.ok()) {
       return absl::Status(checked.code(),
                           absl::StrCat("payload ", payload_size, ": ", checked.message()));
     }
     for (int i = 0; i < options.warmup; ++i) {
-      RETURN_IF_ERROR(MoveSeparately(*path, requests));
-      RETURN_IF_ERROR(MoveCoalesced(*path, requests, total_size));
+      RETURN_IF_ERROR(MoveSeparately(path, requests));
+      RETURN_IF_ERROR(MoveCoalesced(path, requests, total_size));
     }
     std::vector<double> separate_ms, coalesced_ms;
     for (int i = 0; i < options.iterations; ++i) {
       for (int side = 0; side < 2; ++side) {
         const bool separate = (side + i) % 2 == 0;
         const auto start = Clock::now();
-        RETURN_IF_ERROR(separate ? MoveSeparately(*path, requests)
-                                 : MoveCoalesced(*path, requests, total_size));
+        RETURN_IF_ERROR(separate ? MoveSeparately(path, requests)
+                                 : MoveCoalesced(path, requests, total_size));
         (separate ? separate_ms : coalesced_ms).push_back(MillisecondsSince(start));
       }
     }
     CoalescingResult result;
     result.payload_size = payload_size;
     result.requests = options.requests;
-    result.mode = std::string(enclave::pcie::PcieModeName(mode));
-    result.threads = path->threads();
+    result.mode = std::string(enclave::pcie::PcieModeName(path.mode()));
+    result.device = options.device;
+    result.threads = threads;
     result.separate = Summarize(std::move(separate_ms));
     result.coalesced = Summarize(std::move(coalesced_ms));
     if (options.json) {
       absl::FPrintF(out, "%s\n", CoalescingJsonLine(result));
       std::fflush(out);
     } else {
-      const TransferPath::Stats stats = path->stats();
-      absl::FPrintF(
-          log,
-          "%s x %d: separate %.1f us, coalesced %.1f us (so far: %d blocks mapped, "
-          "%d of %d leases reused, %d chunks sealed)\n",
-          SizeName(payload_size), options.requests, result.separate.median_ms * 1e3,
-          result.coalesced.median_ms * 1e3,
-          stats.host_pool.allocated + stats.device_pool.allocated + stats.bounce_pool.allocated,
-          stats.host_pool.reused + stats.device_pool.reused + stats.bounce_pool.reused,
-          stats.host_pool.acquired + stats.device_pool.acquired + stats.bounce_pool.acquired,
-          stats.chunks_sealed);
+      absl::FPrintF(log, "%s x %d: separate %.1f us, coalesced %.1f us\n", SizeName(payload_size),
+                    options.requests, result.separate.median_ms * 1e3,
+                    result.coalesced.median_ms * 1e3);
     }
     results.push_back(std::move(result));
   }
   if (!options.json) absl::FPrintF(out, "%s", CoalescingTable(results));
   return results;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<CoalescingResult>> RunCoalescing(const CoalescingOptions& options,
+                                                            std::FILE* out, std::FILE* log) {
+  ASSIGN_OR_RETURN(enclave::pcie::PcieMode mode, enclave::pcie::ParsePcieMode(options.mode));
+  if (options.device == "gpu") {
+#ifdef CLOISTER_BENCH_HAVE_GPU
+    gpu::CudaTransferOptions transfer_options;
+    transfer_options.threads = options.threads;
+    ASSIGN_OR_RETURN(std::unique_ptr<gpu::CudaTransferPath> path,
+                     gpu::CudaTransferPath::Create(mode, transfer_options));
+    return RunWithPath(options, *path, options.threads, out, log);
+#else
+    return absl::FailedPreconditionError("--device gpu: this build has no CUDA PCIe path");
+#endif
+  }
+  enclave::pcie::TransferOptions transfer_options;
+  transfer_options.threads = options.threads;
+  ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> path,
+                   TransferPath::Create(mode, transfer_options));
+  return RunWithPath(options, *path, path->threads(), out, log);
 }
 
 }  // namespace cloister::bench

@@ -32,6 +32,10 @@ struct CoalescingOptions {
   int warmup = 3;                                               // untimed runs per side and size
   int threads = 0;                // the TransferPath's threads; 0: its default
   std::string mode = "emulated";  // off, driver or emulated
+  // cpu: the enclave's TransferPath (the "device side" is the executor's thread). gpu: the CUDA
+  // path (enclave/gpu/cuda_transfer.h): pinned memory, a real copy over PCIe, decryption by
+  // CUDA kernels; needs a device and a build with CUDA.
+  std::string device = "cpu";
   bool json = false;
 };
 
@@ -39,6 +43,7 @@ struct CoalescingResult {
   int payload_size = 0;  // bytes per request
   int requests = 0;
   std::string mode;
+  std::string device;
   int threads = 0;
   Timing separate;   // milliseconds per N requests
   Timing coalesced;  // milliseconds per N requests
@@ -54,7 +59,7 @@ absl::StatusOr<CoalescingOptions> ParseCoalescingFlags(const std::vector<std::st
 std::string CoalescingUsage();
 
 // One JSON object on one line: payload (bytes), separate_us, coalesced_us (medians per N
-// requests), gain, and the extras requests, mode, threads, iterations, separate_p90_us,
+// requests), gain, and the extras requests, mode, device, threads, iterations, separate_p90_us,
 // coalesced_p90_us.
 std::string CoalescingJsonLine(const CoalescingResult& result);
 // An aligned table and one line with the verdict against kCoalescingTargetGain at 64 B.

@@ -203,7 +203,14 @@ KernelFactory Wrap(KernelFactory cpu_factory, DeviceFactory device_factory,
     if (device_factory) {
       ASSIGN_OR_RETURN(spec, device_factory(context));
     }
-    if (!spec.has_value()) {
+    // A node whose inputs are all constant (a Constant node among them) folds at load on the
+    // host and never runs, so it needs no device kernel.
+    bool all_constant = true;
+    for (int i = 0; i < context.total_input_count(); ++i) {
+      const bool present = i >= context.input_count() || context.has_input(i);
+      if (present && !context.input(i).constant.has_value()) all_constant = false;
+    }
+    if (!spec.has_value() && !all_constant) {
       if (!allow_host_fallback) {
         return absl::UnimplementedError(
             "the CUDA executor has no device kernel for this operator with these element "
@@ -212,14 +219,8 @@ KernelFactory Wrap(KernelFactory cpu_factory, DeviceFactory device_factory,
       Log(LogLevel::kInfo, "cuda_host_fallback",
           {{"op", context.op_type()}, {"node", context.node().name()}});
     }
-    // Constants go to the device once, now, unless the node folds (all inputs constant) or
-    // reads them on the host.
+    // Constants go to the device once, now, unless the node folds or reads them on the host.
     std::vector<std::optional<Tensor>> device_constants(context.total_input_count());
-    bool all_constant = true;
-    for (int i = 0; i < context.total_input_count(); ++i) {
-      const bool present = i >= context.input_count() || context.has_input(i);
-      if (present && !context.input(i).constant.has_value()) all_constant = false;
-    }
     if (spec.has_value() && !all_constant) {
       for (int i = 0; i < context.total_input_count(); ++i) {
         if (i < context.input_count() && !context.has_input(i)) continue;

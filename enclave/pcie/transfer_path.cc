@@ -1,20 +1,15 @@
 #include "enclave/pcie/transfer_path.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <thread>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "base/secret_bytes.h"
 #include "base/status.h"
-#include "crypto/aead.h"
 #include "crypto/random.h"
+#include "enclave/pcie/chunk_cipher.h"
 
 namespace cloister::enclave::pcie {
 
@@ -23,145 +18,8 @@ namespace {
 constexpr size_t kMinChunkSize = size_t{4} << 10;
 constexpr size_t kMaxChunkSize = size_t{64} << 20;
 constexpr uint64_t kMaxTransferCounter = (uint64_t{1} << 56) - 1;
-constexpr std::string_view kAadLabel = "cloister/v1 pcie transfer";
-
-size_t ChunkCount(size_t size, size_t chunk_size) {
-  return std::max<size_t>(1, (size + chunk_size - 1) / chunk_size);
-}
-
-void PutBigEndian(uint8_t* out, uint64_t value, int width) {
-  for (int i = width - 1; i >= 0; --i) {
-    out[i] = static_cast<uint8_t>(value);
-    value >>= 8;
-  }
-}
-
-// direction (1 byte) || transfer counter (7 bytes) || chunk index (4 bytes), all big-endian.
-std::array<uint8_t, crypto::kAeadNonceSize> ChunkNonce(uint8_t direction, uint64_t counter,
-                                                       uint32_t chunk) {
-  std::array<uint8_t, crypto::kAeadNonceSize> nonce;
-  nonce[0] = direction;
-  PutBigEndian(nonce.data() + 1, counter, 7);
-  PutBigEndian(nonce.data() + 8, chunk, 4);
-  return nonce;
-}
-
-// The label, the transfer's plaintext size and its chunk count: a chunk moved to a transfer of
-// another length, or a transfer cut short, no longer authenticates.
-Bytes TransferAad(size_t size, size_t chunks) {
-  Bytes aad = ToBytes(kAadLabel);
-  AppendBigEndian(aad, size, 8);
-  AppendBigEndian(aad, chunks, 4);
-  return aad;
-}
 
 }  // namespace
-
-// A fixed pool of threads that seal or open the chunks of transfers. Each thread has its own
-// keyed AES-GCM context; callers join in on their own transfer with a shared one (which falls
-// back to a fresh context when busy, crypto/aead.h). Several transfers may be in progress at
-// once: threads work on the oldest first.
-class TransferPath::Workers {
- public:
-  using ChunkFn = std::function<absl::Status(size_t chunk, const crypto::Aead& aead)>;
-
-  static absl::StatusOr<std::unique_ptr<Workers>> Create(int threads, ByteSpan key) {
-    std::unique_ptr<Workers> workers(new Workers());
-    ASSIGN_OR_RETURN(workers->caller_aead_, crypto::Aead::Create(crypto::AeadAlg::kAes256Gcm, key));
-    for (int i = 1; i < threads; ++i) {
-      ASSIGN_OR_RETURN(auto aead, crypto::Aead::Create(crypto::AeadAlg::kAes256Gcm, key));
-      workers->aeads_.push_back(std::move(aead));
-    }
-    for (size_t i = 0; i < workers->aeads_.size(); ++i) {
-      workers->threads_.emplace_back([w = workers.get(), i] { w->Loop(*w->aeads_[i]); });
-    }
-    return workers;
-  }
-
-  ~Workers() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    for (auto& thread : threads_) thread.join();
-  }
-
-  int size() const { return static_cast<int>(threads_.size()) + 1; }
-
-  // Runs fn(i) for every i in [0, count), on the calling thread and the pool. Returns the first
-  // error (the other chunks still run; callers discard the output on error).
-  absl::Status Run(size_t count, const ChunkFn& fn) {
-    Job job{&fn, count};
-    const bool share = count > 1 && !threads_.empty();
-    if (share) {
-      absl::MutexLock lock(&mu_);
-      queue_.push_back(&job);
-    }
-    Work(job, *caller_aead_);
-    absl::MutexLock lock(&mu_);
-    // The job lives on this stack: wait until no thread can touch it any more.
-    mu_.Await(absl::Condition(
-        +[](Job* j) { return j->done == j->count && j->active == 0; }, &job));
-    if (share) {
-      auto it = std::find(queue_.begin(), queue_.end(), &job);
-      if (it != queue_.end()) queue_.erase(it);
-    }
-    return job.error;
-  }
-
- private:
-  // One transfer's chunks. `next` hands out chunk indices; the rest is guarded by mu_.
-  struct Job {
-    const ChunkFn* fn;
-    size_t count;
-    std::atomic<size_t> next{0};
-    size_t done = 0;
-    int active = 0;  // pool threads inside Work() on this job
-    absl::Status error;
-  };
-
-  Workers() = default;
-
-  void Work(Job& job, const crypto::Aead& aead) {
-    for (;;) {
-      const size_t chunk = job.next.fetch_add(1);
-      if (chunk >= job.count) return;
-      absl::Status status = (*job.fn)(chunk, aead);
-      absl::MutexLock lock(&mu_);
-      if (!status.ok() && job.error.ok()) job.error = std::move(status);
-      ++job.done;
-    }
-  }
-
-  void Loop(const crypto::Aead& aead) {
-    absl::MutexLock lock(&mu_);
-    for (;;) {
-      mu_.Await(absl::Condition(
-          +[](Workers* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Await holds mu_
-            return w->stopping_ || !w->queue_.empty();
-          },
-          this));
-      if (stopping_) return;
-      Job* job = queue_.front();
-      if (job->next.load() >= job->count) {
-        queue_.pop_front();  // every chunk is handed out; its owner waits for the last ones
-        continue;
-      }
-      ++job->active;
-      mu_.Unlock();
-      Work(*job, aead);
-      mu_.Lock();
-      --job->active;
-    }
-  }
-
-  std::unique_ptr<crypto::Aead> caller_aead_;
-  std::vector<std::unique_ptr<crypto::Aead>> aeads_;  // one per pool thread
-  std::vector<std::thread> threads_;
-  absl::Mutex mu_;
-  std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 struct TransferPath::Counters {
   std::atomic<uint64_t> next_counter[3] = {0, 0, 0};  // indexed by Direction
@@ -219,12 +77,13 @@ absl::StatusOr<std::unique_ptr<TransferPath>> TransferPath::Create(PcieMode mode
     // Stands in for the session key a CC GPU and its driver agree on; it never leaves the
     // enclave and dies with the path.
     SecretBytes key = crypto::RandomSecret(32);
-    ASSIGN_OR_RETURN(path->workers_, Workers::Create(threads, key.span()));
+    ASSIGN_OR_RETURN(path->cipher_,
+                     ChunkCipher::Create(key.span(), path->options_.chunk_size, threads));
   }
   return path;
 }
 
-int TransferPath::threads() const { return workers_ ? workers_->size() : 1; }
+int TransferPath::threads() const { return cipher_ ? cipher_->threads() : 1; }
 
 absl::StatusOr<StagingBuffer> TransferPath::AcquireHostStaging(size_t size) {
   return host_pool_.Acquire(size);
@@ -259,7 +118,7 @@ absl::StatusOr<StagingBuffer> TransferPath::Move(Direction direction, ByteSpan s
     }
     const size_t chunks = ChunkCount(source.size(), options_.chunk_size);
     ASSIGN_OR_RETURN(StagingBuffer bounce,
-                     bounce_pool_.Acquire(source.size() + chunks * crypto::kAeadTagSize));
+                     bounce_pool_.Acquire(SealedSize(source.size(), options_.chunk_size)));
     RETURN_IF_ERROR(Seal(direction, counter, source, bounce.span()));
     counters_->chunks_sealed.fetch_add(chunks, std::memory_order_relaxed);
     if (options_.in_flight_hook_for_test) options_.in_flight_hook_for_test(bounce.span());
@@ -285,42 +144,13 @@ absl::StatusOr<StagingBuffer> TransferPath::Move(Direction direction, ByteSpan s
 
 absl::Status TransferPath::Seal(Direction direction, uint64_t counter, ByteSpan source,
                                 std::span<uint8_t> bounce) {
-  const size_t chunk_size = options_.chunk_size;
-  const size_t chunks = ChunkCount(source.size(), chunk_size);
-  const Bytes aad = TransferAad(source.size(), chunks);
-  return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) {
-    const size_t begin = i * chunk_size;
-    const size_t length = std::min(chunk_size, source.size() - begin);
-    auto nonce = ChunkNonce(static_cast<uint8_t>(direction), counter, static_cast<uint32_t>(i));
-    return aead.SealInto(
-        nonce, aad, source.subspan(begin, length),
-        bounce.subspan(begin + i * crypto::kAeadTagSize, length + crypto::kAeadTagSize));
-  });
+  return cipher_->Seal(static_cast<uint8_t>(direction), counter, source, bounce);
 }
 
 absl::Status TransferPath::Open(Direction direction, uint64_t counter, ByteSpan bounce,
                                 std::span<uint8_t> destination) {
-  const size_t chunk_size = options_.chunk_size;
-  const size_t chunks = ChunkCount(destination.size(), chunk_size);
-  const Bytes aad = TransferAad(destination.size(), chunks);
-  absl::Status status =
-      workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) -> absl::Status {
-        const size_t begin = i * chunk_size;
-        const size_t length = std::min(chunk_size, destination.size() - begin);
-        auto nonce = ChunkNonce(static_cast<uint8_t>(direction), counter, static_cast<uint32_t>(i));
-        absl::Status opened = aead.OpenInto(
-            nonce, aad,
-            bounce.subspan(begin + i * crypto::kAeadTagSize, length + crypto::kAeadTagSize),
-            destination.subspan(begin, length));
-        if (!opened.ok()) {
-          return absl::DataLossError(absl::StrCat(
-              "PCIe transfer ", direction == Direction::kToDevice ? "to the device" : "to the host",
-              " refused: chunk ", i + 1, " of ", chunks,
-              " failed authentication (the bounce buffer was modified in flight)"));
-        }
-        return absl::OkStatus();
-      });
-  return status;
+  return cipher_->Open(static_cast<uint8_t>(direction), counter, bounce, destination,
+                       direction == Direction::kToDevice ? "to the device" : "to the host");
 }
 
 TransferPath::Stats TransferPath::stats() const {

@@ -11,10 +11,10 @@
 //             nonce is direction || 56-bit per-direction transfer counter || 32-bit chunk
 //             index; the associated data binds the transfer's size and chunk count, so a
 //             modified, reordered, truncated or replayed chunk fails authentication and the
-//             transfer is refused with nothing delivered. On a CPU-only machine the "device
-//             side" is the executor's thread (helped by the same thread pool, standing in for
-//             the GPU's parallel decryption), and the key stands in for the session key a CC
-//             GPU agrees with its driver.
+//             transfer is refused with nothing delivered (format: chunk_cipher.h). On a CPU-only
+//             machine the "device side" is the executor's thread (helped by the same thread pool,
+//             standing in for the GPU's parallel decryption), and the key stands in for the session
+//             key a CC GPU agrees with its driver.
 //
 // All buffers (host staging, bounce, device side) come from pools of pinned blocks that are
 // zeroed whenever a lease ends (staging_pool.h).
@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/bytes.h"
+#include "enclave/pcie/chunk_cipher.h"
 #include "enclave/pcie/staging_pool.h"
 
 namespace cloister::enclave::pcie {
@@ -98,7 +99,6 @@ class TransferPath {
   Stats stats() const;
 
  private:
-  class Workers;
   enum class Direction : uint8_t { kToDevice = 1, kToHost = 2 };
 
   TransferPath(PcieMode mode, TransferOptions options);
@@ -115,7 +115,7 @@ class TransferPath {
   StagingPool host_pool_;
   StagingPool device_pool_;
   StagingPool bounce_pool_;
-  std::unique_ptr<Workers> workers_;  // emulated mode only
+  std::unique_ptr<ChunkCipher> cipher_;  // emulated mode only
   struct Counters;
   std::unique_ptr<Counters> counters_;
 };

@@ -1,0 +1,219 @@
+#include "enclave/pcie/chunk_cipher.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "base/status.h"
+#include "crypto/aead.h"
+
+namespace cloister::enclave::pcie {
+
+static_assert(kChunkTagSize == crypto::kAeadTagSize);
+static_assert(kChunkNonceSize == crypto::kAeadNonceSize);
+
+namespace {
+
+void PutBigEndian(uint8_t* out, uint64_t value, int width) {
+  for (int i = width - 1; i >= 0; --i) {
+    out[i] = static_cast<uint8_t>(value);
+    value >>= 8;
+  }
+}
+
+}  // namespace
+
+size_t ChunkCount(size_t size, size_t chunk_size) {
+  return std::max<size_t>(1, (size + chunk_size - 1) / chunk_size);
+}
+
+size_t SealedSize(size_t size, size_t chunk_size) {
+  return size + ChunkCount(size, chunk_size) * kChunkTagSize;
+}
+
+std::array<uint8_t, kChunkNonceSize> ChunkNonce(uint8_t direction, uint64_t counter,
+                                                uint32_t chunk) {
+  std::array<uint8_t, kChunkNonceSize> nonce;
+  nonce[0] = direction;
+  PutBigEndian(nonce.data() + 1, counter, 7);
+  PutBigEndian(nonce.data() + 8, chunk, 4);
+  return nonce;
+}
+
+std::array<uint8_t, kTransferAadSize> TransferAad(size_t size, size_t chunks) {
+  std::array<uint8_t, kTransferAadSize> aad;
+  std::copy(kTransferAadLabel.begin(), kTransferAadLabel.end(), aad.begin());
+  PutBigEndian(aad.data() + kTransferAadLabel.size(), size, 8);
+  PutBigEndian(aad.data() + kTransferAadLabel.size() + 8, chunks, 4);
+  return aad;
+}
+
+// A fixed pool of threads that seal or open the chunks of transfers. Each thread has its own
+// keyed AES-GCM context; callers join in on their own transfer with a shared one (which falls
+// back to a fresh context when busy, crypto/aead.h). Several transfers may be in progress at
+// once: threads work on the oldest first.
+class ChunkCipher::Workers {
+ public:
+  using ChunkFn = std::function<absl::Status(size_t chunk, const crypto::Aead& aead)>;
+
+  static absl::StatusOr<std::unique_ptr<Workers>> Create(int threads, ByteSpan key) {
+    std::unique_ptr<Workers> workers(new Workers());
+    ASSIGN_OR_RETURN(workers->caller_aead_, crypto::Aead::Create(crypto::AeadAlg::kAes256Gcm, key));
+    for (int i = 1; i < threads; ++i) {
+      ASSIGN_OR_RETURN(auto aead, crypto::Aead::Create(crypto::AeadAlg::kAes256Gcm, key));
+      workers->aeads_.push_back(std::move(aead));
+    }
+    for (size_t i = 0; i < workers->aeads_.size(); ++i) {
+      workers->threads_.emplace_back([w = workers.get(), i] { w->Loop(*w->aeads_[i]); });
+    }
+    return workers;
+  }
+
+  ~Workers() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    for (auto& thread : threads_) thread.join();
+  }
+
+  int size() const { return static_cast<int>(threads_.size()) + 1; }
+
+  // Runs fn(i) for every i in [0, count), on the calling thread and the pool. Returns the first
+  // error (the other chunks still run; callers discard the output on error).
+  absl::Status Run(size_t count, const ChunkFn& fn) {
+    Job job{&fn, count};
+    const bool share = count > 1 && !threads_.empty();
+    if (share) {
+      absl::MutexLock lock(&mu_);
+      queue_.push_back(&job);
+    }
+    Work(job, *caller_aead_);
+    absl::MutexLock lock(&mu_);
+    // The job lives on this stack: wait until no thread can touch it any more.
+    mu_.Await(absl::Condition(
+        +[](Job* j) { return j->done == j->count && j->active == 0; }, &job));
+    if (share) {
+      auto it = std::find(queue_.begin(), queue_.end(), &job);
+      if (it != queue_.end()) queue_.erase(it);
+    }
+    return job.error;
+  }
+
+ private:
+  // One transfer's chunks. `next` hands out chunk indices; the rest is guarded by mu_.
+  struct Job {
+    const ChunkFn* fn;
+    size_t count;
+    std::atomic<size_t> next{0};
+    size_t done = 0;
+    int active = 0;  // pool threads inside Work() on this job
+    absl::Status error;
+  };
+
+  Workers() = default;
+
+  void Work(Job& job, const crypto::Aead& aead) {
+    for (;;) {
+      const size_t chunk = job.next.fetch_add(1);
+      if (chunk >= job.count) return;
+      absl::Status status = (*job.fn)(chunk, aead);
+      absl::MutexLock lock(&mu_);
+      if (!status.ok() && job.error.ok()) job.error = std::move(status);
+      ++job.done;
+    }
+  }
+
+  void Loop(const crypto::Aead& aead) {
+    absl::MutexLock lock(&mu_);
+    for (;;) {
+      mu_.Await(absl::Condition(
+          +[](Workers* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Await holds mu_
+            return w->stopping_ || !w->queue_.empty();
+          },
+          this));
+      if (stopping_) return;
+      Job* job = queue_.front();
+      if (job->next.load() >= job->count) {
+        queue_.pop_front();  // every chunk is handed out; its owner waits for the last ones
+        continue;
+      }
+      ++job->active;
+      mu_.Unlock();
+      Work(*job, aead);
+      mu_.Lock();
+      --job->active;
+    }
+  }
+
+  std::unique_ptr<crypto::Aead> caller_aead_;
+  std::vector<std::unique_ptr<crypto::Aead>> aeads_;  // one per pool thread
+  std::vector<std::thread> threads_;
+  absl::Mutex mu_;
+  std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+ChunkCipher::ChunkCipher(size_t chunk_size, std::unique_ptr<Workers> workers)
+    : chunk_size_(chunk_size), workers_(std::move(workers)) {}
+
+ChunkCipher::~ChunkCipher() = default;
+
+absl::StatusOr<std::unique_ptr<ChunkCipher>> ChunkCipher::Create(ByteSpan key, size_t chunk_size,
+                                                                 int threads) {
+  if (key.size() != 32) return absl::InvalidArgumentError("the chunk key must be 32 bytes");
+  if (chunk_size == 0) return absl::InvalidArgumentError("the chunk size must not be 0");
+  ASSIGN_OR_RETURN(std::unique_ptr<Workers> workers, Workers::Create(std::max(threads, 1), key));
+  return std::unique_ptr<ChunkCipher>(new ChunkCipher(chunk_size, std::move(workers)));
+}
+
+int ChunkCipher::threads() const { return workers_->size(); }
+
+absl::Status ChunkCipher::Seal(uint8_t direction, uint64_t counter, ByteSpan source,
+                               std::span<uint8_t> sealed) const {
+  const size_t chunks = ChunkCount(source.size(), chunk_size_);
+  if (sealed.size() != source.size() + chunks * kChunkTagSize) {
+    return absl::InvalidArgumentError("sealed buffer size does not match the transfer");
+  }
+  const auto aad = TransferAad(source.size(), chunks);
+  return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) {
+    const size_t begin = i * chunk_size_;
+    const size_t length = std::min(chunk_size_, source.size() - begin);
+    const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
+    return aead.SealInto(nonce, aad, source.subspan(begin, length),
+                         sealed.subspan(begin + i * kChunkTagSize, length + kChunkTagSize));
+  });
+}
+
+absl::Status ChunkCipher::Open(uint8_t direction, uint64_t counter, ByteSpan sealed,
+                               std::span<uint8_t> destination, std::string_view what) const {
+  const size_t chunks = ChunkCount(destination.size(), chunk_size_);
+  if (sealed.size() != destination.size() + chunks * kChunkTagSize) {
+    return absl::InvalidArgumentError("sealed buffer size does not match the transfer");
+  }
+  const auto aad = TransferAad(destination.size(), chunks);
+  return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) -> absl::Status {
+    const size_t begin = i * chunk_size_;
+    const size_t length = std::min(chunk_size_, destination.size() - begin);
+    const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
+    absl::Status opened =
+        aead.OpenInto(nonce, aad, sealed.subspan(begin + i * kChunkTagSize, length + kChunkTagSize),
+                      destination.subspan(begin, length));
+    if (!opened.ok()) {
+      return absl::DataLossError(absl::StrCat("PCIe transfer ", std::string(what),
+                                              " refused: chunk ", i + 1, " of ", chunks,
+                                              " failed authentication (the bounce buffer was "
+                                              "modified in flight)"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace cloister::enclave::pcie

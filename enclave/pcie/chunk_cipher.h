@@ -1,0 +1,72 @@
+// The chunked AES-256-GCM format of the emulated PCIe path (DESIGN.md section 7), and a pool of
+// CPU threads that seals and opens it. A transfer of `size` plaintext bytes is cut into chunks
+// of `chunk_size` bytes (the last may be shorter; an empty transfer is one empty chunk). The
+// sealed ("bounce") buffer holds, for each chunk i in order, its ciphertext followed by its
+// 16-byte tag, so chunk i starts at i * (chunk_size + 16). Chunk i's nonce is
+// direction (1 byte) || transfer counter (7 bytes) || i (4 bytes), big-endian; every chunk's
+// associated data is kTransferAadLabel || size (8 bytes) || chunk count (4 bytes), big-endian.
+// So a chunk modified, moved to another place, transfer or direction, or dropped from the end,
+// fails authentication. The CPU side (this file) and the CUDA side (enclave/gpu/cuda_gcm.h)
+// implement the same format and are tested against each other.
+//
+// Threading: a ChunkCipher is thread-safe; Seal and Open may run on many threads at once (their
+// chunks share the pool). Ownership: plain values; the key is copied into the AES contexts.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "base/bytes.h"
+
+namespace cloister::enclave::pcie {
+
+inline constexpr std::string_view kTransferAadLabel = "cloister/v1 pcie transfer";
+inline constexpr size_t kChunkTagSize = 16;
+inline constexpr size_t kChunkNonceSize = 12;
+inline constexpr size_t kTransferAadSize = kTransferAadLabel.size() + 8 + 4;
+
+// Chunks of a transfer of `size` bytes: at least one.
+size_t ChunkCount(size_t size, size_t chunk_size);
+// Bytes of the sealed form of `size` plaintext bytes.
+size_t SealedSize(size_t size, size_t chunk_size);
+std::array<uint8_t, kChunkNonceSize> ChunkNonce(uint8_t direction, uint64_t counter,
+                                                uint32_t chunk);
+std::array<uint8_t, kTransferAadSize> TransferAad(size_t size, size_t chunks);
+
+class ChunkCipher {
+ public:
+  // `threads` counts the calling thread (at least 1). InvalidArgument for a key that is not 32
+  // bytes or a chunk size of 0.
+  static absl::StatusOr<std::unique_ptr<ChunkCipher>> Create(ByteSpan key, size_t chunk_size,
+                                                             int threads);
+  ~ChunkCipher();
+  ChunkCipher(const ChunkCipher&) = delete;
+  ChunkCipher& operator=(const ChunkCipher&) = delete;
+
+  size_t chunk_size() const { return chunk_size_; }
+  int threads() const;
+
+  // Seals `source` into `sealed` (exactly SealedSize(source.size()) bytes).
+  absl::Status Seal(uint8_t direction, uint64_t counter, ByteSpan source,
+                    std::span<uint8_t> sealed) const;
+  // Opens `sealed` into `destination` (its plaintext size). DataLoss naming the first chunk that
+  // fails authentication and `what` (e.g. "to the device"); `destination` is then undefined and
+  // must be discarded by the caller.
+  absl::Status Open(uint8_t direction, uint64_t counter, ByteSpan sealed,
+                    std::span<uint8_t> destination, std::string_view what) const;
+
+ private:
+  class Workers;
+  ChunkCipher(size_t chunk_size, std::unique_ptr<Workers> workers);
+
+  const size_t chunk_size_;
+  std::unique_ptr<Workers> workers_;
+};
+
+}  // namespace cloister::enclave::pcie
