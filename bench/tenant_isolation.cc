@@ -409,6 +409,8 @@ absl::StatusOr<NoisyNeighbourOptions> ParseNoisyNeighbourFlags(const std::vector
   specs.push_back({"--be-max-batch", IntFlag{&options.best_effort_max_batch_size, 1}});
   specs.push_back({"--be-max-batch-ms", IntFlag{&options.best_effort_max_batch_ms, 1}});
   specs.push_back({"--in-flight", IntFlag{&options.max_batches_in_flight, 1}});
+  specs.push_back({"--reserved-slots", IntFlag{&options.realtime_reserved_slots, 0}});
+  specs.push_back({"--arrival-guard-us", IntFlag{&options.arrival_guard_us, 0}});
   specs.push_back({"--queue-delay-ms", IntFlag{&options.queue_delay_ms, 0}});
   specs.push_back({"--loads", IntFlag{&options.loads, 0}});
   specs.push_back({"--rounds", IntFlag{&options.rounds, 1}});
@@ -424,6 +426,7 @@ std::string NoisyNeighbourUsage() {
          "                   [--max-batch N (8)] [--be-max-batch N (1)] [--be-max-batch-ms N "
          "(5)]\n"
          "                   [--in-flight N (1)] [--queue-delay-ms N (0)] [--loads N (1)]\n"
+         "                   [--reserved-slots N (0)] [--arrival-guard-us N (1000; 0: off)]\n"
          "                   [--executor cls|spin (cls)] [--spin-us N (2000)] [--threads N (1)]\n"
          "                   [--models-dir DIR]\n";
 }
@@ -472,10 +475,13 @@ absl::StatusOr<NoisyNeighbourResult> RunNoisyNeighbour(const NoisyNeighbourOptio
   ASSIGN_OR_RETURN(std::string rec_bytes, ReadFile(rec_path));
   ASSIGN_OR_RETURN(std::unique_ptr<MeteredExecutor> executor,
                    MeteredExecutor::Create(options.executor, options.max_batch_size));
-  host::FunctionEnclaveClient worker(executor->Handler(), /*threads=*/1);
+  // The worker runs as many batches at once as may be in flight, as the enclave does.
+  host::FunctionEnclaveClient worker(executor->Handler(), options.max_batches_in_flight);
   host::SchedulerOptions scheduler_options;
   scheduler_options.max_batch_size = options.max_batch_size;
   scheduler_options.max_batches_in_flight = options.max_batches_in_flight;
+  scheduler_options.realtime_reserved_slots = options.realtime_reserved_slots;
+  scheduler_options.realtime_arrival_guard = absl::Microseconds(options.arrival_guard_us);
   scheduler_options.max_queue_delay = absl::Milliseconds(options.queue_delay_ms);
   scheduler_options.best_effort_max_batch_size = options.best_effort_max_batch_size;
   scheduler_options.best_effort_max_batch_time =

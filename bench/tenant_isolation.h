@@ -74,7 +74,9 @@ struct NoisyNeighbourOptions {
   int max_batch_size = 8;
   int best_effort_max_batch_size = 1;  // SchedulerOptions::best_effort_max_batch_size
   int best_effort_max_batch_ms = 5;    // SchedulerOptions::best_effort_max_batch_time
-  int max_batches_in_flight = 1;       // per worker
+  int max_batches_in_flight = 1;       // per worker (the worker runs this many at once)
+  int realtime_reserved_slots = 0;     // SchedulerOptions::realtime_reserved_slots
+  int arrival_guard_us = 1000;         // SchedulerOptions::realtime_arrival_guard; 0: off
   // SchedulerOptions::max_queue_delay. 0: a lone realtime request is dispatched at once rather
   // than waiting for company (the best-effort queue is full anyway).
   int queue_delay_ms = 0;

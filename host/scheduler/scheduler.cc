@@ -101,6 +101,14 @@ absl::Status CheckSchedulerOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("max_batches_in_flight must be in 1..64, got ",
                                                    options.max_batches_in_flight));
   }
+  if (options.realtime_reserved_slots < 0 || options.realtime_reserved_slots > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("realtime_reserved_slots must be in 0..64, got ",
+                                                   options.realtime_reserved_slots));
+  }
+  if (options.realtime_arrival_guard < absl::ZeroDuration() ||
+      options.realtime_arrival_guard > absl::Seconds(1)) {
+    return absl::InvalidArgumentError("realtime_arrival_guard must be in 0..1 s");
+  }
   if (options.best_effort_max_batch_size < 1 || options.best_effort_max_batch_size > 1024) {
     return absl::InvalidArgumentError(absl::StrCat(
         "best_effort_max_batch_size must be in 1..1024, got ", options.best_effort_max_batch_size));
@@ -269,6 +277,7 @@ Scheduler::Ticket Scheduler::Submit(InferRequest request, Done done) {
       if (tenant.limits->priority == PriorityClass::kRealtime) {
         ++realtime_queued_;
         last_realtime_arrival_ = now;
+        RecordArrivalLocked(tenant, now);
       }
       if (deadline < earliest_deadline_) {
         earliest_deadline_ = deadline;
@@ -279,8 +288,8 @@ Scheduler::Ticket Scheduler::Submit(InferRequest request, Done done) {
       queued_by_ticket_[ticket] = &queue;
       int count = static_cast<int>(queue.requests.size());
       if (count == options_.max_batch_size || count == largest_preferred_) wake = true;
-      if (IsReadyLocked(queue, now) && total_in_flight_ < options_.max_batches_in_flight *
-                                                               static_cast<int>(workers_.size())) {
+      if (IsReadyLocked(queue, now) &&
+          total_in_flight_ < options_.max_batches_in_flight * static_cast<int>(workers_.size())) {
         // Fast path: a slot is free and this request made a batch ready, so dispatch from here
         // instead of handing over to the batcher thread (TakeBatchLocked still picks which
         // batch goes, by priority and fairness). `queue` may be gone afterwards.
@@ -412,9 +421,7 @@ int64_t Scheduler::ItemCostLocked(absl::string_view model_handle) const {
 int Scheduler::BatchCountLocked(const Queue& queue, int64_t item_cost_ns, absl::Time now) const {
   int available = static_cast<int>(queue.requests.size());
   int cap = options_.max_batch_size;
-  const bool realtime_active =
-      realtime_queued_ > 0 || now - last_realtime_arrival_ < options_.realtime_activity_window;
-  if (queue.tenant->limits->priority == PriorityClass::kBatch && realtime_active) {
+  if (queue.tenant->limits->priority == PriorityClass::kBatch && RealtimeActiveLocked(now)) {
     int64_t by_time =
         Nanos(options_.best_effort_max_batch_time) / std::max<int64_t>(item_cost_ns, 1);
     cap = std::min<int64_t>(
@@ -429,9 +436,64 @@ int Scheduler::BatchCountLocked(const Queue& queue, int64_t item_cost_ns, absl::
   return available;
 }
 
-bool Scheduler::TakeBatchLocked(int worker, absl::Time now, Batch& batch) {
+void Scheduler::RecordArrivalLocked(Tenant& tenant, absl::Time now) {
+  if (tenant.arrivals == 0) realtime_tenants_.push_back(&tenant);
+  if (tenant.arrivals > 0) {
+    const int64_t gap = Nanos(now - tenant.last_arrival);
+    if (tenant.arrivals == 1) {
+      tenant.gap_ns = gap;
+      tenant.jitter_ns = gap / 2;  // unproven until a few gaps agree
+    } else {
+      tenant.jitter_ns += (std::abs(gap - tenant.gap_ns) - tenant.jitter_ns) / 4;
+      tenant.gap_ns += (gap - tenant.gap_ns) / 4;
+    }
+  }
+  tenant.last_arrival = now;
+  tenant.arrivals = std::min(tenant.arrivals + 1, 1 << 20);
+}
+
+bool Scheduler::HoldBackLocked(int worker, absl::Time now, int64_t cost_ns) {
+  if (options_.realtime_arrival_guard <= absl::ZeroDuration() || realtime_tenants_.empty()) {
+    return false;
+  }
+  // Never idle this worker while another one is idle: the realtime request can go there.
+  for (int other = 0; other < static_cast<int>(in_flight_.size()); ++other) {
+    if (other != worker && in_flight_[other] == 0) return false;
+  }
+  const int64_t guard = Nanos(options_.realtime_arrival_guard);
+  absl::Time until = absl::InfinitePast();
+  for (const Tenant* tenant : realtime_tenants_) {
+    // A period is trusted once four gaps agree within a quarter of it, and only up to 1 s.
+    if (tenant->arrivals < 5 || tenant->gap_ns <= 0 || tenant->gap_ns > 1'000'000'000 ||
+        tenant->jitter_ns * 4 > tenant->gap_ns) {
+      continue;
+    }
+    const absl::Time due = tenant->last_arrival + absl::Nanoseconds(tenant->gap_ns);
+    const absl::Time latest = due + absl::Nanoseconds(guard + tenant->jitter_ns);
+    // Due before this batch would finish, and not yet overdue beyond the guard.
+    if (now + absl::Nanoseconds(cost_ns + guard) >= due && now < latest) {
+      until = std::max(until, latest);
+    }
+  }
+  if (until == absl::InfinitePast()) return false;
+  holdback_until_ = std::max(holdback_until_, until);
+  return true;
+}
+
+bool Scheduler::RealtimeActiveLocked(absl::Time now) const {
+  return realtime_queued_ > 0 || now - last_realtime_arrival_ < options_.realtime_activity_window;
+}
+
+int Scheduler::SharedSlotsLocked(absl::Time now) const {
+  if (!RealtimeActiveLocked(now)) return options_.max_batches_in_flight;
+  return options_.max_batches_in_flight -
+         std::min(options_.realtime_reserved_slots, options_.max_batches_in_flight - 1);
+}
+
+bool Scheduler::TakeBatchLocked(int worker, absl::Time now, bool realtime_only, Batch& batch) {
   for (Ring& ring : rings_) {
     if (ring.tenants.empty()) continue;
+    if (realtime_only && &ring != &rings_[static_cast<int>(PriorityClass::kRealtime)]) continue;
     Tenant* chosen = nullptr;
     Queue* queue = nullptr;
     size_t chosen_index = 0;
@@ -470,6 +532,11 @@ bool Scheduler::TakeBatchLocked(int worker, absl::Time now, Batch& batch) {
     int64_t item_cost = ItemCostLocked(queue->model_handle);
     int count = BatchCountLocked(*queue, item_cost, now);
     CLOISTER_CHECK(count >= 1 && count <= static_cast<int>(queue->requests.size()));
+    // Lower classes make way for a periodic realtime request that is about to arrive.
+    if (&ring != &rings_[static_cast<int>(PriorityClass::kRealtime)] &&
+        HoldBackLocked(worker, now, item_cost * count)) {
+      return false;
+    }
     batch.worker = worker;
     batch.tenant = chosen;
     batch.model_handle = queue->model_handle;
@@ -497,6 +564,7 @@ bool Scheduler::TakeBatchLocked(int worker, absl::Time now, Batch& batch) {
 }
 
 void Scheduler::FillSlotsLocked(absl::Time now, std::vector<Batch>& batches) {
+  holdback_until_ = absl::InfinitePast();  // HoldBackLocked sets it again if it still holds
   int workers = static_cast<int>(workers_.size());
   std::vector<int> order;
   while (queued_count_ > 0 && total_in_flight_ < options_.max_batches_in_flight * workers) {
@@ -507,13 +575,14 @@ void Scheduler::FillSlotsLocked(absl::Time now, std::vector<Batch>& batches) {
       if (in_flight_[worker] < options_.max_batches_in_flight) order.push_back(worker);
     }
     std::stable_sort(order.begin(), order.end(),
-                     [this](int a, int b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                       return in_flight_[a] < in_flight_[b];
-                     });
+                     [this](int a, int b)
+                         ABSL_NO_THREAD_SAFETY_ANALYSIS { return in_flight_[a] < in_flight_[b]; });
     bool took = false;
     for (int worker : order) {
       Batch batch;
-      if (!TakeBatchLocked(worker, now, batch)) continue;
+      if (!TakeBatchLocked(worker, now, in_flight_[worker] >= SharedSlotsLocked(now), batch)) {
+        continue;
+      }
       ++in_flight_[worker];
       ++total_in_flight_;
       next_worker_ = (worker + 1) % workers;
@@ -527,18 +596,32 @@ void Scheduler::FillSlotsLocked(absl::Time now, std::vector<Batch>& batches) {
 
 absl::Time Scheduler::NextWakeLocked() const {
   absl::Time wake = earliest_deadline_;
+  const absl::Time now = clock_->Now();
+  const int shared_slots = SharedSlotsLocked(now);
+  if (shared_slots < options_.max_batches_in_flight && realtime_queued_ == 0) {
+    wake = std::min(wake, last_realtime_arrival_ + options_.realtime_activity_window);
+  }
   for (const Ring& ring : rings_) {
     for (const Tenant* tenant : ring.tenants) {
+      // Only realtime work may take a worker's reserved slots; when the reservation lapses the
+      // other classes may fill them, so look again then.
+      const int slots = tenant->limits->priority == PriorityClass::kRealtime
+                            ? options_.max_batches_in_flight
+                            : shared_slots;
       for (const Queue* queue : tenant->active) {
         bool has_slot = false;
         if (queue->worker == kAnyWorker) {
-          has_slot =
-              total_in_flight_ < options_.max_batches_in_flight * static_cast<int>(workers_.size());
+          for (int in_flight : in_flight_) has_slot = has_slot || in_flight < slots;
         } else {
-          has_slot = in_flight_[queue->worker] < options_.max_batches_in_flight;
+          has_slot = in_flight_[queue->worker] < slots;
         }
-        if (has_slot)
-          wake = std::min(wake, queue->requests.front().enqueued + options_.max_queue_delay);
+        if (!has_slot) continue;
+        absl::Time ready_at = queue->requests.front().enqueued + options_.max_queue_delay;
+        // Held back for a realtime request: look again when the hold ends (or when woken).
+        if (tenant->limits->priority != PriorityClass::kRealtime && holdback_until_ > now) {
+          ready_at = std::max(ready_at, holdback_until_);
+        }
+        wake = std::min(wake, ready_at);
       }
     }
   }
@@ -622,11 +705,23 @@ void Scheduler::Dispatch(Batch batch) {
     *infer->add_items() = std::move(queued.item);
   }
   int count = static_cast<int>(request_ids->size());
+  std::shared_ptr<BatchObservation> observation;
+  if (options_.on_batch_done) {
+    observation = std::make_shared<BatchObservation>();
+    observation->worker = batch.worker;
+    observation->tenant_id = batch.tenant->id;
+    observation->priority = batch.tenant->limits->priority;
+    observation->count = count;
+    observation->queue_waits.reserve(batch.requests.size());
+    for (const Queued& queued : batch.requests) {
+      observation->queue_waits.push_back(batch.dispatched - queued.enqueued);
+    }
+  }
   workers_[batch.worker]->Call(
       std::move(call),
       [this, request_ids, dones, worker = batch.worker, tenant_id = batch.tenant->id,
        model_handle = std::move(batch.model_handle), count, charged_ns = batch.charged_ns,
-       dispatched = batch.dispatched](EnclaveClient::Reply reply) {
+       dispatched = batch.dispatched, observation](EnclaveClient::Reply reply) {
         int64_t measured_ns = 0;
         if (reply.ok() && reply->has_infer_batch())
           measured_ns = reply->infer_batch().execution_ns();
@@ -634,7 +729,13 @@ void Scheduler::Dispatch(Batch batch) {
         if (options_.on_batch_reply) options_.on_batch_reply(worker, reply);
         // Answer first, then release the slot: once Stop() sees no batch in flight, every
         // answer has been delivered.
+        bool batch_ok = reply.ok();
         CompleteBatch(*request_ids, *dones, std::move(reply));
+        if (observation) {
+          observation->execution = clock_->Now() - dispatched;
+          observation->ok = batch_ok;
+          options_.on_batch_done(*observation);
+        }
         Finished(worker, tenant_id, model_handle, count, charged_ns, measured_ns);
       });
 }
@@ -714,6 +815,24 @@ TenantStats Scheduler::StatsFor(absl::string_view tenant_id) const {
   absl::MutexLock lock(&mu_);
   auto it = tenants_.find(tenant_id);
   return it == tenants_.end() ? TenantStats() : it->second.stats;
+}
+
+std::vector<Scheduler::TenantQueueState> Scheduler::TenantQueues() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TenantQueueState> states;
+  states.reserve(tenants_.size());
+  for (const auto& [id, tenant] : tenants_) {
+    states.push_back({id, tenant.queued_count, tenant.stats});
+  }
+  std::sort(states.begin(), states.end(), [](const TenantQueueState& a, const TenantQueueState& b) {
+    return a.tenant_id < b.tenant_id;
+  });
+  return states;
+}
+
+std::vector<int> Scheduler::InFlightPerWorker() const {
+  absl::MutexLock lock(&mu_);
+  return in_flight_;
 }
 
 absl::Duration Scheduler::ItemCostEstimate(absl::string_view model_handle) const {

@@ -85,6 +85,18 @@ struct TenantLimits {
 // InvalidArgument naming the field when a limit is out of range.
 absl::Status CheckTenantLimits(const TenantLimits& limits);
 
+// What the scheduler saw of one finished batch, for metrics (SchedulerOptions::on_batch_done).
+// Counts and times only: no model handle, no sizes.
+struct BatchObservation {
+  int worker = 0;
+  std::string tenant_id;
+  PriorityClass priority = PriorityClass::kStandard;
+  int count = 0;                            // requests in the batch
+  std::vector<absl::Duration> queue_waits;  // per request: enqueued to dispatched
+  absl::Duration execution;                 // dispatched to answered
+  bool ok = false;                          // the enclave answered the batch as a whole
+};
+
 struct SchedulerOptions {
   int max_batch_size = 8;                                  // 1..1024 requests
   std::vector<int> preferred_batch_sizes;                  // ascending, each 1..max_batch_size
@@ -99,6 +111,19 @@ struct SchedulerOptions {
   // at the moment: a realtime tenant at a moderate rate has an empty queue most of the time, and
   // its next request must not find a full best-effort batch in the way. 0: only while queued.
   absl::Duration realtime_activity_window = absl::Seconds(1);  // 0..60 s
+  // In-flight slots per worker that only realtime batches may take while realtime work is active
+  // (as for the caps above), 0..64, of which at most max_batches_in_flight - 1 count. A worker
+  // runs its batches concurrently (the enclave serves calls on several threads; a GPU runs them
+  // on separate streams), so a realtime request that arrives while other batches fill the rest
+  // starts at once instead of waiting behind them. Without realtime activity every slot is
+  // shared.
+  int realtime_reserved_slots = 0;
+  // Periodic realtime tenants (a frame every N ms, as audio and video streams send): once a
+  // realtime tenant's arrivals are regular, a batch of another class whose estimated execution
+  // would still run when its next request is due, give or take this guard, is held back until
+  // that request has come (or is overdue by the guard), so the request finds the worker free.
+  // Holding back never idles a worker while another worker is idle. 0 turns it off.
+  absl::Duration realtime_arrival_guard = absl::Milliseconds(1);  // 0..1 s
   // Deficit round robin: credit per round per unit of weight, in execution time.
   absl::Duration fairness_quantum = absl::Milliseconds(2);  // > 0
   // Per-request cost of a model before its first batch is measured.
@@ -111,6 +136,9 @@ struct SchedulerOptions {
   // When set, sees every batch's raw reply (e.g. to keep the enclave's usage receipt) on the
   // completion thread, before the requests are answered. Must not block or call the scheduler.
   std::function<void(int worker, const EnclaveClient::Reply& reply)> on_batch_reply;
+  // When set, sees every finished batch's counts and times on the completion thread, after its
+  // requests are answered. Must not block or call the scheduler.
+  std::function<void(const BatchObservation& batch)> on_batch_done;
 };
 
 // InvalidArgument naming the option when one is out of range.
@@ -176,6 +204,15 @@ class Scheduler {
   int batches_in_flight() const;
   int worker_count() const { return static_cast<int>(workers_.size()); }
   TenantStats StatsFor(absl::string_view tenant_id) const;
+  // Requests queued per tenant that has ever submitted (0 for idle ones), with its stats.
+  struct TenantQueueState {
+    std::string tenant_id;
+    int queued_count = 0;
+    TenantStats stats;
+  };
+  std::vector<TenantQueueState> TenantQueues() const;
+  // Batches in flight on each worker, in worker order.
+  std::vector<int> InFlightPerWorker() const;
   // The current per-request cost estimate of a model (initial_item_cost before any batch).
   absl::Duration ItemCostEstimate(absl::string_view model_handle) const;
   // The limits that apply to `tenant_id`.
@@ -215,6 +252,11 @@ class Scheduler {
     std::vector<Queue*> active;
     size_t next_active = 0;
     TenantStats stats;
+    // Realtime tenants: arrival times, to predict the next one (RecordArrivalLocked).
+    absl::Time last_arrival = absl::InfinitePast();
+    int64_t gap_ns = 0;     // smoothed gap between arrivals
+    int64_t jitter_ns = 0;  // smoothed distance of a gap from gap_ns
+    int arrivals = 0;
   };
   struct Ring {
     std::vector<Tenant*> tenants;
@@ -253,8 +295,21 @@ class Scheduler {
   // Takes ready batches for free slots (least busy worker first) until none is left.
   void FillSlotsLocked(absl::Time now, std::vector<Batch>& batches)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes the next batch for `worker` by priority and deficit round robin; false if none.
-  bool TakeBatchLocked(int worker, absl::Time now, Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the next batch for `worker` by priority and deficit round robin (from the realtime
+  // class alone when `realtime_only`); false if none.
+  bool TakeBatchLocked(int worker, absl::Time now, bool realtime_only, Batch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes a realtime request's arrival for the tenant's period estimate.
+  void RecordArrivalLocked(Tenant& tenant, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a batch of `cost_ns` on `worker` must wait for a realtime request due soon (then
+  // `holdback_until_` says until when).
+  bool HoldBackLocked(int worker, absl::Time now, int64_t cost_ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a realtime request is queued or arrived within realtime_activity_window.
+  bool RealtimeActiveLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The in-flight slots per worker that any class may fill: all of them, but while realtime
+  // work is active, realtime_reserved_slots of them are realtime's.
+  int SharedSlotsLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many requests the next batch from `queue` takes.
   int BatchCountLocked(const Queue& queue, int64_t item_cost_ns, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -286,6 +341,8 @@ class Scheduler {
   int queued_count_ ABSL_GUARDED_BY(mu_) = 0;
   int realtime_queued_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_realtime_arrival_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::vector<Tenant*> realtime_tenants_ ABSL_GUARDED_BY(mu_);  // every realtime tenant seen
+  absl::Time holdback_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   size_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;  // where the least-busy search starts
   // The earliest finite deadline among queued requests (a lower bound; refreshed on expiry).

@@ -572,6 +572,62 @@ TEST_F(SchedulerTest, BestEffortStaysCappedShortlyAfterRealtimeActivity) {
   EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 6);
 }
 
+// With a slot reserved for realtime work, best-effort batches leave it free while a realtime
+// tenant is active, so the next realtime request starts at once; without realtime activity
+// every slot is shared again.
+TEST_F(SchedulerTest, ReservedSlotKeepsRoomForRealtime) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options_.realtime_reserved_slots = 1;
+  options_.realtime_activity_window = absl::Seconds(1);
+  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/2);
+  Submit("rt", kModelB, "rt0");
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"rt0"}));
+  for (int i = 0; i < 4; ++i) Submit("be", kModelA, absl::StrCat("b", i));
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  absl::SleepFor(absl::Milliseconds(30));  // the batcher had every chance to fill both slots
+  ASSERT_EQ(enclave_.Pending().size(), 1u) << "one slot stays free for realtime work";
+  Submit("rt", kModelB, "rt1");
+  ASSERT_TRUE(enclave_.WaitForPending(2));
+  EXPECT_EQ(RequestIds(enclave_.Pending()[1]), (std::vector<std::string>{"rt1"}));
+  // The realtime tenant goes quiet for longer than the window: both slots are shared again.
+  Advance(absl::Seconds(2));
+  EXPECT_TRUE(enclave_.Complete(enclave_.Pending()[1].call_id(), ReplyTo(enclave_.Pending()[1])));
+  ASSERT_TRUE(enclave_.WaitForPending(2));
+  EXPECT_EQ(RequestIds(enclave_.Pending()[1]), (std::vector<std::string>{"b1"}));
+}
+
+// A realtime tenant that sends every 20 ms: a best-effort batch that would still run when its
+// next request is due waits for that request, then goes; if the request is overdue by more
+// than the guard, the hold ends on its own.
+TEST_F(SchedulerTest, BestEffortMakesWayForAPeriodicRealtimeArrival) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options_.realtime_arrival_guard = absl::Milliseconds(1);
+  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
+  for (int i = 0; i < 5; ++i) {  // arrivals at 0, 20, .., 80 ms: a trusted 20 ms period
+    if (i > 0) Advance(absl::Milliseconds(20));
+    Submit("rt", kModelB, absl::StrCat("rt", i));
+    EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{absl::StrCat("rt", i)}));
+  }
+  Advance(absl::Microseconds(18500));  // 98.5 ms: the next realtime request is due at 100 ms
+  Submit("be", kModelA, "b0");         // 1 ms estimated: it would still run then
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_TRUE(enclave_.Pending().empty()) << "held back for the realtime request";
+  Advance(absl::Microseconds(1500));  // 100 ms: it comes and finds the worker free
+  Submit("rt", kModelB, "rt5");
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"rt5"}));
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b0"}));
+  // Next due at 120 ms; at 119 ms a best-effort request waits, and the realtime one never
+  // comes: once it is overdue beyond the guard and the jitter, the batch goes anyway.
+  Advance(absl::Milliseconds(19));
+  Submit("be", kModelA, "b1");
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_TRUE(enclave_.Pending().empty());
+  Advance(absl::Milliseconds(10));
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b1"}));
+}
+
 TEST_F(SchedulerTest, BestEffortBatchTimeCapUsesTheCostEstimate) {
   options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
   options_.tenant_limits["be"].priority = PriorityClass::kBatch;
@@ -822,6 +878,55 @@ TEST(SchedulerLoadTest, ExactlyOneAnswerPerRequestUnderMixedConcurrentLoad) {
   EXPECT_GT(codes[absl::StatusCode::kCancelled], 0);
   EXPECT_GT(codes[absl::StatusCode::kUnavailable], 0);
   EXPECT_GT(codes[absl::StatusCode::kNotFound], 0);
+}
+
+}  // namespace
+}  // namespace cloister::host
+
+namespace cloister::host {
+namespace {
+
+// The metrics hook sees each finished batch's tenant, class, size, waits and time; the queue
+// snapshot counts each tenant's queued requests.
+TEST_F(SchedulerTest, BatchObservationsAndQueueSnapshotForMetrics) {
+  absl::Mutex mu;
+  std::vector<BatchObservation> seen;
+  options_.on_batch_done = [&](const BatchObservation& batch) {
+    absl::MutexLock lock(&mu);
+    seen.push_back(batch);
+  };
+  options_.tenant_limits["acme"].priority = PriorityClass::kRealtime;
+  Start(/*max_batch_size=*/2, /*max_queue_delay=*/absl::Seconds(10), /*max_in_flight=*/1);
+  Submit("acme", kModelA, "a0");
+  Advance(absl::Milliseconds(3));
+  Submit("acme", kModelA, "a1");  // a full batch: dispatched at once
+  Submit("bravo", kModelA, "b0");
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+
+  std::vector<Scheduler::TenantQueueState> queues = scheduler_->TenantQueues();
+  ASSERT_EQ(queues.size(), 2u);
+  EXPECT_EQ(queues[0].tenant_id, "acme");
+  EXPECT_EQ(queues[0].queued_count, 0);
+  EXPECT_EQ(queues[0].stats.dispatched, 2u);
+  EXPECT_EQ(queues[1].tenant_id, "bravo");
+  EXPECT_EQ(queues[1].queued_count, 1);
+  EXPECT_EQ(scheduler_->InFlightPerWorker(), std::vector<int>{1});
+
+  Advance(absl::Milliseconds(5));
+  CompleteOldest();
+  ASSERT_TRUE(answers_.WaitForTotal(2));
+  absl::MutexLock lock(&mu);
+  // The hook runs after the answers, on the completion thread.
+  auto one_seen = [&seen]() { return !seen.empty(); };
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&one_seen), absl::Seconds(10)));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].tenant_id, "acme");
+  EXPECT_EQ(seen[0].priority, PriorityClass::kRealtime);
+  EXPECT_EQ(seen[0].count, 2);
+  EXPECT_TRUE(seen[0].ok);
+  EXPECT_EQ(seen[0].queue_waits,
+            (std::vector<absl::Duration>{absl::Milliseconds(3), absl::ZeroDuration()}));
+  EXPECT_EQ(seen[0].execution, absl::Milliseconds(5));
 }
 
 }  // namespace
