@@ -216,4 +216,30 @@ absl::Status ChunkCipher::Open(uint8_t direction, uint64_t counter, ByteSpan sea
   });
 }
 
+absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, ByteSpan source,
+                                       std::span<uint8_t> sealed, std::span<uint8_t> destination,
+                                       std::string_view what) const {
+  const size_t chunks = ChunkCount(source.size(), chunk_size_);
+  if (sealed.size() != source.size() + chunks * kChunkTagSize ||
+      destination.size() != source.size()) {
+    return absl::InvalidArgumentError("sealed or destination size does not match the transfer");
+  }
+  const auto aad = TransferAad(source.size(), chunks);
+  return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) -> absl::Status {
+    const size_t begin = i * chunk_size_;
+    const size_t length = std::min(chunk_size_, source.size() - begin);
+    const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
+    const std::span<uint8_t> bounce =
+        sealed.subspan(begin + i * kChunkTagSize, length + kChunkTagSize);
+    RETURN_IF_ERROR(aead.SealInto(nonce, aad, source.subspan(begin, length), bounce));
+    if (!aead.OpenInto(nonce, aad, bounce, destination.subspan(begin, length)).ok()) {
+      return absl::DataLossError(absl::StrCat("PCIe transfer ", std::string(what),
+                                              " refused: chunk ", i + 1, " of ", chunks,
+                                              " failed authentication (the bounce buffer was "
+                                              "modified in flight)"));
+    }
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace cloister::enclave::pcie

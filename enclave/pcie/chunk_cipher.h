@@ -60,6 +60,13 @@ class ChunkCipher {
   // must be discarded by the caller.
   absl::Status Open(uint8_t direction, uint64_t counter, ByteSpan sealed,
                     std::span<uint8_t> destination, std::string_view what) const;
+  // Seal into `sealed`, then Open into `destination`, chunk by chunk: each chunk is opened by
+  // the thread that sealed it, right after, while it is still in that core's cache, and no
+  // thread waits for the whole transfer between the two halves (a pipelined bus). Errors as
+  // for Open.
+  absl::Status SealThenOpen(uint8_t direction, uint64_t counter, ByteSpan source,
+                            std::span<uint8_t> sealed, std::span<uint8_t> destination,
+                            std::string_view what) const;
 
  private:
   class Workers;
