@@ -46,5 +46,21 @@ TEST(LogTest, SecretFieldsAreRedacted) {
   EXPECT_NE(lines[0].find("\"count\":3"), std::string::npos);
 }
 
+TEST(LogTest, LinesHaveTheFixedFieldsOnceAndInOrder) {
+  std::vector<std::string> lines;
+  SetLogSinkForTest([&](const std::string& line) { lines.push_back(line); });
+  Log(LogLevel::kWarning, "shadow_attempt", {{"event", "forged"}, {"level", "debug"}});
+  SetLogSinkForTest(nullptr);
+  ASSERT_EQ(lines.size(), 1u);
+  const std::string& line = lines[0];
+  EXPECT_EQ(line.rfind("{\"ts\":\"", 0), 0u) << line;
+  EXPECT_NE(line.find("\"level\":\"warning\",\"component\":"), std::string::npos) << line;
+  EXPECT_NE(line.find("\"event\":\"shadow_attempt\""), std::string::npos) << line;
+  EXPECT_EQ(line.find("\"event\":\"forged\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"field_event\":\"forged\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"field_level\":\"debug\""), std::string::npos) << line;
+  EXPECT_EQ(line.back(), '\n');
+}
+
 }  // namespace
 }  // namespace cloister

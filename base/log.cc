@@ -94,7 +94,12 @@ void Log(LogLevel level, std::string_view event, std::initializer_list<LogField>
   AppendJsonString(line, event);
   for (const LogField& f : fields) {
     line.push_back(',');
-    AppendJsonString(line, f.key);
+    // The fixed fields cannot be shadowed by a call's own field of the same name.
+    if (f.key == "ts" || f.key == "level" || f.key == "component" || f.key == "event") {
+      AppendJsonString(line, "field_" + f.key);
+    } else {
+      AppendJsonString(line, f.key);
+    }
     line.push_back(':');
     if (f.secret) {
       AppendJsonString(line, "[redacted]");

@@ -1,5 +1,6 @@
 // Structured logging: one JSON object per line on stderr with a fixed field set
-// (ts, level, component, event, then the call's fields). Every log line goes through Log();
+// (ts, level, component, event, then the call's fields; a call's field named like a fixed one
+// is written as "field_NAME", so every line has exactly one of each fixed field). Every log line goes through Log();
 // a field marked Secret() is printed as "[redacted]", and SecretBytes has no conversion to a
 // field at all, so keys and tenant payloads cannot reach the log.
 // Thread-safe: lines are written whole under a mutex.

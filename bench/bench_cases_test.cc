@@ -7,6 +7,7 @@
 #include "bench/broker_efficiency.h"
 #include "bench/case_flags.h"
 #include "bench/cc_tax.h"
+#include "bench/chaos.h"
 #include "bench/coalescing.h"
 #include "bench/tenant_isolation.h"
 #include "gtest/gtest.h"
@@ -14,6 +15,52 @@
 
 namespace cloister::bench {
 namespace {
+
+TEST(Chaos, FlagsAndTheirLimits) {
+  auto options = ParseChaosFlags({"--duration-s", "15", "--kills=3", "--json", "--check"},
+                                 ChaosOptions{});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->duration_s, 15);
+  EXPECT_EQ(options->kills, 3);
+  EXPECT_TRUE(options->json);
+  EXPECT_TRUE(options->check);
+  EXPECT_EQ(options->workers, 2);
+  EXPECT_FALSE(ParseChaosFlags({"--duration-s", "0"}, ChaosOptions{}).ok());
+  EXPECT_FALSE(ParseChaosFlags({"--duration-s", "1", "--kills", "11"}, ChaosOptions{}).ok());
+  EXPECT_FALSE(ParseChaosFlags({"--workers", "65"}, ChaosOptions{}).ok());
+  EXPECT_FALSE(ParseChaosFlags({"--bogus"}, ChaosOptions{}).ok());
+}
+
+TEST(Chaos, CheckCatchesEveryMissAndJsonHasEveryField) {
+  ChaosOptions options;
+  options.kills = 2;
+  ChaosResult good;
+  good.kills = 2;
+  good.sent = 10;
+  good.ok = 9;
+  good.errors = 1;
+  good.error_codes["UNAVAILABLE"] = 1;
+  good.recovered = true;
+  EXPECT_TRUE(CheckChaosResult(options, good).ok());
+  auto missed = [&](auto change) {
+    ChaosResult bad = good;
+    change(bad);
+    return !CheckChaosResult(options, bad).ok();
+  };
+  EXPECT_TRUE(missed([](ChaosResult& r) { r.lost = 1; }));
+  EXPECT_TRUE(missed([](ChaosResult& r) { r.duplicated = 1; }));
+  EXPECT_TRUE(missed([](ChaosResult& r) { r.misrouted = 1; }));
+  EXPECT_TRUE(missed([](ChaosResult& r) { r.kills = 1; }));
+  EXPECT_TRUE(missed([](ChaosResult& r) { r.ok = 0; }));
+  EXPECT_TRUE(missed([](ChaosResult& r) { r.recovered = false; }));
+  nlohmann::json line = nlohmann::json::parse(ChaosJsonLine(good));
+  for (const char* field : {"sent", "ok", "errors", "lost", "duplicated", "misrouted", "kills",
+                            "duration_s", "recovered"}) {
+    EXPECT_TRUE(line.contains(field)) << field;
+  }
+  EXPECT_EQ(line["sent"], 10);
+  EXPECT_EQ(line["error_codes"]["UNAVAILABLE"], 1);
+}
 
 TEST(CaseFlags, FillsEveryKindAndRefusesBadInput) {
   int count = 0;

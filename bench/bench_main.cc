@@ -8,6 +8,7 @@
 //   cloister-bench scheduler-overhead [--json] [--latency-requests N] [--producers N] ...
 //   cloister-bench fairness [--json] [--duration-ms N] [--executor cls|spin] ...
 //   cloister-bench noisy-neighbour [--json] [--rate N] [--duration-ms N] [--loads N] ...
+//   cloister-bench chaos [--json] [--check] [--duration-s N] [--kills N] [--tenants N] ...
 //
 // OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
 // kernels in VMs whose CPU it does not recognise (see deploy/README.md). The deployed enclave sets
@@ -30,6 +31,7 @@
 #include "bench/broker_efficiency.h"
 #include "bench/case_flags.h"
 #include "bench/cc_tax.h"
+#include "bench/chaos.h"
 #include "bench/coalescing.h"
 #include "bench/ort_peer.h"
 #include "bench/runtime_vs_ort.h"
@@ -69,6 +71,7 @@ void PrintUsage(std::FILE* to) {
   absl::FPrintF(to, "  scheduler-overhead %s", SchedulerOverheadUsage());
   absl::FPrintF(to, "  fairness         %s", FairnessUsage());
   absl::FPrintF(to, "  noisy-neighbour  %s", NoisyNeighbourUsage());
+  absl::FPrintF(to, "  chaos            %s", ChaosUsage());
 }
 
 int SchedulerOverheadMain(const std::vector<std::string>& args) {
@@ -197,6 +200,34 @@ int BrokerEfficiencyMain(const std::vector<std::string>& args) {
   return 0;
 }
 
+// With --check, exit 1 also when the run missed its target (lost, duplicated or misrouted
+// requests, missing kills, no recovery).
+int ChaosMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", ChaosUsage());
+    return 0;
+  }
+  ChaosOptions defaults;
+  defaults.cloisterd = CLOISTER_BENCH_CLOISTERD;
+  auto options = ParseChaosFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench chaos: %s (see --help)\n", options.status().message());
+    return kExitFailure;
+  }
+  auto result = RunChaos(*options, stdout, stderr);
+  if (!result.ok()) {
+    absl::FPrintF(stderr, "cloister-bench chaos: %s\n", result.status().message());
+    return kExitFailure;
+  }
+  if (options->check) {
+    if (absl::Status met = CheckChaosResult(*options, *result); !met.ok()) {
+      absl::FPrintF(stderr, "cloister-bench chaos: target missed: %s\n", met.message());
+      return kExitFailure;
+    }
+  }
+  return 0;
+}
+
 int RuntimeVsOrtMain(const std::vector<std::string>& args) {
   RuntimeVsOrtOptions defaults;
   defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
@@ -254,6 +285,7 @@ int main(int argc, char** argv) {
   if (subcommand == "scheduler-overhead") return cloister::bench::SchedulerOverheadMain(args);
   if (subcommand == "fairness") return cloister::bench::FairnessMain(args);
   if (subcommand == "noisy-neighbour") return cloister::bench::NoisyNeighbourMain(args);
+  if (subcommand == "chaos") return cloister::bench::ChaosMain(args);
   absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
   return cloister::bench::kExitFailure;
 }

@@ -20,4 +20,15 @@ absl::StatusOr<Bytes> SignUsageReceipt(ByteSpan signing_seed, ByteSpan receipt);
 // a key or signature of the wrong size.
 absl::Status VerifyUsageReceipt(ByteSpan signing_public_key, ByteSpan receipt, ByteSpan signature);
 
+// Audit checkpoints (host/audit/): the enclave signs a serialized boundary.v1.AuditCheckpoint
+// (the head of the host's hash-chained audit log) under its own domain label.
+inline constexpr std::string_view kAuditCheckpointLabel = "cloister/v1 audit checkpoint";
+
+// Ed25519 over "cloister/v1 audit checkpoint" || checkpoint with the 32-byte seed.
+absl::StatusOr<Bytes> SignAuditCheckpoint(ByteSpan signing_seed, ByteSpan checkpoint);
+// OK, or PermissionDenied("audit checkpoint signature does not verify ...") / InvalidArgument
+// for a key or signature of the wrong size.
+absl::Status VerifyAuditCheckpoint(ByteSpan signing_public_key, ByteSpan checkpoint,
+                                   ByteSpan signature);
+
 }  // namespace cloister::crypto

@@ -204,6 +204,12 @@ EnclaveToHost Enclave::Handle(const HostToEnclave& call) {
       status = r.status();
       break;
     }
+    case HostToEnclave::kSignAuditCheckpoint: {
+      auto r = SignAuditCheckpoint(call.sign_audit_checkpoint());
+      if (r.ok()) *reply.mutable_sign_audit_checkpoint() = std::move(*r);
+      status = r.status();
+      break;
+    }
     case HostToEnclave::CALL_NOT_SET:
       status = absl::InvalidArgumentError("boundary call carries no known call");
       break;
@@ -484,6 +490,29 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
     result.mutable_receipt()->set_receipt(std::move(serialized));
     result.mutable_receipt()->set_signature(ToString(signature));
   }
+  return result;
+}
+
+absl::StatusOr<boundary::v1::SignAuditCheckpointResult> Enclave::SignAuditCheckpoint(
+    const boundary::v1::SignAuditCheckpointCall& call) {
+  if (call.chain_digest().size() != 32) {
+    return absl::InvalidArgumentError(absl::StrCat("audit chain digest is ",
+                                                   call.chain_digest().size(), " bytes, not 32"));
+  }
+  if (call.sequence() == 0) {
+    return absl::InvalidArgumentError("audit checkpoint sequence must be at least 1");
+  }
+  boundary::v1::AuditCheckpoint checkpoint;
+  checkpoint.set_enclave_signing_public_key(ToString(keys_.signing_public_key));
+  checkpoint.set_chain_digest(call.chain_digest());
+  checkpoint.set_sequence(call.sequence());
+  checkpoint.set_signed_at_unix_ns(absl::ToUnixNanos(options_.clock->Now()));
+  std::string serialized = checkpoint.SerializeAsString();
+  ASSIGN_OR_RETURN(Bytes signature,
+                   crypto::SignAuditCheckpoint(keys_.signing_seed.span(), AsBytes(serialized)));
+  boundary::v1::SignAuditCheckpointResult result;
+  result.mutable_signed_()->set_checkpoint(std::move(serialized));
+  result.mutable_signed_()->set_signature(ToString(signature));
   return result;
 }
 

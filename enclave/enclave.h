@@ -82,6 +82,10 @@ class Enclave {
   absl::StatusOr<boundary::v1::SealedCallResult> ListModels(const boundary::v1::SealedCallMessage&);
   absl::StatusOr<boundary::v1::SealedCallResult> DeleteModel(const boundary::v1::SealedCallMessage&);
   absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(const boundary::v1::InferBatchCall&);
+  // Signs the head of the host's audit log (a 32-byte digest and its sequence number) with the
+  // evidence signing key; InvalidArgument for a digest of another size or sequence 0.
+  absl::StatusOr<boundary::v1::SignAuditCheckpointResult> SignAuditCheckpoint(
+      const boundary::v1::SignAuditCheckpointCall&);
 
   bool IsKnownEvidence(ByteSpan digest);
   // Collects evidence over `nonce` and serializes it with the collection time.

@@ -6,9 +6,14 @@
 // "demo" with its token in DATA_DIR/demo.token unless the config lists tenants), the enclave
 // workers (the first one alone until it answers a GetEvidenceCall, so it creates the simulated
 // roots the others then share), reload of every stored model into every worker, the gRPC
-// server, then exactly one line on stdout: "cloisterd listening on HOST:PORT".
+// server (TLS when the config has a `tls` section), then exactly one line on stdout:
+// "cloisterd listening on HOST:PORT".
+// SIGHUP: reload the config file's tenants and attestation policies (host/config/
+// config_reloader.h); a bad file is refused and logged, the running config stays.
 // SIGTERM or SIGINT: stop accepting, finish in-flight calls (with a deadline), stop the worker,
-// exit 0. Exit 1 if start-up fails or the worker dies; exit 2 for bad usage or config.
+// exit 0. Exit 1 if start-up fails or a worker that died cannot be restarted (a worker that dies
+// is restarted with backoff: host/supervisor/worker_supervisor.h); exit 2 for bad usage or config.
+// `cloisterd --check-config FILE` only validates FILE (exit 0, or 2 with every error).
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,23 +23,31 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/bytes.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "crypto/hash.h"
 #include "crypto/random.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "host/config/config_reloader.h"
 #include "host/config/daemon_config.h"
+#include "host/config/tenant_tls.h"
 #include "host/receipts/receipt_log.h"
 #include "host/enclave_client/process_enclave_client.h"
 #include "host/scheduler/scheduler.h"
 #include "host/server/cloister_service.h"
 #include "host/server/grpc_server.h"
+#include "host/server/operator_plane.h"
 #include "host/storage/file_blob_store.h"
+#include "host/supervisor/worker_supervisor.h"
 #include "host/tenants/tenant_registry.h"
 
 namespace cloister::host {
@@ -43,73 +56,27 @@ namespace {
 constexpr absl::Duration kEnclaveReadyTimeout = absl::Seconds(120);
 constexpr absl::Duration kReloadTimeout = absl::Seconds(300);
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
-constexpr int kMaxGrpcMessageSize = (64 << 20) + (1 << 20);  // a sealed call plus framing
+// Room for framing around the largest sealed call (and for a 1 MiB upload chunk).
+constexpr int kGrpcMessageOverhead = 1 << 20;
 
-// Sends GetEvidenceCalls until one succeeds (the worker answers once it has written its
-// simulated roots and development policy) and returns that answer.
-absl::StatusOr<boundary::v1::GetEvidenceResult> WaitForEnclave(
-    EnclaveClient& enclave, const std::atomic<bool>& worker_exited) {
-  absl::Time give_up = absl::Now() + kEnclaveReadyTimeout;
-  absl::Status last;
-  while (absl::Now() < give_up) {
-    boundary::v1::HostToEnclave call;
-    call.mutable_get_evidence()->set_nonce(ToString(crypto::RandomBytes(32)));
-    absl::StatusOr<boundary::v1::EnclaveToHost> reply =
-        CallAndWait(enclave, std::move(call), give_up - absl::Now());
-    if (reply.ok()) return reply->get_evidence();
-    last = reply.status();
-    if (worker_exited.load() || absl::IsUnavailable(last)) return last;
-    Log(LogLevel::kInfo, "waiting_for_enclave", {{"error", last.ToString()}});
-    absl::SleepFor(absl::Milliseconds(200));
+// Each worker's current evidence signing key, for checking its usage receipts; replaced when a
+// restarted worker brings a new one. Thread-safe.
+class WorkerKeys {
+ public:
+  explicit WorkerKeys(size_t count) : keys_(count) {}
+  void Set(int worker, Bytes key) {
+    absl::MutexLock lock(&mu_);
+    keys_[worker] = std::move(key);
   }
-  return absl::DeadlineExceededError(absl::StrCat("enclave worker not ready after ",
-                                                  absl::FormatDuration(kEnclaveReadyTimeout), ": ",
-                                                  last.ToString()));
-}
+  Bytes Get(int worker) const {
+    absl::MutexLock lock(&mu_);
+    return keys_[worker];
+  }
 
-// Hands every stored model back to the enclave. A model that fails is logged and skipped; only
-// a dead worker stops start-up.
-absl::Status ReloadStoredModels(BlobStore& blobs, EnclaveClient& enclave) {
-  ASSIGN_OR_RETURN(std::vector<StoredModel> models, blobs.List());
-  int reloaded = 0;
-  for (const StoredModel& model : models) {
-    auto skip = [&](const absl::Status& why) {
-      Log(LogLevel::kWarning, "model_reload_failed",
-          {{"tenant", model.tenant_id}, {"handle", model.handle}, {"error", why.ToString()}});
-    };
-    absl::StatusOr<std::string> ciphertext = blobs.ReadCiphertext(model.tenant_id, model.handle);
-    if (!ciphertext.ok()) {
-      skip(ciphertext.status());
-      continue;
-    }
-    if (HexEncode(crypto::Sha256(AsBytes(*ciphertext))) != model.ciphertext_sha256) {
-      skip(absl::DataLossError("stored ciphertext does not match its recorded SHA-256"));
-      continue;
-    }
-    absl::StatusOr<std::string> wrapped_key = blobs.ReadWrappedKey(model.tenant_id, model.handle);
-    if (!wrapped_key.ok()) {
-      skip(wrapped_key.status());
-      continue;
-    }
-    boundary::v1::HostToEnclave call;
-    boundary::v1::ReloadModelCall* reload = call.mutable_reload_model();
-    reload->set_model_handle(model.handle);
-    reload->set_wrapped_model_key(*std::move(wrapped_key));
-    reload->set_model_ciphertext(*std::move(ciphertext));
-    absl::StatusOr<boundary::v1::EnclaveToHost> reply =
-        CallAndWait(enclave, std::move(call), kReloadTimeout);
-    if (!reply.ok()) {
-      if (absl::IsUnavailable(reply.status())) return reply.status();
-      skip(reply.status());
-      continue;
-    }
-    ++reloaded;
-    Log(LogLevel::kInfo, "model_reloaded", {{"tenant", model.tenant_id}, {"handle", model.handle}});
-  }
-  Log(LogLevel::kInfo, "models_reloaded",
-      {{"reloaded", reloaded}, {"stored", static_cast<long long>(models.size())}});
-  return absl::OkStatus();
-}
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<Bytes> keys_ ABSL_GUARDED_BY(mu_);
+};
 
 int Fail(const absl::Status& status) {
   Log(LogLevel::kError, "startup_failed", {{"error", status.ToString()}});
@@ -124,8 +91,13 @@ int Run(const DaemonConfig& config) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);  // reload, not stop
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Every gRPC server built from here on (tenant and operator ports) answers
+  // grpc.health.v1.Health: SERVING once it listens (the workers are ready by then), NOT_SERVING
+  // while draining. Kubernetes probes and load balancers use it.
+  grpc::EnableDefaultHealthCheckService(true);
 
   std::string enclave_binary = config.enclave_binary;
   if (enclave_binary.empty()) {
@@ -159,71 +131,106 @@ int Run(const DaemonConfig& config) {
     return Fail(status);
   }
 
+  // The tenant port's credentials first: a bad certificate stops start-up before any worker runs.
+  std::shared_ptr<TenantIdentityCheck> identities;
+  if (!config.tls.client_ca_file.empty()) {
+    identities = std::make_shared<TenantIdentityCheck>(config.tenants);
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tenant_credentials =
+      TenantPortCredentials(config.tls, identities);
+  if (!tenant_credentials.ok()) return Fail(tenant_credentials.status());
+  if (!config.tls.enabled() && ListenHost(config.listen) != "127.0.0.1" &&
+      ListenHost(config.listen) != "[::1]" && ListenHost(config.listen) != "localhost") {
+    Log(LogLevel::kWarning, "tenant_port_plaintext",
+        {{"listen", config.listen},
+         {"advice", "API tokens cross the network in the clear; add a tls section"}});
+  }
+
   std::vector<TenantCredential> tenants = config.Credentials();
+  std::vector<TenantCredential> development_tenants;
   if (tenants.empty()) {
     std::string token_path = absl::StrCat(data_dir, "/demo.token");
     absl::StatusOr<std::string> token = LoadOrCreateDevToken(token_path);
     if (!token.ok()) return Fail(token.status());
     tenants.push_back({kDevTenantId, TokenHash(*token)});
+    development_tenants = tenants;
     Log(LogLevel::kInfo, "development_tenant",
         {{"tenant", kDevTenantId}, {"token_file", token_path}});
   }
   absl::StatusOr<std::unique_ptr<TenantRegistry>> registry =
       TenantRegistry::Create(std::move(tenants));
   if (!registry.ok()) return Fail(registry.status());
+  // Applies a changed config file's tenants and policies (SIGHUP below, or the operator RPC).
+  ConfigReloader reloader(config, {.registry = registry->get(),
+                                   .identities = identities.get(),
+                                   .development_tenants = development_tenants});
 
-  std::atomic<bool> worker_exited{false};
-  std::vector<std::unique_ptr<ProcessEnclaveClient>> enclaves;
-  std::vector<Bytes> enclave_keys;  // each worker's evidence signing key, for its receipts
-  std::vector<EnclaveClient*> workers;
-  auto stop_workers = [&enclaves] {
-    for (auto& enclave : enclaves) enclave->Stop();
-  };
-  for (int index = 0; index < config.workers; ++index) {
+  // The models folder first: every worker gets the stored models from it, at start and restart.
+  absl::StatusOr<std::unique_ptr<FileBlobStore>> blobs =
+      FileBlobStore::Open(absl::StrCat(data_dir, "/models"));
+  if (!blobs.ok()) return Fail(blobs.status());
+
+  // The enclave workers, supervised (host/supervisor/worker_supervisor.h): a worker that dies is
+  // restarted with backoff and gets fresh evidence and the stored models again; the calls it held
+  // get UNAVAILABLE and its sessions are refused with a request to re-attest.
+  const std::vector<DeviceConfig> devices = config.Workers();
+  std::atomic<bool> worker_given_up{false};
+  WorkerKeys enclave_keys(devices.size());  // each worker's evidence signing key, for its receipts
+  std::vector<boundary::v1::GetEvidenceResult> startup_evidence(devices.size());
+  std::atomic<OperatorPlane*> evidence_observer{nullptr};  // set once the plane exists
+  WorkerSupervisorOptions supervisor_options;
+  supervisor_options.worker_count = static_cast<int>(devices.size());
+  supervisor_options.blobs = blobs->get();
+  supervisor_options.ready_timeout = kEnclaveReadyTimeout;
+  supervisor_options.reload_timeout = kReloadTimeout;
+  supervisor_options.start_worker = [&devices, &enclave_binary, &data_dir, &config](
+                                        int index,
+                                        std::function<void(const absl::Status&)> on_exit) {
+    const DeviceConfig& device = devices[index];
     ProcessEnclaveOptions enclave_options;
     enclave_options.binary_path = enclave_binary;
     enclave_options.data_dir = data_dir;
     enclave_options.tee = config.tee;
-    enclave_options.gpu = config.gpu;
-    enclave_options.write_dev_policy = index == 0;
-    enclave_options.on_exit = [&worker_exited](const absl::Status&) { worker_exited.store(true); };
-    absl::StatusOr<std::unique_ptr<ProcessEnclaveClient>> enclave =
-        ProcessEnclaveClient::Start(std::move(enclave_options));
-    if (!enclave.ok()) {
-      stop_workers();
-      return Fail(enclave.status());
+    enclave_options.gpu = device.gpu;
+    if (!device.executor.empty()) {
+      enclave_options.worker_arguments.insert(enclave_options.worker_arguments.end(),
+                                              {"--executor", device.executor});
     }
-    enclaves.push_back(*std::move(enclave));
-    workers.push_back(enclaves.back().get());
+    if (!device.pcie_mode.empty()) {
+      enclave_options.worker_arguments.insert(enclave_options.worker_arguments.end(),
+                                              {"--pcie-mode", device.pcie_mode});
+    }
     // The first worker creates the simulated roots and sealing secret the others share.
-    absl::StatusOr<boundary::v1::GetEvidenceResult> evidence =
-        WaitForEnclave(*enclaves.back(), worker_exited);
-    if (!evidence.ok()) {
-      stop_workers();
-      return Fail(evidence.status());
+    enclave_options.write_dev_policy = index == 0;
+    enclave_options.on_exit = std::move(on_exit);
+    return ProcessEnclaveClient::Start(std::move(enclave_options));
+  };
+  supervisor_options.on_ready = [&devices, &enclave_keys, &startup_evidence, &evidence_observer](
+                                    int index, int generation,
+                                    const boundary::v1::GetEvidenceResult& evidence) {
+    if (generation == 0) {
+      startup_evidence[index] = evidence;  // for the operator plane's evidence tracker
+    } else if (OperatorPlane* plane = evidence_observer.load()) {
+      plane->ObserveStartupEvidence(index, evidence);
     }
     // Its usage receipts are verified against the signing key in this evidence.
-    absl::StatusOr<Bytes> key = EnclaveSigningKeyFromEvidence(*evidence);
+    absl::StatusOr<Bytes> key = EnclaveSigningKeyFromEvidence(evidence);
     if (!key.ok()) {
       // Serving goes on; this worker's receipts will be refused (and logged) as unverifiable.
       Log(LogLevel::kWarning, "enclave_key_unknown",
-          {{"worker", index}, {"error", key.status().ToString()}});
+          {{"worker", index}, {"device", devices[index].name}, {"error", key.status().ToString()}});
     }
-    enclave_keys.push_back(key.ok() ? *std::move(key) : Bytes());
-  }
+    enclave_keys.Set(index, key.ok() ? *std::move(key) : Bytes());
+  };
+  supervisor_options.on_gave_up = [&worker_given_up](int, const absl::Status&) {
+    worker_given_up.store(true);
+  };
+  absl::StatusOr<std::unique_ptr<WorkerSupervisor>> supervisor =
+      WorkerSupervisor::Start(std::move(supervisor_options));
+  if (!supervisor.ok()) return Fail(supervisor.status());
+  std::vector<EnclaveClient*> workers = (*supervisor)->clients();
+  auto stop_workers = [&supervisor] { (*supervisor)->Stop(); };
   Log(LogLevel::kInfo, "enclave_workers_ready", {{"workers", config.workers}});
-  absl::StatusOr<std::unique_ptr<FileBlobStore>> blobs =
-      FileBlobStore::Open(absl::StrCat(data_dir, "/models"));
-  if (!blobs.ok()) {
-    stop_workers();
-    return Fail(blobs.status());
-  }
-  for (size_t index = 0; index < enclaves.size(); ++index) {
-    if (absl::Status status = ReloadStoredModels(**blobs, *enclaves[index]); !status.ok()) {
-      stop_workers();
-      return Fail(status);
-    }
-  }
 
   // Usage receipts: every batch reply carries one signed by its worker's enclave key; they are
   // verified against that key and kept in DATA_DIR/receipts/receipts.jsonl.
@@ -232,16 +239,38 @@ int Run(const DaemonConfig& config) {
     stop_workers();
     return Fail(receipt_log.status());
   }
+  // The operator plane: audit log, metrics, operator API (docs/OPERATIONS.md).
+  OperatorPlaneOptions plane_options;
+  plane_options.data_dir = data_dir;
+  plane_options.operator_listen = config.operator_api.listen;
+  plane_options.metrics_listen = config.operator_api.metrics_listen;  // empty: operator port + 1
+  for (const DeviceConfig& device : devices) {
+    plane_options.worker_kinds.emplace_back(config.tee, device.gpu.empty() ? config.gpu : device.gpu);
+  }
+  absl::StatusOr<std::unique_ptr<OperatorPlane>> plane =
+      OperatorPlane::Create(std::move(plane_options), workers, &reloader);
+  if (!plane.ok()) {
+    stop_workers();
+    return Fail(plane.status());
+  }
+  for (size_t index = 0; index < startup_evidence.size(); ++index) {
+    (*plane)->ObserveStartupEvidence(static_cast<int>(index), startup_evidence[index]);
+  }
+  evidence_observer.store(plane->get());  // evidence of restarted workers from now on
+
   SchedulerOptions scheduler_options = config.scheduler;
-  scheduler_options.on_batch_reply = [log = receipt_log->get(), &enclave_keys](
-                                         int worker, const EnclaveClient::Reply& reply) {
+  (*plane)->InstallSchedulerHooks(scheduler_options);
+  scheduler_options.on_batch_reply = [log = receipt_log->get(), &enclave_keys,
+                                      plane = plane->get()](int worker,
+                                                            const EnclaveClient::Reply& reply) {
     if (!reply.ok() || !reply->has_infer_batch() || !reply->infer_batch().has_receipt()) return;
-    absl::StatusOr<boundary::v1::UsageReceipt> kept =
-        log->Append(absl::StrCat("worker", worker), enclave_keys[worker],
-                    reply->infer_batch().receipt());
+    absl::StatusOr<boundary::v1::UsageReceipt> kept = log->Append(
+        absl::StrCat("worker", worker), enclave_keys.Get(worker), reply->infer_batch().receipt());
     if (!kept.ok()) {
       Log(LogLevel::kWarning, "receipt_refused",
           {{"worker", worker}, {"reason", std::string(kept.status().message())}});
+    } else {
+      plane->ObserveReceipt(*kept);
     }
   };
 
@@ -253,14 +282,36 @@ int Run(const DaemonConfig& config) {
     return Fail(scheduler.status());
   }
 
+  ServiceOptions service_options;
+  service_options.max_model_size = config.limits.max_model_size;
+  service_options.max_sealed_message_size = config.limits.max_sealed_message_size;
+  service_options.session_ttl = config.limits.session_ttl;
+  service_options.max_sessions_per_tenant = config.limits.max_sessions_per_tenant;
+  (*plane)->InstallServiceHooks(service_options);
   auto service = std::make_unique<CloisterService>(registry->get(), workers, scheduler->get(),
-                                                   blobs->get(), ServiceOptions());
-  absl::StatusOr<RunningServer> server =
-      StartGrpcServer(service.get(), config.listen, kMaxGrpcMessageSize);
+                                                   blobs->get(), service_options);
+  absl::StatusOr<RunningServer> server = StartGrpcServer(
+      service.get(), config.listen,
+      static_cast<int>(config.limits.max_sealed_message_size) + kGrpcMessageOverhead,
+      *tenant_credentials, (*plane)->TenantApiInterceptors());
   if (!server.ok()) return Fail(server.status());
+  if (absl::Status started = (*plane)->Start(scheduler->get(), service.get(), blobs->get());
+      !started.ok()) {
+    // An operator address chosen in the config must be served; at the default address (the
+    // development default, tests, several daemons on one host) cloisterd goes on without the
+    // operator endpoints. The audit log and its checkpoints work either way.
+    if (config.operator_api.listen != OperatorConfig().listen ||
+        !config.operator_api.metrics_listen.empty()) {
+      return Fail(started);
+    }
+    Log(LogLevel::kWarning, "operator_endpoints_unavailable",
+        {{"error", started.ToString()},
+         {"advice", "set operator.listen in a config file (port 0 picks a free one)"}});
+  }
 
   std::string address = absl::StrCat(ListenHost(config.listen), ":", server->port);
-  Log(LogLevel::kInfo, "listening", {{"address", address}, {"data_dir", data_dir}});
+  Log(LogLevel::kInfo, "listening",
+      {{"address", address}, {"data_dir", data_dir}, {"tls", config.tls.enabled() ? "on" : "off"}});
   std::printf("cloisterd listening on %s\n", address.c_str());
   std::fflush(stdout);
 
@@ -268,12 +319,17 @@ int Run(const DaemonConfig& config) {
   while (true) {
     struct timespec wait = {0, 200 * 1000 * 1000};
     int signal_number = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (signal_number == SIGHUP) {
+      // Logs config_reloaded or config_reload_refused itself; serving goes on either way.
+      (void)(*plane)->Reload();  // also kept in the audit log
+      continue;
+    }
     if (signal_number > 0) {
       Log(LogLevel::kInfo, "shutting_down", {{"signal", signal_number}});
       break;
     }
-    if (worker_exited.load()) {
-      Log(LogLevel::kError, "shutting_down", {{"reason", "enclave worker exited"}});
+    if (worker_given_up.load()) {
+      Log(LogLevel::kError, "shutting_down", {{"reason", "an enclave worker cannot be restarted"}});
       exit_code = 1;
       break;
     }
@@ -282,6 +338,9 @@ int Run(const DaemonConfig& config) {
   // Refuse new calls, let running ones finish within the grace period, then close the server
   // (an immediate deadline: all that is left are idle connections). Calls still waiting on the
   // worker after the grace period are completed by stopping it.
+  if (grpc::HealthCheckServiceInterface* health = server->server->GetHealthCheckService()) {
+    health->SetServingStatus(false);
+  }
   service->BeginDrain();
   if (!service->WaitUntilIdle(kShutdownGrace)) {
     Log(LogLevel::kWarning, "shutdown_forcing",
@@ -291,6 +350,7 @@ int Run(const DaemonConfig& config) {
   }
   server->server->Shutdown(std::chrono::system_clock::now());
   server->server.reset();
+  (*plane)->Stop();  // a last signed checkpoint while the workers still run
   (*scheduler)->Stop();
   service.reset();
   stop_workers();
@@ -315,6 +375,19 @@ int main(int argc, char** argv) {
   }
   if (command_line->help) {
     std::printf("%s\n", kCloisterdUsage);
+    return 0;
+  }
+  if (command_line->check_config.has_value()) {
+    // Validates without starting anything: every error on stderr, exit 2; a summary and 0.
+    absl::StatusOr<DaemonConfig> checked = LoadDaemonConfig(
+        *command_line->check_config,
+        command_line->skip_file_checks ? FileChecks::kSkip : FileChecks::kRead);
+    if (!checked.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(checked.status().message()).c_str());
+      return 2;
+    }
+    std::printf("%s: ok (%s)\n", command_line->check_config->c_str(),
+                DescribeDaemonConfig(*checked).c_str());
     return 0;
   }
   absl::StatusOr<DaemonConfig> config = ResolveDaemonConfig(*command_line);

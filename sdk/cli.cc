@@ -22,6 +22,10 @@
 #include "attest/verifier.h"
 #include "base/file.h"
 #include "base/status.h"
+#include "cloister/ops/v1/ops.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "sdk/client.h"
 #include "sdk/identity.h"
 #include "sdk/npy.h"
@@ -46,6 +50,7 @@ subcommands:
   models   list your models
   infer    run a model on .npy inputs
   delete   delete one of your models
+  status   the appliance at a glance (operator port): workers, tenants, queues, evidence age
 
 connection flags (each falls back to an environment variable):
   --server HOST:PORT   cloisterd address     CLOISTER_SERVER (default 127.0.0.1:7700)
@@ -54,6 +59,10 @@ connection flags (each falls back to an environment variable):
   --token-file FILE    file with API token   CLOISTER_TOKEN_FILE
   --key FILE           identity key          CLOISTER_KEY
   --timeout SECONDS    per-call deadline (default 60)
+  --ca FILE            TLS: server's CA      CLOISTER_CA (unset: plaintext)
+  --client-cert FILE   mutual TLS cert       CLOISTER_CLIENT_CERT
+  --client-key FILE    mutual TLS key        CLOISTER_CLIENT_KEY
+  --tls-server-name N  name the server certificate carries (default: the --server host)
 
 output: human-readable text, or one JSON document on stdout with --json.
 exit status: 0 success, 1 attestation failed or operation refused, 2 bad usage or
@@ -143,6 +152,18 @@ flags:
 needs: --server, --policy, --tenant, --token-file, --key
 )";
 
+constexpr char kStatusHelp[] = R"(usage: cloister status [--operator ADDRESS] [--json] [--timeout SECONDS]
+
+For operators: asks cloisterd's operator port (not the tenant port) for its status and prints
+the enclave workers (devices) with their batches in flight and evidence age, the tenants with
+their priority class, queue depth, counters, sessions and models, and the audit log's state.
+No tenant credentials are needed; the operator port listens on loopback or a unix socket.
+
+flags:
+  --operator ADDRESS   HOST:PORT or unix:PATH   CLOISTER_OPERATOR (default 127.0.0.1:7701)
+  --json               print the StatusResponse (proto/cloister/ops/v1/ops.proto) as JSON
+)";
+
 // ---- Errors carried to the exit status. ----
 
 struct CliError {
@@ -167,6 +188,8 @@ struct FlagSpec {
 constexpr FlagSpec kConnectionFlags[] = {
     {"server", FlagKind::kValue},     {"policy", FlagKind::kValue}, {"tenant", FlagKind::kValue},
     {"token-file", FlagKind::kValue}, {"key", FlagKind::kValue},    {"timeout", FlagKind::kValue},
+    {"ca", FlagKind::kValue},         {"client-cert", FlagKind::kValue},
+    {"client-key", FlagKind::kValue}, {"tls-server-name", FlagKind::kValue},
 };
 
 struct Flags {
@@ -215,6 +238,7 @@ const std::vector<Subcommand>& Subcommands() {
       {"delete",
        kDeleteHelp,
        {{"model", FlagKind::kValue}, {"json", FlagKind::kBool}, {"fresh", FlagKind::kBool}}},
+      {"status", kStatusHelp, {{"operator", FlagKind::kValue}, {"json", FlagKind::kBool}}},
   };
   return *subcommands;
 }
@@ -337,6 +361,13 @@ absl::StatusOr<ClientOptions> LoadConnection(const Flags& flags, const CliIo& io
     options.call_timeout = absl::Seconds(seconds);
   }
   options.fresh_evidence = flags.Has("fresh");
+  // TLS: the files are read (and their errors reported) when the connection is made.
+  options.tls_ca_file = Setting(flags, io, "ca", "CLOISTER_CA").value_or("");
+  options.tls_client_cert_file =
+      Setting(flags, io, "client-cert", "CLOISTER_CLIENT_CERT").value_or("");
+  options.tls_client_key_file =
+      Setting(flags, io, "client-key", "CLOISTER_CLIENT_KEY").value_or("");
+  options.tls_server_name = flags.Get("tls-server-name").value_or("");
 
   auto token = ReadFile(token_file, /*max_size=*/4096);
   if (!token.ok()) {
@@ -732,6 +763,102 @@ absl::StatusOr<std::string> TensorToJson(const api::Tensor& tensor) {
                       ",\"shape\":", ShapeJson(tensor.shape()), ",\"data\":[", data, "]}");
 }
 
+namespace {
+
+// ---- status (operator port) ----
+
+std::string AgeText(double seconds) {
+  if (seconds < 0) return "-";
+  int64_t whole = static_cast<int64_t>(seconds);
+  if (whole < 120) return absl::StrCat(whole, "s");
+  if (whole < 7200) return absl::StrCat(whole / 60, "m", whole % 60, "s");
+  return absl::StrCat(whole / 3600, "h", (whole % 3600) / 60, "m");
+}
+
+// Columns padded to their widest cell, two spaces apart.
+void PrintTable(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+Result RunStatus(const Flags& flags, CliIo& io) {
+  std::string address =
+      Setting(flags, io, "operator", "CLOISTER_OPERATOR", "127.0.0.1:7701").value_or("");
+  absl::Duration timeout = absl::Seconds(10);
+  if (auto text = flags.Get("timeout"); text.has_value()) {
+    double seconds = 0;
+    if (!absl::SimpleAtod(*text, &seconds) || !(seconds > 0)) {
+      return Usage(absl::StrCat("--timeout must be a number of seconds above 0, not '", *text, "'"));
+    }
+    timeout = absl::Seconds(seconds);
+  }
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = ops::v1::Operator::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  ops::v1::StatusResponse status;
+  grpc::Status rpc = stub->Status(&context, ops::v1::StatusRequest(), &status);
+  if (!rpc.ok()) {
+    return Refused(absl::StrCat("cannot get status from the operator port at ", address, ": ",
+                                rpc.error_message()));
+  }
+  if (flags.Has("json")) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.always_print_primitive_fields = true;
+    options.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(status, &json, options);
+    io.out << json << "\n";
+    return std::nullopt;
+  }
+  io.out << "cloisterd (operator port " << address << "): up " << AgeText(status.uptime_seconds())
+         << ", " << status.workers_size() << " workers, " << status.queued_requests()
+         << " queued, " << status.batches_in_flight() << " batches in flight, "
+         << status.sessions() << " sessions, " << status.models() << " models\n";
+  if (!status.audit_log_path().empty()) {
+    io.out << "audit log " << status.audit_log_path() << ": " << status.audit_entries()
+           << " entries, signed through entry " << status.audit_signed_entries() << "\n";
+  }
+  io.out << "\n";
+  std::vector<std::vector<std::string>> workers = {
+      {"WORKER", "TEE", "GPU", "IN FLIGHT", "EVIDENCE AGE", "SIGNING KEY"}};
+  for (const auto& worker : status.workers()) {
+    std::string key = worker.signing_public_key_hex();
+    workers.push_back({absl::StrCat(worker.index()), worker.tee(),
+                       worker.gpu().empty() ? "-" : worker.gpu(),
+                       absl::StrCat(worker.batches_in_flight()),
+                       AgeText(worker.evidence_age_seconds()),
+                       key.empty() ? "-" : key.substr(0, 16) + "..."});
+  }
+  PrintTable(io.out, workers);
+  io.out << "\n";
+  std::vector<std::vector<std::string>> tenants = {{"TENANT", "PRIORITY", "WEIGHT", "QUEUED",
+                                                    "ADMITTED", "REFUSED", "EXPIRED", "BATCHES",
+                                                    "SESSIONS", "MODELS"}};
+  for (const auto& tenant : status.tenants()) {
+    tenants.push_back({tenant.id(), tenant.priority(), absl::StrCat(tenant.weight()),
+                       absl::StrCat(tenant.queued_requests()), absl::StrCat(tenant.admitted()),
+                       absl::StrCat(tenant.refused()), absl::StrCat(tenant.expired()),
+                       absl::StrCat(tenant.batches()), absl::StrCat(tenant.sessions()),
+                       absl::StrCat(tenant.models())});
+  }
+  PrintTable(io.out, tenants);
+  return std::nullopt;
+}
+
+}  // namespace
+
 int RunCli(const std::vector<std::string>& args, CliIo& io) {
   if (args.empty()) {
     io.err << kMainHelp;
@@ -752,7 +879,8 @@ int RunCli(const std::vector<std::string>& args, CliIo& io) {
   if (sub == nullptr) {
     io.err
         << "cloister: unknown subcommand '" << first
-        << "' (subcommands: keygen, attest, upload, models, infer, delete; see cloister --help)\n";
+        << "' (subcommands: keygen, attest, upload, models, infer, delete, status; see cloister "
+           "--help)\n";
     return kExitUsage;
   }
   auto flags = ParseFlags(*sub, std::vector<std::string>(args.begin() + 1, args.end()));
@@ -775,6 +903,8 @@ int RunCli(const std::vector<std::string>& args, CliIo& io) {
     result = RunModels(*flags, io);
   } else if (sub->name == "infer") {
     result = RunInfer(*flags, io);
+  } else if (sub->name == "status") {
+    result = RunStatus(*flags, io);
   } else {
     CLOISTER_CHECK(sub->name == "delete");
     result = RunDelete(*flags, io);

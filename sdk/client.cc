@@ -5,16 +5,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "attest/binding.h"
 #include "attest/nvidia/bundle_verifier.h"
 #include "attest/policy.h"
+#include "base/file.h"
 #include "base/secret_bytes.h"
 #include "base/status.h"
 #include "crypto/channel.h"
@@ -83,30 +86,78 @@ absl::StatusOr<attest_pb::Policy> ResolvePolicy(const ClientOptions& options) {
   return attest::LoadPolicyFile(options.policy_path);
 }
 
-std::unique_ptr<api::Cloister::Stub> MakeStub(const ClientOptions& options) {
+// A PEM file named by a TLS option, with the option in the error.
+absl::StatusOr<std::string> ReadPemOption(const std::string& path, absl::string_view option,
+                                          absl::string_view kind) {
+  absl::StatusOr<std::string> text = ReadFile(path, 1 << 20);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat(option, ": ", text.status().message()));
+  }
+  if (text->find(absl::StrCat("-----BEGIN ", kind)) == std::string::npos &&
+      !(kind == "PRIVATE KEY" && text->find(" PRIVATE KEY-----") != std::string::npos)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(option, ": ", path, " holds no PEM ", kind));
+  }
+  return text;
+}
+
+// TLS credentials from the options, or plaintext ones when no CA is given.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const ClientOptions& options) {
+  bool has_cert = !options.tls_client_cert_file.empty();
+  if (options.tls_ca_file.empty()) {
+    if (has_cert || !options.tls_client_key_file.empty() || !options.tls_server_name.empty()) {
+      return absl::InvalidArgumentError(
+          "client certificates and a TLS server name need a CA file (--ca or CLOISTER_CA)");
+    }
+    // Plaintext: see the header. The session itself is end-to-end encrypted.
+    return grpc::InsecureChannelCredentials();
+  }
+  if (has_cert != !options.tls_client_key_file.empty()) {
+    return absl::InvalidArgumentError("a client certificate and its key go together");
+  }
+  grpc::SslCredentialsOptions ssl;
+  ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                   ReadPemOption(options.tls_ca_file, "TLS CA file", "CERTIFICATE"));
+  if (has_cert) {
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPemOption(options.tls_client_cert_file,
+                                                       "TLS client certificate", "CERTIFICATE"));
+    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPemOption(options.tls_client_key_file,
+                                                        "TLS client key", "PRIVATE KEY"));
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+absl::StatusOr<std::unique_ptr<api::Cloister::Stub>> MakeStub(const ClientOptions& options) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(kMaxMessageSize);
   arguments.SetMaxSendMessageSize(kMaxMessageSize);
-  // Insecure transport: see the header. The session itself is end-to-end encrypted.
+  if (!options.tls_server_name.empty()) {
+    arguments.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ChannelCredentialsFor(options));
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), arguments);
+      grpc::CreateCustomChannel(options.server, credentials, arguments);
   return api::Cloister::NewStub(channel);
 }
 
 void PrepareContext(grpc::ClientContext& context, const ClientOptions& options,
-                    bool with_deadline) {
+                    bool with_deadline, absl::Duration timeout = absl::ZeroDuration()) {
   context.AddMetadata("x-cloister-tenant", options.tenant_id);
   context.AddMetadata("authorization", absl::StrCat("Bearer ", options.token));
   if (with_deadline) {
-    context.set_deadline(std::chrono::system_clock::now() +
-                         absl::ToChronoMilliseconds(options.call_timeout));
+    absl::Duration limit = timeout > absl::ZeroDuration() ? timeout : options.call_timeout;
+    context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(limit));
   }
 }
 
 // Converts a gRPC failure into an absl::Status with the same code and a message that names
 // the call and the server.
 absl::Status FromGrpc(const grpc::Status& status, absl::string_view rpc,
-                      const ClientOptions& options) {
+                      const ClientOptions& options,
+                      absl::Duration timeout = absl::ZeroDuration()) {
   auto code = static_cast<absl::StatusCode>(status.error_code());
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
@@ -115,7 +166,9 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view rpc,
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return absl::DeadlineExceededError(
           absl::StrCat(rpc, " to ", options.server, " did not finish within ",
-                       absl::FormatDuration(options.call_timeout), ": ", status.error_message()));
+                       absl::FormatDuration(timeout > absl::ZeroDuration() ? timeout
+                                                                           : options.call_timeout),
+                       ": ", status.error_message()));
     default:
       return absl::Status(code, absl::StrCat(rpc, ": ", status.error_message()));
   }
@@ -176,7 +229,7 @@ absl::StatusOr<Attestation> FetchAndVerify(api::Cloister::Stub& stub, const Clie
 absl::StatusOr<attest::Verdict> Attest(const ClientOptions& options) {
   RETURN_IF_ERROR(CheckConnectionOptions(options));
   ASSIGN_OR_RETURN(attest_pb::Policy policy, ResolvePolicy(options));
-  std::unique_ptr<api::Cloister::Stub> stub = MakeStub(options);
+  ASSIGN_OR_RETURN(std::unique_ptr<api::Cloister::Stub> stub, MakeStub(options));
   ASSIGN_OR_RETURN(Attestation attestation, FetchAndVerify(*stub, options, policy));
   return std::move(attestation.verdict);
 }
@@ -202,7 +255,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     identity = std::make_shared<const TenantIdentity>(std::move(loaded));
   }
   ASSIGN_OR_RETURN(attest_pb::Policy policy, ResolvePolicy(options));
-  std::unique_ptr<api::Cloister::Stub> stub = MakeStub(options);
+  ASSIGN_OR_RETURN(std::unique_ptr<api::Cloister::Stub> stub, MakeStub(options));
   std::unique_ptr<Client> client(
       new Client(options, std::move(identity), std::move(policy), std::move(stub)));
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, client->OpenSession(verdict_out));
@@ -219,6 +272,7 @@ absl::StatusOr<std::shared_ptr<Client::Session>> Client::OpenSession(attest::Ver
   {
     absl::MutexLock lock(&mu_);
     verdict_ = attestation.verdict;
+    evidence_ = attestation.challenge.bundle();
   }
   if (!attestation.verdict.pass) {
     return absl::FailedPreconditionError(
@@ -326,6 +380,11 @@ attest::Verdict Client::verdict() const {
   return verdict_;
 }
 
+std::string Client::evidence() const {
+  absl::MutexLock lock(&mu_);
+  return evidence_;
+}
+
 Bytes Client::session_id() const {
   absl::MutexLock lock(&mu_);
   return session_ != nullptr ? session_->id : Bytes{};
@@ -365,10 +424,50 @@ absl::Status OpenReply(crypto::ChannelReceiver& receiver, const crypto::MessageH
 
 }  // namespace
 
+namespace {
+
+// Whether a failed idempotent call may be tried again through a new session: cloisterd or the
+// enclave worker is unavailable (the worker died and is restarting), or the session's keys died
+// with its worker, or the evidence changed between attesting and opening (a restart between).
+bool IsRetryable(const absl::Status& status) {
+  if (absl::IsUnavailable(status)) return true;
+  return absl::IsFailedPrecondition(status) &&
+         (absl::StrContains(status.message(), "re-attest") ||
+          absl::StrContains(status.message(), "attest again"));
+}
+
+}  // namespace
+
+void Client::DropSession(const std::shared_ptr<Session>& session) {
+  absl::MutexLock lock(&mu_);
+  if (session_ == session) session_.reset();
+}
+
 absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string& model_handle,
                                      const google::protobuf::Message& request,
-                                     google::protobuf::Message& reply) {
+                                     google::protobuf::Message& reply,
+                                     absl::Duration timeout) {
+  const bool idempotent =
+      kind == crypto::MessageKind::kInfer || kind == crypto::MessageKind::kListModels;
+  const int attempts = idempotent ? std::max(1, options_.max_attempts) : 1;
+  absl::Duration pause = options_.retry_backoff;
+  for (int attempt = 1;; ++attempt) {
+    std::shared_ptr<Session> used;
+    absl::Status status = SealedUnaryCallOnce(kind, model_handle, request, reply, timeout, used);
+    if (status.ok() || attempt >= attempts || !IsRetryable(status)) return status;
+    if (used != nullptr) DropSession(used);
+    reply.Clear();
+    absl::SleepFor(pause);
+    pause *= 2;
+  }
+}
+
+absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::string& model_handle,
+                                         const google::protobuf::Message& request,
+                                         google::protobuf::Message& reply, absl::Duration timeout,
+                                         std::shared_ptr<Session>& used) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, CurrentSession());
+  used = session;
   crypto::MessageHeader header{kind, NewRequestId(), model_handle};
   std::string plaintext = request.SerializeAsString();
   api::SealedCall call;
@@ -384,12 +483,13 @@ absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string
   call.set_request_id(header.request_id);
   call.set_model_handle(model_handle);
   if (kind == crypto::MessageKind::kInfer) {
-    call.set_deadline_ms(absl::ToInt64Milliseconds(options_.call_timeout));
+    absl::Duration limit = timeout > absl::ZeroDuration() ? timeout : options_.call_timeout;
+    call.set_deadline_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(limit)));
   }
 
   api::SealedReply sealed_reply;
   grpc::ClientContext context;
-  PrepareContext(context, options_, /*with_deadline=*/true);
+  PrepareContext(context, options_, /*with_deadline=*/true, timeout);
   grpc::Status status;
   absl::string_view rpc;
   switch (kind) {
@@ -408,7 +508,7 @@ absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string
     default:
       CLOISTER_CHECK(false && "not a unary sealed call");
   }
-  if (!status.ok()) return FromGrpc(status, rpc, options_);
+  if (!status.ok()) return FromGrpc(status, rpc, options_, timeout);
   absl::MutexLock lock(&session->mu);
   return OpenReply(*session->receiver, header, sealed_reply, reply);
 }
@@ -564,7 +664,8 @@ absl::Status Client::DeleteModel(const std::string& name) {
 
 absl::StatusOr<std::vector<api::Tensor>> Client::Infer(const std::string& name,
                                                        std::vector<api::Tensor> inputs,
-                                                       const std::vector<std::string>& outputs) {
+                                                       const std::vector<std::string>& outputs,
+                                                       absl::Duration timeout) {
   if (name.empty()) return absl::InvalidArgumentError("the model name is empty");
   if (inputs.empty()) return absl::InvalidArgumentError("no input tensors given");
   api::InferRequestPayload payload;
@@ -577,7 +678,8 @@ absl::StatusOr<std::vector<api::Tensor>> Client::Infer(const std::string& name,
   api::InferReplyPayload reply;
   absl::Status status =
       SealedUnaryCall(crypto::MessageKind::kInfer,
-                      crypto::ModelHandle(identity_->public_key(), name), payload, reply);
+                      crypto::ModelHandle(identity_->public_key(), name), payload, reply,
+                      timeout);
   for (api::Tensor& input : *payload.mutable_inputs()) WipeString(*input.mutable_raw());
   RETURN_IF_ERROR(status);
   return std::vector<api::Tensor>(std::make_move_iterator(reply.mutable_outputs()->begin()),

@@ -4,13 +4,16 @@
 // ciphertext; every reply is a sealed ReplyEnvelope, so errors come from the enclave itself
 // and a non-OK code in it becomes an absl::Status with that code and message.
 //
-// Connection: gRPC over an insecure channel for now (meant for loopback and development; the
-// session is encrypted end to end regardless, but the API token travels in the clear).
+// Connection: gRPC over TLS when ClientOptions::tls_ca_file is set (the server's certificate
+// must chain to that CA and name the host in `server`), with a client certificate for mutual
+// TLS when tls_client_cert_file is set. Otherwise plaintext: meant for loopback and development
+// (the session is encrypted end to end regardless, but the API token travels in the clear).
 //
 // Threading: a Client is thread-safe. Several threads may call Infer (and the other methods)
 // at once; sealing and opening take a short lock, the RPCs themselves run unlocked, and
 // replies may arrive in any order. A session that is about to expire (time or message
-// limit) is replaced by a new one, after attesting again, before the next call.
+// limit) is replaced by a new one, after attesting again, before the next call; so is one
+// whose enclave worker died (see ClientOptions::max_attempts for the retries).
 // Ownership: the Client owns its gRPC channel, identity key and session keys.
 #pragma once
 
@@ -46,6 +49,15 @@ struct ClientOptions {
   std::string tenant_id;
   std::string token;  // the tenant's API token (not a file name)
 
+  // TLS: PEM CA bundle that the server's certificate must chain to; empty: plaintext.
+  std::string tls_ca_file;
+  // Mutual TLS: the client's PEM certificate chain and key (both or neither; need tls_ca_file).
+  std::string tls_client_cert_file;
+  std::string tls_client_key_file;
+  // The name to expect in the server's certificate when it differs from the host in `server`
+  // (e.g. connecting by IP address to a certificate issued for a DNS name); empty: that host.
+  std::string tls_server_name;
+
   // The attestation policy: `policy` when set, otherwise the file at `policy_path`.
   std::optional<cloister::attest::v1::Policy> policy;
   std::string policy_path;
@@ -61,6 +73,13 @@ struct ClientOptions {
   bool fresh_evidence = false;
   // Deadline for each unary RPC (and the scheduling deadline sent with Infer).
   absl::Duration call_timeout = absl::Seconds(60);
+  // Infer and ListModels (idempotent) are tried up to this many times in all when cloisterd
+  // answers UNAVAILABLE (e.g. the enclave worker holding the session died and is restarting)
+  // or refuses the session because its worker restarted ("re-attest"). Each retry first waits
+  // (retry_backoff, doubling each time), then attests again and opens a new session. 1: no
+  // retries. Uploads and deletes are never retried.
+  int max_attempts = 3;
+  absl::Duration retry_backoff = absl::Milliseconds(200);
   // The time attestation is checked at; nullptr means the real clock. Not owned.
   const Clock* clock = nullptr;
 };
@@ -92,6 +111,9 @@ class Client {
   // The verdict of the most recent attestation: the one that admitted the current session,
   // or, when replacing an expiring session failed attestation, that failing verdict.
   attest::Verdict verdict() const;
+  // The serialized EvidenceBundle that the most recent attestation verified (the same moment
+  // as verdict()), for keeping or for checking again offline with VerifyBundle.
+  std::string evidence() const;
   const std::string& tenant_id() const { return options_.tenant_id; }
   const Bytes& identity_public_key() const { return identity_->public_key(); }
   // The current session id (16 bytes).
@@ -109,9 +131,12 @@ class Client {
   // Deletes a model this identity owns (NotFound from the enclave when there is none).
   absl::Status DeleteModel(const std::string& name);
   // Runs `name` on `inputs`; `outputs` names the outputs wanted (empty: all of them).
+  // `timeout` replaces options.call_timeout for this call (both the RPC deadline and the
+  // scheduling deadline) when it is above zero.
   absl::StatusOr<std::vector<cloister::api::v1::Tensor>> Infer(
       const std::string& name, std::vector<cloister::api::v1::Tensor> inputs,
-      const std::vector<std::string>& outputs = {});
+      const std::vector<std::string>& outputs = {},
+      absl::Duration timeout = absl::ZeroDuration());
 
  private:
   struct Session;
@@ -124,9 +149,19 @@ class Client {
   // The current session, replaced first when it is expired or about to be.
   absl::StatusOr<std::shared_ptr<Session>> CurrentSession();
   // Seals `request`, runs one unary RPC and opens the sealed ReplyEnvelope into `reply`.
+  // `timeout` above zero replaces options_.call_timeout. Infer and ListModels are retried as
+  // ClientOptions::max_attempts says.
   absl::Status SealedUnaryCall(crypto::MessageKind kind, const std::string& model_handle,
                                const google::protobuf::Message& request,
-                               google::protobuf::Message& reply);
+                               google::protobuf::Message& reply,
+                               absl::Duration timeout = absl::ZeroDuration());
+  // One attempt of SealedUnaryCall; `used` receives the session it went through (if any).
+  absl::Status SealedUnaryCallOnce(crypto::MessageKind kind, const std::string& model_handle,
+                                   const google::protobuf::Message& request,
+                                   google::protobuf::Message& reply, absl::Duration timeout,
+                                   std::shared_ptr<Session>& used);
+  // Forgets `session` if it is still the current one, so the next call attests again.
+  void DropSession(const std::shared_ptr<Session>& session);
 
   const ClientOptions options_;
   const std::shared_ptr<const TenantIdentity> identity_;
@@ -136,6 +171,7 @@ class Client {
   mutable absl::Mutex mu_;
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
   attest::Verdict verdict_ ABSL_GUARDED_BY(mu_);
+  std::string evidence_ ABSL_GUARDED_BY(mu_);  // serialized EvidenceBundle behind verdict_
   // Serializes session replacement so concurrent callers attest once, not once each.
   absl::Mutex reopen_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 };

@@ -63,6 +63,15 @@ class EnclavePeer final : public api::Cloister::Service {
     bool tamper_replies = false;
   };
 
+  // The next `count` sealed calls (ListModels, DeleteModel, Infer) are refused with `code` and
+  // `message`, as cloisterd refuses calls whose enclave worker died.
+  void RefuseNextSealedCalls(int count, grpc::StatusCode code, std::string message) {
+    absl::MutexLock lock(&mu);
+    refusals_left_ = count;
+    refusal_ = grpc::Status(code, std::move(message));
+  }
+  std::atomic<int> sealed_calls{0};
+
   static std::unique_ptr<EnclavePeer> Create(const std::string& sim_dir, Bytes measurement,
                                              Options options) {
     auto peer = std::unique_ptr<EnclavePeer>(new EnclavePeer());
@@ -330,6 +339,14 @@ class EnclavePeer final : public api::Cloister::Service {
   grpc::Status Sealed(const grpc::ServerContext& context, const api::SealedCall& call,
                       crypto::MessageKind kind, api::SealedReply* reply, const Handler& handler) {
     if (grpc::Status auth = Authenticate(context); !auth.ok()) return auth;
+    ++sealed_calls;
+    {
+      absl::MutexLock lock(&mu);
+      if (refusals_left_ > 0) {
+        --refusals_left_;
+        return refusal_;
+      }
+    }
     // Request ids are 16 lowercase hex characters (8 random bytes).
     if (call.request_id().size() != 16 ||
         call.request_id().find_first_not_of("0123456789abcdef") != std::string::npos) {
@@ -359,6 +376,8 @@ class EnclavePeer final : public api::Cloister::Service {
   }
 
   Options options_;
+  int refusals_left_ ABSL_GUARDED_BY(mu) = 0;
+  grpc::Status refusal_ ABSL_GUARDED_BY(mu);
   std::unique_ptr<attest::EvidenceCollector> collector_;
   crypto::X25519KeyPair hpke_;
   crypto::Ed25519KeyPair signing_;
@@ -530,6 +549,34 @@ TEST_F(ClientTest, RejectsBadOptions) {
   EXPECT_EQ(Client::Connect(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(ClientTest, RejectsBadTlsOptions) {
+  ClientOptions options = Options();
+  options.tls_ca_file = dir_ + "/missing-ca.crt";
+  absl::Status status = Attest(options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_NE(status.message().find("TLS CA file"), absl::string_view::npos) << status;
+  // A file that holds no certificate.
+  options.tls_ca_file = key_path_;
+  status = Attest(options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("holds no PEM CERTIFICATE"), absl::string_view::npos) << status;
+  // Client certificates need a CA and come with their key.
+  options = Options();
+  options.tls_client_cert_file = dir_ + "/client.crt";
+  EXPECT_EQ(Attest(options).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/ca.crt",
+                              "-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n")
+                  .ok());
+  options.tls_ca_file = dir_ + "/ca.crt";
+  status = Attest(options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("go together"), absl::string_view::npos) << status;
+  // A TLS client against this plaintext test server gets no connection, not a plaintext one.
+  options = Options();
+  options.tls_ca_file = dir_ + "/ca.crt";
+  EXPECT_EQ(Attest(options).status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(ClientTest, UploadListInferDelete) {
   std::unique_ptr<Client> client = MustConnect(Options());
   ASSERT_NE(client, nullptr);
@@ -634,6 +681,54 @@ TEST_F(ClientTest, ReplacesAnExpiringSession) {
   ASSERT_TRUE(client->ListModels().ok());
   EXPECT_EQ(peer_->open_sessions.load(), 2);
   EXPECT_NE(client->session_id(), first);
+}
+
+TEST_F(ClientTest, RetriesIdempotentCallsThroughANewSessionAfterAWorkerRestart) {
+  ClientOptions options = Options();
+  options.retry_backoff = absl::Milliseconds(1);
+  std::unique_ptr<Client> client = MustConnect(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->UploadModel(WriteModel("m.onnx", Bytes(10, 1)), "echo").ok());
+  Bytes first = client->session_id();
+  // The worker died with the call (UNAVAILABLE), then the old session is refused.
+  peer_->sealed_calls = 0;
+  peer_->RefuseNextSealedCalls(1, grpc::StatusCode::UNAVAILABLE,
+                               "enclave worker 0 exited while holding this call; retry");
+  auto outputs = client->Infer("echo", {Fp32Tensor("x", {1, 2})});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_EQ(peer_->sealed_calls.load(), 2);
+  EXPECT_EQ(peer_->open_sessions.load(), 2);  // attested again before the retry
+  EXPECT_NE(client->session_id(), first);
+  peer_->RefuseNextSealedCalls(2, grpc::StatusCode::FAILED_PRECONDITION,
+                               "the enclave worker holding this session restarted; re-attest "
+                               "and open a new session");
+  EXPECT_TRUE(client->ListModels().ok());
+  EXPECT_EQ(peer_->open_sessions.load(), 4);
+}
+
+TEST_F(ClientTest, RetriesAreBoundedAndOnlyForIdempotentCalls) {
+  ClientOptions options = Options();
+  options.retry_backoff = absl::Milliseconds(1);
+  options.max_attempts = 3;
+  std::unique_ptr<Client> client = MustConnect(options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->UploadModel(WriteModel("m.onnx", Bytes(10, 1)), "echo").ok());
+  peer_->sealed_calls = 0;
+  peer_->RefuseNextSealedCalls(10, grpc::StatusCode::UNAVAILABLE, "enclave worker 0 is restarting");
+  auto listed = client->ListModels();
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(peer_->sealed_calls.load(), 3);
+  // Deleting is not idempotent: one attempt only.
+  peer_->sealed_calls = 0;
+  EXPECT_EQ(client->DeleteModel("echo").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(peer_->sealed_calls.load(), 1);
+  // Other refusals are not retried either.
+  peer_->sealed_calls = 0;
+  peer_->RefuseNextSealedCalls(1, grpc::StatusCode::FAILED_PRECONDITION, "something else");
+  EXPECT_EQ(client->ListModels().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(peer_->sealed_calls.load(), 1);
+  peer_->RefuseNextSealedCalls(0, grpc::StatusCode::OK, "");
+  EXPECT_TRUE(client->ListModels().ok());
 }
 
 TEST_F(ClientTest, ConcurrentInfer) {

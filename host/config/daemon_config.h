@@ -17,11 +17,15 @@
 //     best_effort_max_batch_time_ms: 5 # ... and their estimated duration
 //     fairness_quantum_ms: 2           # deficit round robin credit per round and weight unit
 //     realtime_activity_window_ms: 1000  # caps hold this long after a realtime arrival
+//     realtime_arrival_guard_ms: 1     # hold best-effort work for a periodic realtime arrival; 0: off
+//     realtime_reserved_slots: 0       # in-flight slots per worker kept for realtime work
 //   tenant_defaults:                   # limits for tenants that do not set them (and "demo")
 //     <any tenant limit below>
 //   tenants:                           # absent or empty: the development tenant "demo"
 //     - id: acme
 //       token_sha256: <64 hex digits>  # SHA-256 of the tenant's API token
+//       mtls_identities: [spiffe://example.org/acme]  # needs tls.client_ca_file
+//       attestation_policy: production # a name from attestation_policies
 //       priority: realtime             # realtime, standard (default), batch
 //       weight: 1                      # 1..10000, share of execution time within the class
 //       rate_per_second: 50            # token bucket; 0 (default): unlimited
@@ -31,9 +35,34 @@
 //       max_payload_bytes: 64MiB
 //       model_memory_quota_bytes: 4GiB # sum of the tenant's stored models, checked at upload
 //       default_deadline_ms: 1000      # for requests without a deadline; default none
+//   tls:                               # TLS on the tenant port (files relative to this file)
+//     cert_file: tls/server.crt
+//     key_file: tls/server.key
+//     client_ca_file: tls/clients-ca.crt   # optional: mutual TLS
+//     require_client_cert: false
+//   operator:
+//     listen: unix:/run/cloister/operator.sock   # or loopback HOST:PORT (default 127.0.0.1:7701)
+//     metrics_listen: 127.0.0.1:7702   # Prometheus /metrics (default: operator port + 1)
+//     allow_remote: false              # needed for a HOST:PORT that is not loopback
+//   devices:                           # one enclave worker each; replaces `workers`
+//     - name: gpu0
+//       gpu: nvidia-cc                 # default: the daemon's gpu
+//       executor: cuda                 # auto (default), cpu, cuda
+//       pcie_mode: driver              # driver, emulated, off; default: the worker's choice
+//       pci_address: "0000:c1:00.0"
+//   limits:
+//     max_model_bytes: 512MiB
+//     max_sealed_message_bytes: 64MiB
+//     session_ttl_seconds: 3900
+//     max_sessions_per_tenant: 10000
+//   attestation_policies:
+//     - name: production
+//       file: ../attestation/sev-snp-h100.yaml
+//   attestation_policy: production     # default for tenants that name none
 //
-// Errors are "FILE:LINE: field: what" (unknown fields and wrong types included).
-// Flags override the file. Thread-safe: pure functions.
+// Errors are "FILE:LINE: field: what" (unknown fields and wrong types included), one line per
+// mistake: the loader reports every top-level section and every tenant that is wrong, not only
+// the first. Flags override the file. Thread-safe: pure functions.
 #pragma once
 
 #include <optional>
@@ -50,13 +79,53 @@ namespace cloister::host {
 
 inline constexpr char kCloisterdUsage[] =
     "usage: cloisterd [--config FILE] [--listen HOST:PORT] [--data-dir DIR] "
-    "[--enclave-binary PATH] [--tee sim|sev-snp|tdx] [--gpu sim|nvidia-cc|none]";
+    "[--enclave-binary PATH] [--tee sim|sev-snp|tdx] [--gpu sim|nvidia-cc|none] | "
+    "cloisterd --check-config FILE [--skip-file-checks]";
 
 // One configured tenant: its credential and its limits.
 struct TenantConfig {
   std::string tenant_id;
   Bytes token_sha256;  // 32 bytes
   TenantLimits limits;
+  std::vector<std::string> mtls_identities;  // empty: any client (or none) may act for it
+  std::string attestation_policy;            // resolved: the tenant's, else the daemon default
+};
+
+struct TlsConfig {
+  // Paths as resolved against the config file's folder. Empty cert_file: plaintext.
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;
+  bool require_client_cert = false;
+  bool enabled() const { return !cert_file.empty(); }
+};
+
+struct OperatorConfig {
+  std::string listen = "127.0.0.1:7701";  // "unix:PATH" or HOST:PORT
+  std::string metrics_listen;             // HOST:PORT; empty: derived from `listen`
+  bool allow_remote = false;
+};
+
+// One enclave worker and its device, with defaults filled in (DaemonConfig::Workers()).
+struct DeviceConfig {
+  std::string name;
+  std::string gpu;        // sim, nvidia-cc, none; empty: the worker's default
+  std::string executor;   // auto, cpu, cuda; empty: the worker's default (auto)
+  std::string pcie_mode;  // driver, emulated, off; empty: the worker's default
+  std::string pci_address;
+};
+
+// Limits of the tenant API that are not per tenant (ServiceOptions).
+struct ApiLimits {
+  uint64_t max_model_size = uint64_t{512} << 20;
+  uint64_t max_sealed_message_size = uint64_t{64} << 20;
+  absl::Duration session_ttl = absl::Minutes(65);
+  int max_sessions_per_tenant = 10000;
+};
+
+struct AttestationPolicyConfig {
+  std::string name;
+  std::string file;  // resolved against the config file's folder
 };
 
 struct DaemonConfig {
@@ -70,16 +139,41 @@ struct DaemonConfig {
   // limits (clock is left unset).
   SchedulerOptions scheduler;
   std::vector<TenantConfig> tenants;  // empty: the development tenant
+  TlsConfig tls;
+  OperatorConfig operator_api;
+  std::vector<DeviceConfig> devices;  // as written; empty: `workers` default workers
+  ApiLimits limits;
+  std::vector<AttestationPolicyConfig> attestation_policies;
+  std::string attestation_policy;  // default policy name for tenants; empty: none
+  std::string source_file;         // the config file it came from; empty: defaults and flags
+  // Fields set by command-line flags over the file ("listen", "data_dir", ...): a reload of
+  // the file does not count them as changed.
+  std::vector<std::string> flag_overrides;
 
   // The credentials of the configured tenants, for TenantRegistry.
   std::vector<TenantCredential> Credentials() const;
+  // One entry per enclave worker: `devices`, or `workers` entries named worker0.. with the
+  // daemon's gpu.
+  std::vector<DeviceConfig> Workers() const;
 };
 
-// Parses config text; `file_name` is only used in error messages. Empty text gives defaults.
+// Whether loading also reads the files a config names (TLS material, attestation policies)
+// and checks them: they exist, are readable, hold PEM blocks of the right kind, and the
+// policies' tee and gpu match the daemon's. kSkip checks only the config file itself (for
+// configs written for another machine).
+enum class FileChecks { kRead, kSkip };
+
+// Parses config text; `file_name` is used in error messages and its folder resolves relative
+// paths. Empty text gives defaults.
 absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text,
-                                               absl::string_view file_name);
+                                               absl::string_view file_name,
+                                               FileChecks file_checks = FileChecks::kSkip);
+// One line for --check-config: tenants, workers, TLS, operator address.
+std::string DescribeDaemonConfig(const DaemonConfig& config);
+
 // Reads and parses a config file.
-absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path);
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path,
+                                              FileChecks file_checks = FileChecks::kRead);
 
 struct CommandLine {
   std::optional<std::string> config_path;
@@ -88,11 +182,13 @@ struct CommandLine {
   std::optional<std::string> enclave_binary;
   std::optional<std::string> tee;
   std::optional<std::string> gpu;
+  std::optional<std::string> check_config;  // --check-config FILE: validate, then exit
+  bool skip_file_checks = false;            // --skip-file-checks, with --check-config only
   bool help = false;
 };
 
-// Parses `--flag VALUE` and `--flag=VALUE` forms. InvalidArgument with a one-line message for an
-// unknown flag, a missing value or a stray argument.
+// Parses `--flag VALUE` and `--flag=VALUE` forms (and the boolean --skip-file-checks).
+// InvalidArgument with a one-line message for an unknown flag, a missing value or a stray argument.
 absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv);
 
 // The effective settings: the config file (if any) with the flags applied on top, validated.
@@ -102,8 +198,16 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const CommandLine& command_line
 // TEE, a real NVIDIA GPU only with a real TEE. InvalidArgument with one line otherwise.
 absl::Status CheckEvidenceSources(absl::string_view tee, absl::string_view gpu);
 
+// The file at `path` holds at least one PEM block of `kind` ("CERTIFICATE"; "PRIVATE KEY" also
+// accepts "RSA PRIVATE KEY" and "EC PRIVATE KEY"). The read error, or InvalidArgument naming
+// the file.
+absl::Status CheckPemFile(const std::string& path, absl::string_view kind);
+
 // HOST:PORT with a port in 0..65535 (an IPv6 host in brackets). InvalidArgument otherwise.
 absl::Status CheckListenAddress(absl::string_view listen);
+// "unix:PATH", or a HOST:PORT that is loopback (127.0.0.0/8, [::1], localhost) unless
+// `allow_remote`. InvalidArgument otherwise.
+absl::Status CheckOperatorAddress(absl::string_view listen, bool allow_remote);
 // The HOST part of a valid HOST:PORT.
 std::string ListenHost(absl::string_view listen);
 

@@ -1,9 +1,11 @@
 #include "host/config/daemon_config.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/bytes.h"
@@ -112,6 +114,8 @@ TEST(DaemonConfigTest, SchedulerAndTenantLimits) {
       "  best_effort_max_batch_size: 4\n"
       "  best_effort_max_batch_time_ms: 10\n"
       "  fairness_quantum_ms: 0.5\n"
+      "  realtime_arrival_guard_ms: 2\n"
+      "  realtime_reserved_slots: 1\n"
       "tenants:\n"
       "  - id: acme\n"
       "    token_sha256: " +
@@ -142,6 +146,8 @@ TEST(DaemonConfigTest, SchedulerAndTenantLimits) {
   EXPECT_EQ(scheduler.max_batches_in_flight, 3);
   EXPECT_EQ(scheduler.best_effort_max_batch_size, 4);
   EXPECT_EQ(scheduler.best_effort_max_batch_time, absl::Milliseconds(10));
+  EXPECT_EQ(scheduler.realtime_arrival_guard, absl::Milliseconds(2));
+  EXPECT_EQ(scheduler.realtime_reserved_slots, 1);
   EXPECT_EQ(scheduler.fairness_quantum, absl::Microseconds(500));
   EXPECT_EQ(scheduler.default_limits.priority, PriorityClass::kBatch);
   ASSERT_EQ(config->tenants.size(), 2u);
@@ -181,6 +187,11 @@ TEST(DaemonConfigTest, SchedulerAndLimitErrorsNameLineAndField) {
             "test.yaml:3: batching: the scheduler settings are already given as 'scheduler'");
   EXPECT_EQ(ErrorOf("scheduler:\n  fairness_quantum_ms: 0\n"),
             "test.yaml:2: scheduler.fairness_quantum_ms: 0 is outside 0.001..60000");
+  EXPECT_EQ(ErrorOf("scheduler:\n  max_batches_in_flight: 2\n  realtime_reserved_slots: 2\n"),
+            "test.yaml:2: scheduler: realtime_reserved_slots (2) must be less than "
+            "max_batches_in_flight (2)");
+  EXPECT_EQ(ErrorOf("scheduler:\n  realtime_arrival_guard_ms: 5000\n"),
+            "test.yaml:2: scheduler.realtime_arrival_guard_ms: 5000 is outside 0..1000");
   EXPECT_EQ(ErrorOf("scheduler:\n  workers: 2\n"),
             "test.yaml:2: scheduler: unknown field 'workers'");
   EXPECT_EQ(ErrorOf(tenant + "    priority: urgent\n"),
@@ -227,8 +238,33 @@ TEST(DaemonConfigTest, LoaderKnowsEveryFieldOfTheProtoSchema) {
                 limits->field(i)->name());
   }
   // Tenant's own fields other than the inline limits.
-  EXPECT_NE(config::v1::Tenant::descriptor()->FindFieldByName("id"), nullptr);
-  EXPECT_NE(config::v1::Tenant::descriptor()->FindFieldByName("token_sha256"), nullptr);
+  const google::protobuf::Descriptor* tenant = config::v1::Tenant::descriptor();
+  for (int i = 0; i < tenant->field_count(); ++i) {
+    if (tenant->field(i)->name() == "limits") continue;  // inline, checked above
+    not_unknown("tenants:\n  - id: acme\n    token_sha256: " + kHash + "\n    " +
+                    tenant->field(i)->name() + ": {bad: 1}\n",
+                tenant->field(i)->name());
+  }
+  // The sections added for operators: each map's fields, and the list entries' fields.
+  for (const auto& [section, message] :
+       std::vector<std::pair<std::string, const google::protobuf::Descriptor*>>{
+           {"tls", config::v1::Tls::descriptor()},
+           {"operator", config::v1::Operator::descriptor()},
+           {"limits", config::v1::Limits::descriptor()}}) {
+    for (int i = 0; i < message->field_count(); ++i) {
+      not_unknown(section + ":\n  " + message->field(i)->name() + ": {bad: 1}\n",
+                  section + "." + message->field(i)->name());
+    }
+  }
+  for (const auto& [section, message] :
+       std::vector<std::pair<std::string, const google::protobuf::Descriptor*>>{
+           {"devices", config::v1::Device::descriptor()},
+           {"attestation_policies", config::v1::AttestationPolicyRef::descriptor()}}) {
+    for (int i = 0; i < message->field_count(); ++i) {
+      not_unknown(section + ":\n  - " + message->field(i)->name() + ": {bad: 1}\n",
+                  section + "." + message->field(i)->name());
+    }
+  }
   // And a field the schema lacks is refused.
   EXPECT_NE(ErrorOf("scheduler:\n  bogus: 1\n").find("unknown field 'bogus'"), std::string::npos);
 }
@@ -332,6 +368,238 @@ TEST(DaemonConfigTest, FlagsOverrideTheFile) {
   auto missing = ResolveDaemonConfig(command_line);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(missing.status().message().find(path), std::string::npos);
+}
+
+TEST(DaemonConfigTest, OperatorSections) {
+  std::string dir = (std::filesystem::path(::testing::TempDir()) /
+                     ("daemon_config_sections_" + std::to_string(::getpid())))
+                        .string();
+  std::filesystem::create_directories(dir + "/tls");
+  std::string config_path = dir + "/cloisterd.yaml";
+  auto config = ParseDaemonConfig(
+      "tee: sev-snp\n"
+      "gpu: nvidia-cc\n"
+      "tls:\n"
+      "  cert_file: tls/server.crt\n"
+      "  key_file: /abs/server.key\n"
+      "  client_ca_file: tls/ca.crt\n"
+      "  require_client_cert: true\n"
+      "operator:\n"
+      "  listen: unix:/run/cloister/operator.sock\n"
+      "devices:\n"
+      "  - name: gpu0\n"
+      "    executor: cuda\n"
+      "    pcie_mode: driver\n"
+      "    pci_address: \"0000:c1:00.0\"\n"
+      "  - name: gpu1\n"
+      "    gpu: none\n"
+      "    executor: cpu\n"
+      "limits:\n"
+      "  max_model_bytes: 2GiB\n"
+      "  max_sealed_message_bytes: 16MiB\n"
+      "  session_ttl_seconds: 600\n"
+      "  max_sessions_per_tenant: 50\n"
+      "attestation_policies:\n"
+      "  - name: production\n"
+      "    file: policies/prod.yaml\n"
+      "  - name: strict\n"
+      "    file: /etc/cloister/strict.yaml\n"
+      "attestation_policy: production\n"
+      "tenants:\n"
+      "  - id: acme\n"
+      "    token_sha256: " +
+          kHash +
+          "\n"
+          "    mtls_identities: [spiffe://example.org/acme, acme.example.org]\n"
+          "    attestation_policy: strict\n"
+          "  - id: globex\n"
+          "    token_sha256: " +
+          kHash + "\n",
+      config_path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->tls.cert_file, dir + "/tls/server.crt");  // relative to the config file
+  EXPECT_EQ(config->tls.key_file, "/abs/server.key");
+  EXPECT_EQ(config->tls.client_ca_file, dir + "/tls/ca.crt");
+  EXPECT_TRUE(config->tls.require_client_cert);
+  EXPECT_EQ(config->operator_api.listen, "unix:/run/cloister/operator.sock");
+  ASSERT_EQ(config->devices.size(), 2u);
+  EXPECT_EQ(config->workers, 2);
+  std::vector<DeviceConfig> workers = config->Workers();
+  EXPECT_EQ(workers[0].gpu, "nvidia-cc");  // the daemon's
+  EXPECT_EQ(workers[0].pcie_mode, "driver");
+  EXPECT_EQ(workers[0].pci_address, "0000:c1:00.0");
+  EXPECT_EQ(workers[1].gpu, "none");
+  EXPECT_EQ(config->limits.max_model_size, uint64_t{2} << 30);
+  EXPECT_EQ(config->limits.max_sealed_message_size, uint64_t{16} << 20);
+  EXPECT_EQ(config->limits.session_ttl, absl::Seconds(600));
+  EXPECT_EQ(config->limits.max_sessions_per_tenant, 50);
+  ASSERT_EQ(config->attestation_policies.size(), 2u);
+  EXPECT_EQ(config->attestation_policies[0].file, dir + "/policies/prod.yaml");
+  ASSERT_EQ(config->tenants.size(), 2u);
+  EXPECT_EQ(config->tenants[0].mtls_identities.size(), 2u);
+  EXPECT_EQ(config->tenants[0].attestation_policy, "strict");
+  EXPECT_EQ(config->tenants[1].attestation_policy, "production");  // the default
+  EXPECT_NE(DescribeDaemonConfig(*config).find("mutual TLS (required)"), std::string::npos);
+
+  // Without devices, `workers` workers with the daemon's gpu.
+  auto plain = Parse("workers: 3\n");
+  ASSERT_TRUE(plain.ok());
+  ASSERT_EQ(plain->Workers().size(), 3u);
+  EXPECT_EQ(plain->Workers()[2].name, "worker2");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DaemonConfigTest, OperatorSectionErrorsNameLineAndField) {
+  EXPECT_EQ(ErrorOf("tls:\n  cert_file: a.crt\n"),
+            "test.yaml:2: tls.key_file: missing: cert_file and key_file go together");
+  EXPECT_EQ(ErrorOf("tls:\n  cert_file: a\n  key_file: b\n  require_client_cert: true\n"),
+            "test.yaml:2: tls.require_client_cert: needs tls.client_ca_file (the CA that issues "
+            "client certificates)");
+  EXPECT_EQ(ErrorOf("tls:\n  cert_file: a\n  key_file: b\n  require_client_cert: yes\n"),
+            "test.yaml:4: tls.require_client_cert: expected true or false, got 'yes'");
+  EXPECT_EQ(ErrorOf("tls:\n  cert: a\n"), "test.yaml:2: tls: unknown field 'cert'");
+  EXPECT_NE(ErrorOf("operator:\n  listen: 10.1.2.3:7701\n")
+                .find("test.yaml:2: operator.listen: '10.1.2.3:7701' is not loopback"),
+            std::string::npos);
+  EXPECT_TRUE(Parse("operator:\n  listen: 10.1.2.3:7701\n  allow_remote: true\n").ok());
+  EXPECT_TRUE(Parse("operator:\n  listen: \"[::1]:7701\"\n").ok());
+  EXPECT_TRUE(Parse("operator:\n  metrics_listen: 127.0.0.1:9100\n").ok());
+  EXPECT_NE(ErrorOf("operator:\n  listen: unix:/run/op.sock\n  metrics_listen: 0.0.0.0:9100\n")
+                .find("test.yaml:3: operator.metrics_listen: '0.0.0.0:9100' is not loopback"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf("operator:\n  metrics_listen: unix:/x\n"),
+            "test.yaml:2: operator.metrics_listen: the metrics endpoint is HTTP on HOST:PORT, not "
+            "a unix socket");
+  EXPECT_EQ(ErrorOf("operator:\n  listen: \"unix:\"\n"),
+            "test.yaml:2: operator.listen: 'unix:' needs a socket path, like "
+            "unix:/run/cloister/op.sock");
+  EXPECT_EQ(ErrorOf("devices: []\n"), "test.yaml:1: devices: must list at least one device");
+  EXPECT_EQ(ErrorOf("devices:\n  - gpu: sim\n"), "test.yaml:2: devices[0]: missing field 'name'");
+  EXPECT_EQ(ErrorOf("devices:\n  - name: GPU 0\n"),
+            "test.yaml:2: devices[0].name: 'GPU 0' is not a name: use a-z, 0-9, _ and -, at most "
+            "32 characters");
+  EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    pcie_mode: fast\n"),
+            "test.yaml:3: devices[0].pcie_mode: must be one of driver, emulated, off, not 'fast'");
+  EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    pci_address: c1:00.0\n"),
+            "test.yaml:3: devices[0].pci_address: 'c1:00.0' is not a PCI address like "
+            "0000:c1:00.0");
+  EXPECT_EQ(ErrorOf("devices:\n  - name: a\n  - name: a\n"),
+            "test.yaml:3: devices[1].name: device 'a' is listed twice");
+  EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    gpu: sim\n    executor: cuda\n"),
+            "test.yaml:4: devices[0].executor: cuda needs a GPU; this device has gpu sim");
+  EXPECT_EQ(ErrorOf("tee: sim\ndevices:\n  - name: a\n    gpu: nvidia-cc\n"),
+            "test.yaml:3: devices[0].gpu: gpu nvidia-cc needs tee sev-snp or tdx (a simulated CVM "
+            "cannot vouch for a real GPU)");
+  EXPECT_EQ(ErrorOf("workers: 2\ndevices:\n  - name: a\n"),
+            "test.yaml:1: workers: 2 workers but 1 devices: drop workers, devices decide");
+  EXPECT_EQ(ErrorOf("limits:\n  session_ttl_seconds: 5\n"),
+            "test.yaml:2: limits.session_ttl_seconds: 5 is outside 60..86400");
+  EXPECT_EQ(
+      ErrorOf("limits:\n  max_sealed_message_bytes: 2GiB\n"),
+      "test.yaml:2: limits.max_sealed_message_bytes: must be at most 1GiB (one gRPC message)");
+  EXPECT_EQ(ErrorOf("attestation_policies:\n  - name: a\n"),
+            "test.yaml:2: attestation_policies[0]: missing field 'file'");
+  EXPECT_EQ(ErrorOf("attestation_policies:\n  - {name: a, file: x}\n  - {name: a, file: y}\n"),
+            "test.yaml:3: attestation_policies[1].name: policy 'a' is listed twice");
+  EXPECT_EQ(ErrorOf("attestation_policy: nope\n"),
+            "test.yaml:1: attestation_policy: no attestation policy named 'nope' in "
+            "attestation_policies");
+  EXPECT_EQ(ErrorOf("tenants:\n  - id: acme\n    token_sha256: " + kHash +
+                    "\n    mtls_identities: [acme]\n"),
+            "test.yaml:4: tenants[0].mtls_identities: client identities need tls.client_ca_file "
+            "(mutual TLS)");
+  EXPECT_EQ(ErrorOf("tenants:\n  - id: acme\n    token_sha256: " + kHash +
+                    "\n    attestation_policy: missing\n"),
+            "test.yaml:4: tenants[0].attestation_policy: no attestation policy named 'missing' in "
+            "attestation_policies");
+}
+
+TEST(DaemonConfigTest, EveryBrokenSectionIsReported) {
+  EXPECT_EQ(ErrorOf("workers: 0\n"
+                    "listen: nowhere\n"
+                    "tenants:\n"
+                    "  - id: a\n"
+                    "  - id: b\n"
+                    "    token_sha256: " +
+                    kHash +
+                    "\n"
+                    "  - id: c\n"
+                    "    token_sha256: 12\n"),
+            "test.yaml:1: workers: 0 is outside 1..64\n"
+            "test.yaml:2: listen: listen address 'nowhere' is not HOST:PORT\n"
+            "test.yaml:4: tenants[0]: missing field 'token_sha256'\n"
+            "test.yaml:8: tenants[2].token_sha256: expected 64 hex digits (the SHA-256 of the "
+            "tenant's API token)");
+}
+
+TEST(DaemonConfigTest, FileChecksReadWhatTheConfigNames) {
+  std::string dir = (std::filesystem::path(::testing::TempDir()) /
+                     ("daemon_config_files_" + std::to_string(::getpid())))
+                        .string();
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text, int mode = 0600) {
+    ASSERT_TRUE(WriteFileAtomic(dir + "/" + name, text, mode).ok());
+    ::chmod((dir + "/" + name).c_str(), mode);
+  };
+  const std::string cert = "-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n";
+  const std::string key = "-----BEGIN EC PRIVATE KEY-----\nMA==\n-----END EC PRIVATE KEY-----\n";
+  write("server.crt", cert, 0644);
+  write("server.key", key, 0600);
+  write("snp.yaml", "name: p\ntee: sev-snp\ngpu: nvidia-cc\n", 0644);
+  write("tdx.yaml", "name: q\ntee: tdx\ngpu: none\n", 0644);
+  const std::string path = dir + "/cloisterd.yaml";
+  const std::string base =
+      "tee: sev-snp\ngpu: nvidia-cc\ntls:\n  cert_file: server.crt\n  key_file: server.key\n";
+  auto load = [&](const std::string& text) {
+    return ParseDaemonConfig(text, path, FileChecks::kRead);
+  };
+  auto good = load(base + "attestation_policies:\n  - name: p\n    file: snp.yaml\n");
+  EXPECT_TRUE(good.ok()) << good.status();
+
+  auto mismatch = load(base + "attestation_policies:\n  - name: q\n    file: tdx.yaml\n");
+  ASSERT_FALSE(mismatch.ok());
+  std::string message(mismatch.status().message());
+  EXPECT_NE(message.find(path + ":8: attestation_policies[0].file: " + dir +
+                         "/tdx.yaml is for tee tdx but this daemon's tee is sev-snp"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("is for gpu none but this daemon's workers report gpu nvidia-cc"),
+            std::string::npos)
+      << message;
+
+  auto missing = load(base + "attestation_policies:\n  - name: p\n    file: gone.yaml\n");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(path + ":8: attestation_policies[0].file: "),
+            std::string::npos)
+      << missing.status();
+  // The same file without file checks loads (a config written for another machine).
+  EXPECT_TRUE(ParseDaemonConfig(base + "attestation_policies:\n  - name: p\n    file: gone.yaml\n",
+                                path, FileChecks::kSkip)
+                  .ok());
+
+  write("server.key", cert, 0600);  // a certificate where the key belongs
+  auto wrong_kind = load(base);
+  ASSERT_FALSE(wrong_kind.ok());
+  EXPECT_NE(wrong_kind.status().message().find(path + ":5: tls.key_file: " + dir +
+                                               "/server.key holds no PEM PRIVATE KEY"),
+            std::string::npos)
+      << wrong_kind.status();
+  write("server.key", key, 0644);  // readable by every user
+  auto exposed = load(base);
+  ASSERT_FALSE(exposed.ok());
+  EXPECT_NE(exposed.status().message().find("is readable by every user"), std::string::npos)
+      << exposed.status();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DaemonConfigTest, CheckConfigFlags) {
+  auto parsed = ParseArgs({"--check-config", "c.yaml", "--skip-file-checks"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->check_config, "c.yaml");
+  EXPECT_TRUE(parsed->skip_file_checks);
+  EXPECT_EQ(ParseArgs({"--skip-file-checks"}).status().message(),
+            "--skip-file-checks only goes with --check-config FILE");
+  EXPECT_EQ(ParseArgs({"--check-config"}).status().message(), "flag --check-config needs a value");
 }
 
 }  // namespace

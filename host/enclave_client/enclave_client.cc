@@ -38,6 +38,8 @@ EnclaveToHost::ResultCase ExpectedResultCase(HostToEnclave::CallCase call_case) 
       return EnclaveToHost::kDeleteModel;
     case HostToEnclave::kInferBatch:
       return EnclaveToHost::kInferBatch;
+    case HostToEnclave::kSignAuditCheckpoint:
+      return EnclaveToHost::kSignAuditCheckpoint;
     case HostToEnclave::CALL_NOT_SET:
       return EnclaveToHost::RESULT_NOT_SET;
   }

@@ -81,6 +81,7 @@ std::vector<std::string> ProcessEnclaveClient::WorkerCommandLine(
                   {"--dev-policy-out", absl::StrCat(options.data_dir, "/dev-policy.yaml")});
     }
   }
+  args.insert(args.end(), options.worker_arguments.begin(), options.worker_arguments.end());
   return args;
 }
 

@@ -49,6 +49,9 @@ struct ProcessEnclaveOptions {
   // With the simulated TEE: whether this worker writes DATA_DIR/dev-policy.yaml. With several
   // workers sharing a data dir only the first one does.
   bool write_dev_policy = true;
+  // Appended to the worker's command line (e.g. --executor cuda --pcie-mode driver for the
+  // device this worker owns).
+  std::vector<std::string> worker_arguments;
   // How long Stop() waits after SIGTERM before SIGKILL.
   absl::Duration stop_grace = absl::Seconds(5);
   // Runs once, on the reader thread, if the connection ends without Stop() having been called

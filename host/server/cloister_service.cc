@@ -417,11 +417,12 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
     }
     Log(LogLevel::kInfo, "model_stored",
         {{"tenant", tenant_id_}, {"handle", handle_}, {"size", static_cast<unsigned long>(size)}});
+    service_->Audit(audit_event::kModelUploaded, tenant_id_, {{"handle", handle_}});
     FinishOnce(absl::OkStatus());
   }
 
   void Fail(const absl::Status& status) {
-    LogRefused("UploadModel", tenant_id_, status);
+    service_->Refused("UploadModel", tenant_id_, status);
     upload_.reset();  // removes the staged ciphertext
     response_->Clear();
     FinishOnce(status);
@@ -471,6 +472,38 @@ CloisterService::CloisterService(TenantRegistry* tenants, std::vector<EnclaveCli
       sessions_(clock_, options.session_ttl, options.max_sessions_per_tenant) {
   CLOISTER_CHECK(!workers_.empty());
   for (EnclaveClient* worker : workers_) CLOISTER_CHECK(worker != nullptr);
+  if (options_.audit != nullptr) {
+    sessions_.SetOnExpiredForAudit([audit = options_.audit](const std::string& tenant_id,
+                                                            int worker) {
+      absl::Status recorded = audit->Record(audit_event::kSessionClosed, tenant_id,
+                                            {{"worker", absl::StrCat(worker)},
+                                             {"reason", "expired"}});
+      if (!recorded.ok()) {
+        Log(LogLevel::kError, "audit_write_failed", {{"error", recorded.ToString()}});
+      }
+    });
+  }
+}
+
+void CloisterService::Refused(absl::string_view method, absl::string_view tenant_id,
+                              const absl::Status& status) {
+  LogRefused(method, tenant_id, status);
+  // Load refusals (RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED...) are counted in the metrics; the
+  // audit log keeps the ones that say someone reached for what is not theirs.
+  if (status.code() == absl::StatusCode::kPermissionDenied) {
+    Audit(audit_event::kRefused, tenant_id,
+          {{"method", std::string(method)}, {"code", absl::StatusCodeToString(status.code())},
+           {"reason", std::string(status.message())}});
+  }
+}
+
+void CloisterService::Audit(absl::string_view event, absl::string_view tenant_id,
+                            const AuditDetails& details) {
+  if (options_.audit == nullptr) return;
+  absl::Status recorded = options_.audit->Record(event, tenant_id, details);
+  if (!recorded.ok()) {
+    Log(LogLevel::kError, "audit_write_failed", {{"error", recorded.ToString()}});
+  }
 }
 
 absl::Status CloisterService::ReserveModelMemory(const std::string& tenant_id,
@@ -524,10 +557,18 @@ absl::StatusOr<std::string> CloisterService::Authenticate(
         tenants_->Authenticate(tenant_id, absl::string_view(authorization).substr(kBearer.size()));
   }
   if (!status.ok()) {
+    std::string claimed = IsValidTenantId(tenant_id) ? tenant_id : std::string("(invalid)");
     Log(LogLevel::kWarning, "authentication_failed",
-        {{"method", ToStd(method)},
-         {"tenant", IsValidTenantId(tenant_id) ? tenant_id : std::string("(invalid)")},
-         {"peer", context.peer()}});
+        {{"method", ToStd(method)}, {"tenant", claimed}, {"peer", context.peer()}});
+    if (options_.audit != nullptr) {
+      absl::Status recorded = options_.audit->Record(
+          audit_event::kRefused, "",
+          {{"method", std::string(method)}, {"code", "UNAUTHENTICATED"}, {"claimed_tenant", claimed},
+           {"peer", context.peer()}});
+      if (!recorded.ok()) {
+        Log(LogLevel::kError, "audit_write_failed", {{"error", recorded.ToString()}});
+      }
+    }
     return status;
   }
   return tenant_id;
@@ -569,7 +610,7 @@ grpc::ServerUnaryReactor* CloisterService::GetEvidence(grpc::CallbackServerConte
   if (request->nonce().size() != kNonceSize) {
     absl::Status status = absl::InvalidArgumentError(
         absl::StrCat("nonce must be ", kNonceSize, " bytes, got ", request->nonce().size()));
-    LogRefused("GetEvidence", *tenant, status);
+    Refused("GetEvidence", *tenant, status);
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
@@ -577,11 +618,13 @@ grpc::ServerUnaryReactor* CloisterService::GetEvidence(grpc::CallbackServerConte
   call.mutable_get_evidence()->set_nonce(request->nonce());
   call.mutable_get_evidence()->set_fresh(request->fresh());
   size_t worker = next_evidence_worker_.fetch_add(1) % workers_.size();
-  workers_[worker]->Call(std::move(call), [reactor, response](EnclaveClient::Reply reply) {
+  workers_[worker]->Call(std::move(call), [this, worker, reactor,
+                                            response](EnclaveClient::Reply reply) {
     if (!reply.ok()) {
       reactor->Finish(ToGrpcStatus(reply.status()));
       return;
     }
+    if (options_.on_evidence) options_.on_evidence(static_cast<int>(worker), reply->get_evidence());
     response->set_challenge_response(
         std::move(*reply->mutable_get_evidence()->mutable_challenge_response()));
     reactor->Finish(grpc::Status::OK);
@@ -615,7 +658,7 @@ grpc::ServerUnaryReactor* CloisterService::OpenSession(grpc::CallbackServerConte
     status = sessions_.CheckCapacity(*tenant);
   }
   if (!status.ok()) {
-    LogRefused("OpenSession", *tenant, status);
+    Refused("OpenSession", *tenant, status);
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
@@ -649,6 +692,7 @@ void CloisterService::OpenSessionOn(size_t worker, std::shared_ptr<const HostToE
       return;
     }
     sessions_.Add(result.session_id(), tenant_id, static_cast<int>(worker));
+    Audit(audit_event::kSessionOpened, tenant_id, {{"worker", absl::StrCat(worker)}});
     response->set_session_id(std::move(*result.mutable_session_id()));
     response->set_sequence(result.sequence());
     response->set_sealed_welcome(std::move(*result.mutable_sealed_welcome()));
@@ -685,7 +729,7 @@ grpc::ServerUnaryReactor* CloisterService::RelaySealedCall(grpc::CallbackServerC
   }
   absl::StatusOr<int> worker = CheckSealedCall(*request, *tenant, /*require_handle=*/false);
   if (!worker.ok()) {
-    LogRefused(method, *tenant, worker.status());
+    Refused(method, *tenant, worker.status());
     reactor->Finish(ToGrpcStatus(worker.status()));
     return reactor;
   }
@@ -722,6 +766,7 @@ grpc::ServerUnaryReactor* CloisterService::RelaySealedCall(grpc::CallbackServerC
         file_worker_.Post([this, reactor, handle = result.deleted_handle(), tenant_id] {
           RemoveStoredModel(handle);
           Log(LogLevel::kInfo, "model_deleted", {{"tenant", tenant_id}, {"handle", handle}});
+          Audit(audit_event::kModelDeleted, tenant_id, {{"handle", handle}});
           reactor->Finish(grpc::Status::OK);
         });
       });
@@ -755,7 +800,7 @@ grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* co
     worker = tenant.status();
   } else {
     worker = CheckSealedCall(*request, *tenant, /*require_handle=*/true);
-    if (!worker.ok()) LogRefused("Infer", *tenant, worker.status());
+    if (!worker.ok()) Refused("Infer", *tenant, worker.status());
   }
   if (!worker.ok()) {
     reactor->Finish(ToGrpcStatus(worker.status()));
@@ -778,12 +823,12 @@ grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* co
   std::string request_id = request->request_id();
   std::string tenant_id = *tenant;
   Scheduler::Ticket ticket = scheduler_->Submit(
-      std::move(infer), [reactor, response, request_id = std::move(request_id),
+      std::move(infer), [this, reactor, response, request_id = std::move(request_id),
                          tenant_id = std::move(tenant_id)](absl::StatusOr<SealedReplyItem> reply) {
         if (!reply.ok()) {
           if (absl::IsResourceExhausted(reply.status()) ||
               absl::IsDeadlineExceeded(reply.status())) {
-            LogRefused("Infer", tenant_id, reply.status());
+            Refused("Infer", tenant_id, reply.status());
           }
           reactor->Finish(ToGrpcStatus(reply.status()));
           return;

@@ -27,6 +27,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +39,7 @@
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "cloister/api/v1/api.grpc.pb.h"
+#include "host/audit/audit_log.h"
 #include "host/enclave_client/enclave_client.h"
 #include "host/scheduler/scheduler.h"
 #include "host/server/serial_worker.h"
@@ -52,6 +55,11 @@ struct ServiceOptions {
   absl::Duration session_ttl = absl::Minutes(65);
   int max_sessions_per_tenant = 10000;
   Clock* clock = nullptr;  // nullptr: Clock::Real()
+  // Where sessions opened and expired, models uploaded and deleted, and security refusals
+  // (UNAUTHENTICATED, PERMISSION_DENIED) are recorded; nullptr: nowhere. Must outlive the service.
+  AuditLog* audit = nullptr;
+  // Sees every GetEvidence answer (and which worker gave it), on the completion thread.
+  std::function<void(int worker, const boundary::v1::GetEvidenceResult& result)> on_evidence;
 };
 
 class CloisterService final : public api::v1::Cloister::CallbackService {
@@ -89,6 +97,8 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   // otherwise wait out its whole deadline for idle client channels to go away).
   bool WaitUntilIdle(absl::Duration timeout);
   int active_rpcs() const;
+  // Live sessions per tenant (for the operator's status and the metrics).
+  std::map<std::string, int> SessionCountsByTenant() { return sessions_.CountsByTenant(); }
 
  private:
   class TrackedUnaryReactor;
@@ -125,6 +135,10 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   grpc::ServerUnaryReactor* RelaySealedCall(grpc::CallbackServerContext* context,
                                             const api::v1::SealedCall* request,
                                             api::v1::SealedReply* response, bool is_delete);
+  // Logs a refused call; a PERMISSION_DENIED one also goes to the audit log.
+  void Refused(absl::string_view method, absl::string_view tenant_id, const absl::Status& status);
+  // Appends to the audit log when there is one (a failed write is logged, not returned).
+  void Audit(absl::string_view event, absl::string_view tenant_id, const AuditDetails& details);
   // Removes every stored copy of a model the enclave confirmed deleted.
   void RemoveStoredModel(const std::string& handle);
 

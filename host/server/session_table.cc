@@ -17,6 +17,7 @@ void SessionTable::SweepLocked(absl::Time now) {
   next_sweep_ = now + ttl_ / 4;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (it->second.expires_at <= now) {
+      ExpiredLocked(it->second);
       if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
       sessions_.erase(it++);
     } else {
@@ -61,6 +62,7 @@ absl::StatusOr<int> SessionTable::WorkerFor(absl::string_view session_id,
   absl::Time now = clock_->Now();
   auto it = sessions_.find(session_id);
   if (it != sessions_.end() && it->second.expires_at <= now) {
+    ExpiredLocked(it->second);
     if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
     sessions_.erase(it);
     it = sessions_.end();
@@ -70,6 +72,26 @@ absl::StatusOr<int> SessionTable::WorkerFor(absl::string_view session_id,
     return absl::PermissionDeniedError("session belongs to another tenant");
   }
   return it->second.worker;
+}
+
+void SessionTable::ExpiredLocked(const Entry& entry) {
+  if (on_expired_) on_expired_(entry.tenant_id, entry.worker);
+}
+
+std::map<std::string, int> SessionTable::CountsByTenant() {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = clock_->Now();
+  // A full sweep, not the periodic one: the counts are exact at this moment.
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second.expires_at <= now) {
+      ExpiredLocked(it->second);
+      if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
+      sessions_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return std::map<std::string, int>(per_tenant_.begin(), per_tenant_.end());
 }
 
 size_t SessionTable::size() const {

@@ -5,6 +5,8 @@
 // Threading: thread-safe (one mutex; every operation is O(1) except the periodic sweep).
 #pragma once
 
+#include <functional>
+#include <map>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -33,6 +35,14 @@ class SessionTable {
   absl::StatusOr<int> WorkerFor(absl::string_view session_id, absl::string_view tenant_id);
 
   size_t size() const;
+  // Live sessions per tenant (expired ones are swept first).
+  std::map<std::string, int> CountsByTenant();
+
+  // Called for each session that expires, with the table's lock held (it must not call the
+  // table). Set before the table is shared between threads.
+  void SetOnExpiredForAudit(std::function<void(const std::string& tenant_id, int worker)> hook) {
+    on_expired_ = std::move(hook);
+  }
 
  private:
   struct Entry {
@@ -41,6 +51,7 @@ class SessionTable {
     int worker = 0;
   };
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpiredLocked(const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const absl::Duration ttl_;
@@ -50,6 +61,7 @@ class SessionTable {
   absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> per_tenant_ ABSL_GUARDED_BY(mu_);
   absl::Time next_sweep_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&, int)> on_expired_;
 };
 
 }  // namespace cloister::host

@@ -22,6 +22,7 @@
 #include "crypto/random.h"
 #include "enclave/enclave.h"
 #include "gtest/gtest.h"
+#include "host/audit/audit_log.h"
 #include "host/receipts/receipt_log.h"
 #include "tests/support/process.h"
 #include "tests/support/tensor_files.h"
@@ -579,6 +580,49 @@ TEST_F(EnclaveTest, UsageReceiptsVerifyAndAddUpToTheRequestsSent) {
   EXPECT_EQ(sent["alpha"].requests, 3u);
   EXPECT_EQ(sent["alpha"].failed, 1u);
   EXPECT_EQ(sent["beta"].requests, 3u);
+}
+
+}  // namespace
+}  // namespace cloister::testing
+
+namespace cloister::testing {
+namespace {
+
+// The enclave signs audit checkpoints with its evidence key; the host's audit log and its
+// verifier accept exactly those signatures (host/audit/audit_log.h).
+TEST_F(EnclaveTest, EnclaveSignsAuditCheckpointsTheVerifierAccepts) {
+  std::string path = dir_ + "/audit/audit.jsonl";
+  auto log = host::AuditLog::Open(path, &clock_);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_TRUE((*log)->Record(host::audit_event::kSessionOpened, "alpha").ok());
+  ASSERT_TRUE((*log)->Record(host::audit_event::kModelUploaded, "alpha", {{"handle", "h"}}).ok());
+  auto signer = [this](ByteSpan digest,
+                       uint64_t sequence) -> absl::StatusOr<boundary::v1::SignedAuditCheckpoint> {
+    HostToEnclave call;
+    call.mutable_sign_audit_checkpoint()->set_chain_digest(ToString(digest));
+    call.mutable_sign_audit_checkpoint()->set_sequence(sequence);
+    EnclaveToHost reply = enclave_->Handle(call);
+    if (reply.status().code() != 0) return absl::InternalError(reply.status().message());
+    return reply.sign_audit_checkpoint().signed_();
+  };
+  ASSERT_TRUE((*log)->Checkpoint(signer).ok());
+  auto report = host::VerifyAuditLog(path, {enclave_->signing_public_key()});
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->signed_entries, 2u);
+  ASSERT_EQ(report->checkpoints.size(), 1u);
+  EXPECT_EQ(report->checkpoints[0].signed_at, clock_.Now());
+
+  // Bad input from the host gets an error and no signature.
+  HostToEnclave short_digest;
+  short_digest.mutable_sign_audit_checkpoint()->set_chain_digest("too short");
+  short_digest.mutable_sign_audit_checkpoint()->set_sequence(1);
+  EnclaveToHost refused = enclave_->Handle(short_digest);
+  EXPECT_EQ(refused.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(refused.has_sign_audit_checkpoint());
+  HostToEnclave zero_sequence;
+  zero_sequence.mutable_sign_audit_checkpoint()->set_chain_digest(std::string(32, 'd'));
+  EXPECT_EQ(enclave_->Handle(zero_sequence).status().code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

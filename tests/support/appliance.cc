@@ -2,21 +2,42 @@
 
 #include <signal.h>
 
+#include <string_view>
 #include <vector>
 
 namespace cloister::testing {
 
 absl::Status Appliance::Start() {
   log_dir_ = MakeTempDir("cloisterd-log");
-  process_ =
-      std::make_unique<Process>(std::vector<std::string>{cloisterd_binary_, "--listen",
-                                                         "127.0.0.1:0", "--data-dir", data_dir_},
-                                log_dir_);
+  std::vector<std::string> argv = {cloisterd_binary_, "--listen", "127.0.0.1:0", "--data-dir",
+                                   data_dir_};
+  argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+  process_ = std::make_unique<Process>(std::move(argv), log_dir_);
   std::string line = process_->WaitForStdout("cloisterd listening on ", absl::Seconds(60));
   if (line.empty()) {
     return absl::UnavailableError("cloisterd did not start: " + process_->Stderr());
   }
   address_ = line.substr(line.rfind(' ') + 1);
+  // {"ts":...,"event":"operator_listening","address":"HOST:PORT","metrics":"http://HOST:PORT/metrics"}
+  std::string logs = process_->Stderr();
+  size_t event = logs.find("\"event\":\"operator_listening\"");
+  if (event != std::string::npos) {
+    auto field = [&](const std::string& key) -> std::string {
+      std::string marker = "\"" + key + "\":\"";
+      size_t start = logs.find(marker, event);
+      if (start == std::string::npos) return "";
+      start += marker.size();
+      return logs.substr(start, logs.find('"', start) - start);
+    };
+    operator_address_ = field("address");
+    metrics_address_ = field("metrics");
+    constexpr std::string_view kScheme = "http://", kPath = "/metrics";
+    if (metrics_address_.rfind(kScheme, 0) == 0) metrics_address_.erase(0, kScheme.size());
+    if (metrics_address_.size() > kPath.size() &&
+        metrics_address_.compare(metrics_address_.size() - kPath.size(), kPath.size(), kPath) == 0) {
+      metrics_address_.resize(metrics_address_.size() - kPath.size());
+    }
+  }
   return absl::OkStatus();
 }
 

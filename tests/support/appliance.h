@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "tests/support/process.h"
@@ -14,8 +15,12 @@ namespace cloister::testing {
 
 class Appliance {
  public:
-  Appliance(std::string cloisterd_binary, std::string data_dir)
-      : cloisterd_binary_(std::move(cloisterd_binary)), data_dir_(std::move(data_dir)) {}
+  // `extra_args` go after the address and data dir flags (e.g. --config FILE).
+  Appliance(std::string cloisterd_binary, std::string data_dir,
+            std::vector<std::string> extra_args = {})
+      : cloisterd_binary_(std::move(cloisterd_binary)),
+        data_dir_(std::move(data_dir)),
+        extra_args_(std::move(extra_args)) {}
   ~Appliance() { Stop(); }
 
   // Starts cloisterd and waits (up to a minute) until it listens; Unavailable with its stderr
@@ -27,10 +32,16 @@ class Appliance {
   // host:port it listens on (after Start).
   const std::string& address() const { return address_; }
   const std::string& data_dir() const { return data_dir_; }
+  // The operator gRPC address and the /metrics HOST:PORT, from its operator_listening log line
+  // (after Start; empty if it logged none).
+  const std::string& operator_address() const { return operator_address_; }
+  const std::string& metrics_address() const { return metrics_address_; }
   std::string Logs() const;
 
  private:
   std::string cloisterd_binary_, data_dir_, log_dir_, address_;
+  std::vector<std::string> extra_args_;
+  std::string operator_address_, metrics_address_;
   std::unique_ptr<Process> process_;
 };
 

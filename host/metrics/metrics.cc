@@ -1,0 +1,263 @@
+#include "host/metrics/metrics.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace cloister::host {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+constexpr uint64_t kTransferRounding = 64 * 1024;
+
+std::string TenantLabel(absl::string_view tenant_id) {
+  return tenant_id.empty() ? "-" : std::string(tenant_id);
+}
+
+std::string PriorityLabel(absl::string_view priority) {
+  return priority.empty() ? "-" : std::string(priority);
+}
+
+// Request latencies from 100 us to 30 s.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+          0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30};
+}
+
+prometheus::Histogram::BucketBoundaries BatchSizeBuckets() {
+  return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+}
+
+}  // namespace
+
+class Metrics::Collector : public prometheus::Collectable {
+ public:
+  explicit Collector(const Metrics* metrics) : metrics_(metrics) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    metrics_->RefreshGauges();
+    return metrics_->registry_->Collect();
+  }
+
+ private:
+  const Metrics* const metrics_;
+};
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  requests_ = &prometheus::BuildCounter()
+                   .Name("cloister_requests_total")
+                   .Help("Tenant API calls finished, by method, tenant and priority class")
+                   .Register(r);
+  errors_ = &prometheus::BuildCounter()
+                 .Name("cloister_request_errors_total")
+                 .Help(
+                     "Tenant API calls that failed, by method, tenant, priority class and "
+                     "gRPC status code")
+                 .Register(r);
+  batch_size_ = &prometheus::BuildHistogram()
+                     .Name("cloister_batch_size")
+                     .Help("Requests per batch sent to an enclave worker")
+                     .Register(r);
+  queue_latency_ = &prometheus::BuildHistogram()
+                        .Name("cloister_queue_latency_seconds")
+                        .Help(
+                            "Time a request waited in its queue before its batch was "
+                            "dispatched")
+                        .Register(r);
+  execution_latency_ = &prometheus::BuildHistogram()
+                            .Name("cloister_execution_latency_seconds")
+                            .Help(
+                                "Time from a batch's dispatch to its answer (transfer, "
+                                "execution and sealing in the enclave)")
+                            .Register(r);
+  pcie_bytes_ = &prometheus::BuildCounter()
+                     .Name("cloister_pcie_bytes_total")
+                     .Help(
+                         "Tensor bytes moved over the PCIe path, both directions, by mode, "
+                         "rounded up to 64 KiB per batch")
+                     .Register(r);
+  pcie_seconds_ = &prometheus::BuildCounter()
+                       .Name("cloister_pcie_transfer_seconds_total")
+                       .Help("Time spent on the PCIe path (encryption included), by mode")
+                       .Register(r);
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("cloister_queue_depth")
+                      .Help("Requests queued and not yet dispatched")
+                      .Register(r);
+  sessions_ =
+      &prometheus::BuildGauge().Name("cloister_sessions").Help("Open tenant sessions").Register(r);
+  models_ = &prometheus::BuildGauge().Name("cloister_models").Help("Stored models").Register(r);
+  model_memory_ = &prometheus::BuildGauge()
+                       .Name("cloister_model_memory_bytes")
+                       .Help("Stored model bytes counted against the tenant's model-memory quota")
+                       .Register(r);
+  workers_ = &prometheus::BuildGauge()
+                  .Name("cloister_workers")
+                  .Help("Enclave workers (one per device)")
+                  .Register(r);
+  in_flight_ = &prometheus::BuildGauge()
+                    .Name("cloister_batches_in_flight")
+                    .Help("Batches with an enclave worker, by worker")
+                    .Register(r);
+  evidence_age_ = &prometheus::BuildGauge()
+                       .Name("cloister_evidence_age_seconds")
+                       .Help("Age of the newest attestation evidence seen from each worker")
+                       .Register(r);
+  audit_entries_ = &prometheus::BuildGauge()
+                        .Name("cloister_audit_entries")
+                        .Help("Entries in the audit log")
+                        .Register(r);
+  audit_signed_ = &prometheus::BuildGauge()
+                       .Name("cloister_audit_signed_entries")
+                       .Help("Audit log entries covered by an enclave-signed checkpoint")
+                       .Register(r);
+  collector_ = std::make_shared<Collector>(this);
+}
+
+Metrics::~Metrics() = default;
+
+void Metrics::SetTenantClasses(std::map<std::string, std::string> priority_by_tenant) {
+  absl::MutexLock lock(&mu_);
+  priority_by_tenant_.clear();
+  for (auto& [tenant, priority] : priority_by_tenant) {
+    priority_by_tenant_.emplace(tenant, std::move(priority));
+  }
+}
+
+void Metrics::RecordRequest(absl::string_view method, absl::string_view claimed_tenant_id,
+                            absl::StatusCode code) {
+  std::string tenant = "-", priority = "-";
+  if (code != absl::StatusCode::kUnauthenticated) {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = priority_by_tenant_.find(claimed_tenant_id);
+    if (it != priority_by_tenant_.end()) {
+      tenant = it->first;
+      priority = it->second;
+    }
+  }
+  Labels labels = {{"method", std::string(method)},
+                   {"tenant", std::move(tenant)},
+                   {"priority", std::move(priority)}};
+  requests_->Add(labels).Increment();
+  if (code != absl::StatusCode::kOk) {
+    labels["code"] = absl::StatusCodeToString(code);
+    errors_->Add(labels).Increment();
+  }
+}
+
+void Metrics::RecordBatch(absl::string_view tenant_id, absl::string_view priority, int count,
+                          const std::vector<absl::Duration>& queue_waits,
+                          absl::Duration execution) {
+  Labels labels = {{"tenant", TenantLabel(tenant_id)}, {"priority", PriorityLabel(priority)}};
+  batch_size_->Add(labels, BatchSizeBuckets()).Observe(count);
+  prometheus::Histogram& waits = queue_latency_->Add(labels, LatencyBuckets());
+  for (absl::Duration wait : queue_waits) waits.Observe(absl::ToDoubleSeconds(wait));
+  execution_latency_->Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(execution));
+}
+
+void Metrics::RecordTransfer(absl::string_view pcie_mode, uint64_t size, absl::Duration time) {
+  Labels labels = {{"mode", pcie_mode.empty() ? "-" : std::string(pcie_mode)}};
+  uint64_t rounded = (size + kTransferRounding - 1) / kTransferRounding * kTransferRounding;
+  pcie_bytes_->Add(labels).Increment(static_cast<double>(rounded));
+  pcie_seconds_->Add(labels).Increment(absl::ToDoubleSeconds(time));
+}
+
+void Metrics::SetGaugeSource(GaugeSource source) {
+  absl::MutexLock lock(&mu_);
+  source_ = std::move(source);
+}
+
+void Metrics::RefreshGauges() const {
+  GaugeSource source;
+  {
+    absl::MutexLock lock(&mu_);
+    source = source_;
+  }
+  if (!source) return;
+  GaugeSnapshot snapshot = source();  // without the lock: it reads other components
+
+  absl::MutexLock lock(&mu_);
+  std::vector<Labels> tenant_labels, worker_labels;
+  for (const GaugeSnapshot::Tenant& tenant : snapshot.tenants) {
+    Labels labels = {{"tenant", TenantLabel(tenant.tenant_id)},
+                     {"priority", PriorityLabel(tenant.priority)}};
+    queue_depth_->Add(labels).Set(tenant.queued_requests);
+    sessions_->Add(labels).Set(tenant.sessions);
+    models_->Add(labels).Set(tenant.models);
+    model_memory_->Add(labels).Set(static_cast<double>(tenant.model_memory_size));
+    tenant_labels.push_back(std::move(labels));
+  }
+  for (const GaugeSnapshot::Worker& worker : snapshot.workers) {
+    Labels labels = {{"worker", absl::StrCat(worker.index)}};
+    in_flight_->Add(labels).Set(worker.batches_in_flight);
+    evidence_age_->Add(labels).Set(worker.evidence_age_seconds);
+    worker_labels.push_back(std::move(labels));
+  }
+  // Drop the series of tenants and workers that went away (a reload removed a tenant).
+  for (const Labels& old : tenant_labels_) {
+    if (std::find(tenant_labels.begin(), tenant_labels.end(), old) != tenant_labels.end()) continue;
+    for (auto* family : {queue_depth_, sessions_, models_, model_memory_}) {
+      family->Remove(&family->Add(old));
+    }
+  }
+  for (const Labels& old : worker_labels_) {
+    if (std::find(worker_labels.begin(), worker_labels.end(), old) != worker_labels.end()) continue;
+    for (auto* family : {in_flight_, evidence_age_}) family->Remove(&family->Add(old));
+  }
+  tenant_labels_ = std::move(tenant_labels);
+  worker_labels_ = std::move(worker_labels);
+  workers_->Add({}).Set(static_cast<double>(snapshot.workers.size()));
+  audit_entries_->Add({}).Set(static_cast<double>(snapshot.audit_entries));
+  audit_signed_->Add({}).Set(static_cast<double>(snapshot.audit_signed_entries));
+}
+
+std::string Metrics::Text() const {
+  return prometheus::TextSerializer().Serialize(collector_->Collect());
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    Metrics* metrics, const std::string& listen) {
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
+  // prometheus-cpp reports a failed bind by throwing (from civetweb); this is the one place
+  // that calls it.
+  try {
+    server->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+  } catch (const std::exception& error) {
+    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", listen, ": ",
+                                               error.what(), " (address in use or invalid?)"));
+  }
+  server->exposer_->RegisterCollectable(metrics->collector_);
+  std::vector<int> ports = server->exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", listen));
+  }
+  server->port_ = ports.front();
+  return server;
+}
+
+MetricsHttpServer::~MetricsHttpServer() = default;
+
+std::string MetricsAddressFor(absl::string_view operator_listen) {
+  if (absl::StartsWith(operator_listen, "unix:")) return "127.0.0.1:7702";
+  size_t colon = operator_listen.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos ||
+      !absl::SimpleAtoi(operator_listen.substr(colon + 1), &port) || port < 0 || port >= 65535) {
+    return "127.0.0.1:7702";
+  }
+  return absl::StrCat(operator_listen.substr(0, colon), ":", port == 0 ? 0 : port + 1);
+}
+
+}  // namespace cloister::host

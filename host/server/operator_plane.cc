@@ -1,0 +1,250 @@
+#include "host/server/operator_plane.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "crypto/random.h"
+#include "grpcpp/server.h"
+
+namespace cloister::host {
+namespace {
+
+void LogAuditFailure(const absl::Status& status) {
+  if (!status.ok()) Log(LogLevel::kError, "audit_write_failed", {{"error", status.ToString()}});
+}
+
+}  // namespace
+
+OperatorPlane::OperatorPlane(OperatorPlaneOptions options, std::vector<EnclaveClient*> workers,
+                             ConfigReloader* reloader, std::unique_ptr<AuditLog> audit)
+    : options_(std::move(options)),
+      workers_(std::move(workers)),
+      reloader_(reloader),
+      audit_(std::move(audit)),
+      evidence_(static_cast<int>(workers_.size()), audit_.get()) {}
+
+absl::StatusOr<std::unique_ptr<OperatorPlane>> OperatorPlane::Create(
+    OperatorPlaneOptions options, std::vector<EnclaveClient*> workers, ConfigReloader* reloader) {
+  ASSIGN_OR_RETURN(std::unique_ptr<AuditLog> audit,
+                   AuditLog::Open(absl::StrCat(options.data_dir, "/audit/audit.jsonl")));
+  LogAuditFailure(
+      audit->Record(audit_event::kDaemonStarted, "", {{"workers", absl::StrCat(workers.size())}}));
+  std::unique_ptr<OperatorPlane> plane(
+      new OperatorPlane(std::move(options), std::move(workers), reloader, std::move(audit)));
+  plane->UpdateTenantClasses();
+  return plane;
+}
+
+OperatorPlane::~OperatorPlane() { Stop(); }
+
+std::vector<std::string> OperatorPlane::TenantIds() const {
+  std::vector<std::string> ids;
+  if (reloader_ != nullptr) {
+    std::shared_ptr<const DaemonConfig> config = reloader_->config();
+    for (const TenantConfig& tenant : config->tenants) ids.push_back(tenant.tenant_id);
+  }
+  if (ids.empty()) ids.push_back(kDevTenantId);
+  return ids;
+}
+
+void OperatorPlane::UpdateTenantClasses() {
+  std::map<std::string, std::string> classes;
+  for (const std::string& id : TenantIds()) {
+    const TenantLimits* limits = nullptr;
+    if (scheduler_ != nullptr) limits = &scheduler_->LimitsFor(id);
+    classes[id] = std::string(
+        PriorityClassName(limits != nullptr ? limits->priority : PriorityClass::kStandard));
+  }
+  metrics_.SetTenantClasses(std::move(classes));
+}
+
+void OperatorPlane::InstallSchedulerHooks(SchedulerOptions& options) {
+  auto previous = std::move(options.on_batch_done);
+  options.on_batch_done = [this, previous = std::move(previous)](const BatchObservation& batch) {
+    metrics_.RecordBatch(batch.tenant_id, PriorityClassName(batch.priority), batch.count,
+                         batch.queue_waits, batch.execution);
+    if (previous) previous(batch);
+  };
+}
+
+void OperatorPlane::InstallServiceHooks(ServiceOptions& options) {
+  options.audit = audit_.get();
+  options.on_evidence = [this](int worker, const boundary::v1::GetEvidenceResult& result) {
+    evidence_.Observe(worker, result);
+  };
+}
+
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+OperatorPlane::TenantApiInterceptors() {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> list;
+  list.push_back(NewRequestMetricsInterceptorFactory(&metrics_));
+  return list;
+}
+
+void OperatorPlane::ObserveStartupEvidence(int worker,
+                                           const boundary::v1::GetEvidenceResult& evidence) {
+  evidence_.Observe(worker, evidence);
+}
+
+void OperatorPlane::ObserveReceipt(const boundary::v1::UsageReceipt& receipt) {
+  metrics_.RecordTransfer(receipt.pcie_mode(),
+                          receipt.batch().input_size() + receipt.batch().output_size(),
+                          absl::Nanoseconds(receipt.batch().transfer_ns()));
+}
+
+absl::Status OperatorPlane::Start(Scheduler* scheduler, CloisterService* service,
+                                  BlobStore* blobs) {
+  scheduler_ = scheduler;
+  UpdateTenantClasses();
+  OperatorSources sources;
+  sources.scheduler = scheduler;
+  sources.service = service;
+  sources.blobs = blobs;
+  sources.evidence = &evidence_;
+  sources.audit = audit_.get();
+  sources.worker_kinds = options_.worker_kinds;
+  sources.tenant_ids = [this] { return TenantIds(); };
+  if (reloader_ != nullptr) sources.reload = [this] { return Reload(); };
+  service_ = std::make_unique<OperatorService>(std::move(sources));
+  metrics_.SetGaugeSource([this] { return service_->Gauges(); });
+
+  // Checkpoints and evidence probes run whether or not the addresses below can be bound.
+  background_ = std::thread([this] { BackgroundLoop(); });
+  ASSIGN_OR_RETURN(RunningOperatorServer running,
+                   StartOperatorServer(service_.get(), options_.operator_listen));
+  operator_server_ = std::move(running.server);
+  operator_address_ = running.address;
+  std::string metrics_listen = options_.metrics_listen.empty()
+                                   ? MetricsAddressFor(options_.operator_listen)
+                                   : options_.metrics_listen;
+  ASSIGN_OR_RETURN(metrics_server_, MetricsHttpServer::Start(&metrics_, metrics_listen));
+  metrics_address_ = absl::StrCat(metrics_listen.substr(0, metrics_listen.rfind(':')), ":",
+                                  metrics_server_->port());
+  Log(LogLevel::kInfo, "operator_listening",
+      {{"address", operator_address_},
+       {"metrics", absl::StrCat("http://", metrics_address_, "/metrics")}});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> OperatorPlane::Reload() {
+  if (reloader_ == nullptr) {
+    return absl::UnimplementedError("this cloisterd was started without a reloadable config");
+  }
+  absl::StatusOr<ReloadOutcome> outcome = reloader_->ReloadConfig();
+  if (!outcome.ok()) {
+    LogAuditFailure(audit_->Record(audit_event::kReloadRefused, "",
+                                   {{"error", std::string(outcome.status().message())}}));
+    return outcome.status();
+  }
+  UpdateTenantClasses();
+  for (const auto& [list, change] : {std::pair{&outcome->tenants_added, "added"},
+                                     std::pair{&outcome->tenants_removed, "removed"},
+                                     std::pair{&outcome->tenants_changed, "changed"}}) {
+    for (const std::string& tenant : *list) {
+      LogAuditFailure(
+          audit_->Record(audit_event::kTenantConfigChanged, tenant, {{"change", change}}));
+    }
+  }
+  std::string summary =
+      absl::StrCat("reloaded ", outcome->file, ": ", outcome->tenant_count, " tenants (",
+                   outcome->tenants_added.size(), " added, ", outcome->tenants_removed.size(),
+                   " removed, ", outcome->tenants_changed.size(), " changed)");
+  if (!outcome->restart_needed.empty()) {
+    absl::StrAppend(&summary, "; restart needed for ",
+                    absl::StrJoin(outcome->restart_needed, ", "));
+  }
+  LogAuditFailure(
+      audit_->Record(audit_event::kPolicyReloaded, "",
+                     {{"file", outcome->file},
+                      {"tenants", absl::StrCat(outcome->tenant_count)},
+                      {"restart_needed", absl::StrJoin(outcome->restart_needed, ",")}}));
+  return summary;
+}
+
+absl::StatusOr<boundary::v1::SignedAuditCheckpoint> OperatorPlane::SignCheckpoint(
+    ByteSpan digest, uint64_t sequence) {
+  absl::Status last = absl::UnavailableError("no enclave worker");
+  // Any worker can sign; the first that answers does.
+  for (EnclaveClient* worker : workers_) {
+    boundary::v1::HostToEnclave call;
+    call.mutable_sign_audit_checkpoint()->set_chain_digest(ToString(digest));
+    call.mutable_sign_audit_checkpoint()->set_sequence(sequence);
+    absl::StatusOr<boundary::v1::EnclaveToHost> reply =
+        CallAndWait(*worker, std::move(call), options_.enclave_call_timeout);
+    if (reply.ok()) return reply->sign_audit_checkpoint().signed_();
+    last = reply.status();
+  }
+  return last;
+}
+
+void OperatorPlane::Checkpoint() {
+  absl::Status status = audit_->Checkpoint(
+      [this](ByteSpan digest, uint64_t sequence) { return SignCheckpoint(digest, sequence); });
+  if (!status.ok()) {
+    Log(LogLevel::kWarning, "audit_checkpoint_failed", {{"error", status.ToString()}});
+  }
+}
+
+void OperatorPlane::ProbeEvidence() {
+  for (size_t index = 0; index < workers_.size(); ++index) {
+    boundary::v1::HostToEnclave call;
+    call.mutable_get_evidence()->set_nonce(ToString(crypto::RandomBytes(32)));
+    absl::StatusOr<boundary::v1::EnclaveToHost> reply =
+        CallAndWait(*workers_[index], std::move(call), options_.enclave_call_timeout);
+    if (reply.ok()) {
+      evidence_.Observe(static_cast<int>(index), reply->get_evidence());
+    } else {
+      Log(LogLevel::kWarning, "evidence_probe_failed",
+          {{"worker", static_cast<long long>(index)}, {"error", reply.status().ToString()}});
+    }
+  }
+}
+
+void OperatorPlane::BackgroundLoop() {
+  absl::Time next_checkpoint = absl::Now() + options_.checkpoint_interval;
+  absl::Time next_probe = absl::Now() + options_.evidence_probe_interval;
+  // The first checkpoint comes soon after start, so that start-up is signed early.
+  Checkpoint();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      absl::Time wake = std::min(next_checkpoint, next_probe);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithDeadline(absl::Condition(&stop), wake)) return;
+    }
+    absl::Time now = absl::Now();
+    if (now >= next_probe) {
+      ProbeEvidence();
+      next_probe = now + options_.evidence_probe_interval;
+    }
+    if (now >= next_checkpoint) {
+      Checkpoint();
+      next_checkpoint = now + options_.checkpoint_interval;
+    }
+  }
+}
+
+void OperatorPlane::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+  }
+  if (background_.joinable()) background_.join();
+  if (operator_server_ != nullptr) {
+    operator_server_->Shutdown(std::chrono::system_clock::now());
+    operator_server_.reset();
+  }
+  metrics_server_.reset();
+  LogAuditFailure(audit_->Record(audit_event::kDaemonStopped, ""));
+  Checkpoint();
+  if (absl::Status synced = audit_->Sync(); !synced.ok()) {
+    Log(LogLevel::kWarning, "audit_log_sync_failed", {{"error", synced.ToString()}});
+  }
+}
+
+}  // namespace cloister::host

@@ -1,0 +1,387 @@
+// WorkerSupervisor with real worker processes (fake_enclave_worker, which speaks the boundary
+// framing with FakeEnclave's plain-text "sealing"), killed with SIGKILL as a crash would.
+#include "host/supervisor/worker_supervisor.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "base/bytes.h"
+#include "base/status.h"
+#include "crypto/hash.h"
+#include "gtest/gtest.h"
+#include "host/storage/file_blob_store.h"
+
+namespace cloister::host {
+namespace {
+
+using boundary::v1::EnclaveToHost;
+using boundary::v1::HostToEnclave;
+
+constexpr char kTenant[] = "acme";
+constexpr char kHandle[] = "0123456789abcdef0123456789abcdef";
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+// What FakeEnclave accepts as the wrapped key of a model.
+std::string WrappedKeyFor(const std::string& handle, const std::string& ciphertext) {
+  return absl::StrCat("wrapped:", handle, ":", HexEncode(crypto::Sha256(AsBytes(ciphertext))));
+}
+
+class WorkerSupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/supervisor-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    auto blobs = FileBlobStore::Open(dir_ + "/models");
+    ASSERT_TRUE(blobs.ok()) << blobs.status();
+    blobs_ = *std::move(blobs);
+  }
+  void TearDown() override {
+    supervisor_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  // Default options: `workers` fake workers, quick backoff, evidence recorded.
+  WorkerSupervisorOptions Options(int workers) {
+    WorkerSupervisorOptions options;
+    options.worker_count = workers;
+    options.blobs = blobs_.get();
+    options.initial_backoff = absl::Milliseconds(10);
+    options.max_backoff = absl::Milliseconds(50);
+    options.ready_timeout = absl::Seconds(10);
+    options.start_worker = [this](int index, std::function<void(const absl::Status&)> on_exit) {
+      ++starts_;
+      if (fail_starts_.load()) {
+        return absl::StatusOr<std::unique_ptr<ProcessEnclaveClient>>(
+            absl::InternalError("worker binary broken (test)"));
+      }
+      ProcessEnclaveOptions process;
+      process.binary_path = FAKE_ENCLAVE_WORKER;
+      process.data_dir = dir_;
+      process.write_dev_policy = index == 0;
+      process.stop_grace = absl::Seconds(2);
+      process.on_exit = std::move(on_exit);
+      return ProcessEnclaveClient::Start(std::move(process));
+    };
+    options.on_ready = [this](int worker, int generation,
+                              const boundary::v1::GetEvidenceResult& evidence) {
+      absl::MutexLock lock(&mu_);
+      ready_events_.push_back({worker, generation, evidence.challenge_response()});
+    };
+    return options;
+  }
+
+  void StartSupervisor(WorkerSupervisorOptions options) {
+    auto supervisor = WorkerSupervisor::Start(std::move(options));
+    ASSERT_TRUE(supervisor.ok()) << supervisor.status();
+    supervisor_ = *std::move(supervisor);
+  }
+
+  void StoreModel(const std::string& ciphertext) {
+    auto upload = blobs_->BeginUpload(kTenant, kHandle);
+    ASSERT_TRUE(upload.ok()) << upload.status();
+    ASSERT_TRUE((*upload)->Append(ciphertext).ok());
+    ASSERT_TRUE((*upload)->Commit(WrappedKeyFor(kHandle, ciphertext)).ok());
+  }
+
+  absl::StatusOr<EnclaveToHost> Send(int worker, HostToEnclave call) {
+    return CallAndWait(*supervisor_->client(worker), std::move(call), kWait);
+  }
+
+  absl::StatusOr<std::string> OpenSession(int worker) {
+    HostToEnclave call;
+    call.mutable_open_session()->set_tenant_id(kTenant);
+    call.mutable_open_session()->set_sealed_hello(absl::StrCat("hello:", kTenant));
+    ASSIGN_OR_RETURN(EnclaveToHost reply, Send(worker, std::move(call)));
+    return reply.open_session().session_id();
+  }
+
+  static HostToEnclave InferCall(const std::vector<std::string>& sessions,
+                                 const std::string& ciphertext,
+                                 const std::string& handle = kHandle) {
+    HostToEnclave call;
+    auto* batch = call.mutable_infer_batch();
+    batch->set_tenant_id(kTenant);
+    batch->set_model_handle(handle);
+    int n = 0;
+    for (const std::string& session : sessions) {
+      auto* item = batch->add_items();
+      item->set_session_id(session);
+      item->set_request_id(absl::StrCat("r", n++));
+      item->set_model_handle(handle);
+      item->set_sequence(1);
+      item->set_ciphertext(ciphertext);
+    }
+    return call;
+  }
+
+  static HostToEnclave ListCall(const std::string& session) {
+    HostToEnclave call;
+    call.mutable_list_models()->set_tenant_id(kTenant);
+    call.mutable_list_models()->mutable_request()->set_session_id(session);
+    call.mutable_list_models()->mutable_request()->set_request_id("list");
+    return call;
+  }
+
+  // Kills worker `index`'s process and waits for restart number `restarts`.
+  void KillAndWait(int index, int restarts) {
+    pid_t pid = supervisor_->pid(index);
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    ASSERT_TRUE(supervisor_->WaitForRestarts(index, restarts, kWait));
+    EXPECT_NE(supervisor_->pid(index), pid);
+  }
+
+  struct ReadyEvent {
+    int worker;
+    int generation;
+    std::string evidence;
+  };
+  std::vector<ReadyEvent> ReadyEvents() {
+    absl::MutexLock lock(&mu_);
+    return ready_events_;
+  }
+
+  std::string dir_;
+  std::unique_ptr<FileBlobStore> blobs_;
+  std::unique_ptr<WorkerSupervisor> supervisor_;
+  std::atomic<int> starts_{0};
+  std::atomic<bool> fail_starts_{false};
+  absl::Mutex mu_;
+  std::vector<ReadyEvent> ready_events_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(WorkerSupervisorTest, RestartsAKilledWorkerAndRefreshesItsEvidence) {
+  StartSupervisor(Options(2));
+  EXPECT_EQ(ReadyEvents().size(), 2u);
+  KillAndWait(1, 1);
+  EXPECT_EQ(supervisor_->restarts(0), 0);
+  EXPECT_EQ(supervisor_->restarts(1), 1);
+  std::vector<ReadyEvent> events = ReadyEvents();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].worker, 1);
+  EXPECT_EQ(events[2].generation, 1);
+  // Evidence over a fresh nonce, not the first incarnation's.
+  EXPECT_TRUE(absl::StartsWith(events[2].evidence, "evidence:"));
+  EXPECT_NE(events[2].evidence, events[1].evidence);
+  // The same stable client now reaches the new process.
+  HostToEnclave call;
+  call.mutable_get_evidence()->set_nonce("n");
+  auto reply = Send(1, std::move(call));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->get_evidence().challenge_response(), "evidence:n");
+  // Several deaths in a row are each restarted.
+  KillAndWait(1, 2);
+  KillAndWait(0, 1);
+  EXPECT_FALSE(supervisor_->gave_up());
+}
+
+TEST_F(WorkerSupervisorTest, CallsHeldByAKilledWorkerGetExactlyOneUnavailable) {
+  StoreModel("model-bytes");
+  StartSupervisor(Options(1));
+  auto session = OpenSession(0);
+  ASSERT_TRUE(session.ok()) << session.status();
+  constexpr int kCalls = 6;
+  std::atomic<int> answers{0};
+  std::atomic<int> unavailable{0};
+  std::vector<std::atomic<int>> per_call(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    // The fake worker answers calls in order; the first one sleeps, so all are held.
+    supervisor_->client(0)->Call(InferCall({*session}, "sleep:10000"),
+                                 [&, i](EnclaveClient::Reply reply) {
+                                   ++per_call[i];
+                                   if (absl::IsUnavailable(reply.status()) &&
+                                       absl::StrContains(reply.status().message(), "retry")) {
+                                     ++unavailable;
+                                   }
+                                   ++answers;
+                                 });
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(answers.load(), 0);
+  KillAndWait(0, 1);
+  // A late duplicate would show up here.
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(answers.load(), kCalls);
+  EXPECT_EQ(unavailable.load(), kCalls);
+  for (int i = 0; i < kCalls; ++i) EXPECT_EQ(per_call[i].load(), 1) << "call " << i;
+}
+
+TEST_F(WorkerSupervisorTest, ReloadsStoredModelsIntoTheNewWorker) {
+  StoreModel("model-bytes");
+  StartSupervisor(Options(1));
+  KillAndWait(0, 1);
+  // The new process learned the model only from the blob store.
+  auto session = OpenSession(0);
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto reply = Send(0, InferCall({*session}, "x"));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->infer_batch().replies_size(), 1);
+  EXPECT_EQ(reply->infer_batch().replies(0).status().code(), 0)
+      << reply->infer_batch().replies(0).status().message();
+  EXPECT_EQ(reply->infer_batch().replies(0).ciphertext(), "out:x;batch=1");
+}
+
+TEST_F(WorkerSupervisorTest, RefusesSessionsOfTheDeadWorkerAskingToReattest) {
+  StoreModel("model-bytes");
+  StartSupervisor(Options(1));
+  auto old_session = OpenSession(0);
+  ASSERT_TRUE(old_session.ok()) << old_session.status();
+  ASSERT_TRUE(Send(0, ListCall(*old_session)).ok());
+  KillAndWait(0, 1);
+
+  auto listed = Send(0, ListCall(*old_session));
+  EXPECT_TRUE(absl::IsFailedPrecondition(listed.status())) << listed.status();
+  EXPECT_TRUE(absl::StrContains(listed.status().message(), "re-attest")) << listed.status();
+
+  // A new session works, and in a batch mixing both only the old one's item is refused. (The
+  // fake numbers sessions from 1 again: the reused id counts as new once opened.)
+  auto new_session = OpenSession(0);
+  ASSERT_TRUE(new_session.ok()) << new_session.status();
+  auto fresh = Send(0, ListCall(*new_session));
+  EXPECT_TRUE(fresh.ok()) << fresh.status();
+  auto third = OpenSession(0);  // not reused: "session-00000002" was never stale
+  ASSERT_TRUE(third.ok());
+  KillAndWait(0, 2);
+  auto newest = OpenSession(0);
+  ASSERT_TRUE(newest.ok());
+  // Now *third (opened by incarnation 1) is stale and *newest (incarnation 2) is live.
+  auto reply = Send(0, InferCall({*third, *newest}, "y"));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->infer_batch().replies_size(), 2);
+  EXPECT_EQ(reply->infer_batch().replies(0).status().code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(absl::StrContains(reply->infer_batch().replies(0).status().message(), "re-attest"));
+  EXPECT_EQ(reply->infer_batch().replies(1).status().code(), 0);
+}
+
+TEST_F(WorkerSupervisorTest, AnswersUnavailableWhileRestarting) {
+  auto options = Options(1);
+  absl::Notification release;
+  std::atomic<bool> hold{false};
+  auto start = options.start_worker;
+  options.start_worker = [&, start](int index, std::function<void(const absl::Status&)> on_exit) {
+    if (hold.load()) release.WaitForNotification();
+    return start(index, std::move(on_exit));
+  };
+  StartSupervisor(std::move(options));
+  hold = true;
+  pid_t pid = supervisor_->pid(0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  // Until the restart is let through, calls are refused at once, each exactly once.
+  absl::Time give_up = absl::Now() + kWait;
+  while (supervisor_->ready(0) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_FALSE(supervisor_->ready(0));
+  auto refused = Send(0, ListCall("session-00000009"));
+  EXPECT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "restarting")) << refused.status();
+  // GetEvidence waits for the new incarnation instead (a client attesting again needs its
+  // evidence), and is answered exactly once.
+  HostToEnclave call;
+  call.mutable_get_evidence()->set_nonce("n");
+  std::atomic<int> evidence_answers{0};
+  absl::Notification evidence_answered;
+  absl::StatusOr<EnclaveToHost> evidence = absl::UnknownError("not answered");
+  supervisor_->client(0)->Call(call, [&](EnclaveClient::Reply reply) {
+    evidence = std::move(reply);
+    ++evidence_answers;
+    evidence_answered.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(evidence_answered.HasBeenNotified());
+  release.Notify();
+  ASSERT_TRUE(evidence_answered.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(evidence.ok()) << evidence.status();
+  EXPECT_EQ(evidence->get_evidence().challenge_response(), "evidence:n");
+  ASSERT_TRUE(supervisor_->WaitForRestarts(0, 1, kWait));
+  EXPECT_TRUE(Send(0, call).ok());
+  EXPECT_EQ(evidence_answers.load(), 1);
+}
+
+TEST_F(WorkerSupervisorTest, HoldsAModelUploadedDuringARestartForTheNewWorker) {
+  auto options = Options(1);
+  absl::Notification release;
+  std::atomic<bool> hold{false};
+  auto start = options.start_worker;
+  options.start_worker = [&, start](int index, std::function<void(const absl::Status&)> on_exit) {
+    if (hold.load()) release.WaitForNotification();
+    return start(index, std::move(on_exit));
+  };
+  StartSupervisor(std::move(options));
+  hold = true;
+  ASSERT_EQ(::kill(supervisor_->pid(0), SIGKILL), 0);
+  absl::Time give_up = absl::Now() + kWait;
+  while (supervisor_->ready(0) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_FALSE(supervisor_->ready(0));
+  // Another worker loaded a model meanwhile and fans it out to this one (as an upload does).
+  const std::string handle = "fedcba9876543210fedcba9876543210";
+  HostToEnclave reload;
+  reload.mutable_reload_model()->set_model_handle(handle);
+  reload.mutable_reload_model()->set_model_ciphertext("late-model");
+  reload.mutable_reload_model()->set_wrapped_model_key(WrappedKeyFor(handle, "late-model"));
+  absl::Notification answered;
+  absl::Status reload_status = absl::UnknownError("not answered");
+  std::atomic<int> answers{0};
+  supervisor_->client(0)->Call(std::move(reload), [&](EnclaveClient::Reply reply) {
+    reload_status = reply.status();
+    ++answers;
+    answered.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(answered.HasBeenNotified()) << reload_status;  // held, not refused
+  release.Notify();
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(kWait));
+  EXPECT_TRUE(reload_status.ok()) << reload_status;
+  ASSERT_TRUE(supervisor_->WaitForRestarts(0, 1, kWait));
+  auto session = OpenSession(0);
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto reply = Send(0, InferCall({*session}, "z", handle));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->infer_batch().replies(0).ciphertext(), "out:z;batch=1");
+  EXPECT_EQ(answers.load(), 1);
+}
+
+TEST_F(WorkerSupervisorTest, GivesUpAfterRepeatedFailedRestarts) {
+  auto options = Options(1);
+  options.max_consecutive_failures = 3;
+  absl::Notification gave_up;
+  options.on_gave_up = [&](int worker, const absl::Status& why) {
+    EXPECT_EQ(worker, 0);
+    EXPECT_TRUE(absl::StrContains(why.message(), "3 times")) << why;
+    gave_up.Notify();
+  };
+  StartSupervisor(std::move(options));
+  fail_starts_ = true;
+  ASSERT_EQ(::kill(supervisor_->pid(0), SIGKILL), 0);
+  ASSERT_TRUE(gave_up.WaitForNotificationWithTimeout(kWait));
+  EXPECT_TRUE(supervisor_->gave_up());
+  EXPECT_EQ(starts_.load(), 1 + 3);
+  HostToEnclave call;
+  call.mutable_get_evidence()->set_nonce("n");
+  EXPECT_TRUE(absl::IsUnavailable(Send(0, std::move(call)).status()));
+}
+
+TEST_F(WorkerSupervisorTest, FirstStartFailureIsReturned) {
+  fail_starts_ = true;
+  auto supervisor = WorkerSupervisor::Start(Options(2));
+  EXPECT_TRUE(absl::IsInternal(supervisor.status())) << supervisor.status();
+  EXPECT_EQ(starts_.load(), 1);
+  WorkerSupervisorOptions no_workers = Options(1);
+  no_workers.worker_count = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(WorkerSupervisor::Start(std::move(no_workers)).status()));
+}
+
+}  // namespace
+}  // namespace cloister::host
