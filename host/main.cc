@@ -335,6 +335,7 @@ int Run(const DaemonConfig& config) {
     }
   }
 
+  (*supervisor)->StopRestarting();  // a worker that exits from now on stays down
   // Refuse new calls, let running ones finish within the grace period, then close the server
   // (an immediate deadline: all that is left are idle connections). Calls still waiting on the
   // worker after the grace period are completed by stopping it.

@@ -60,7 +60,10 @@ struct PyValue {
   bool boolean = false;
   int64_t integer = 0;
   std::vector<PyValue> items;                           // kTuple, kList
-  std::vector<std::pair<std::string, PyValue>> fields;  // kDict (string keys only)
+  // kDict (string keys only): keys[i] maps to values[i]. Two vectors rather than pairs, since a
+  // std::pair cannot hold the still incomplete PyValue.
+  std::vector<std::string> keys;
+  std::vector<PyValue> values;
 };
 
 absl::string_view KindName(PyValue::Kind kind) {
@@ -260,10 +263,11 @@ class LiteralParser {
       ASSIGN_OR_RETURN(std::string key, ParseString());
       if (!Consume(':')) return Error("expected ':' after a key");
       ASSIGN_OR_RETURN(PyValue item, ParseValue(depth + 1));
-      for (const auto& [existing, unused] : value.fields) {
+      for (const std::string& existing : value.keys) {
         if (existing == key) return Error(absl::StrCat("duplicate key '", key, "'"));
       }
-      value.fields.emplace_back(std::move(key), std::move(item));
+      value.keys.push_back(std::move(key));
+      value.values.push_back(std::move(item));
       if (Consume(',')) continue;
       if (Consume('}')) break;
       return Error("expected ',' or '}'");
@@ -395,7 +399,9 @@ absl::StatusOr<NpyArray> ParseNpy(ByteSpan file_bytes, std::string_view file_nam
   const PyValue* descr = nullptr;
   const PyValue* fortran_order = nullptr;
   const PyValue* shape = nullptr;
-  for (const auto& [key, value] : dict.fields) {
+  for (size_t i = 0; i < dict.keys.size(); ++i) {
+    const std::string& key = dict.keys[i];
+    const PyValue& value = dict.values[i];
     if (key == "descr") {
       descr = &value;
     } else if (key == "fortran_order") {

@@ -7,7 +7,9 @@
 // The child gets its end of the socket as fd 3, /dev/null as stdin and cloisterd's stderr as both
 // stdout and stderr (so its JSON logs land beside ours and cloisterd's stdout stays clean for the
 // "listening" line); every other descriptor is closed before exec, and the child dies with
-// cloisterd (PR_SET_PDEATHSIG).
+// cloisterd (PR_SET_PDEATHSIG). That signal comes when the *thread* that called Start() ends,
+// not only the process: call Start() from a thread that lives as long as the worker should
+// (WorkerSupervisor restarts workers from its own thread and stops them before it ends).
 //
 // Frames (proto/frame.h) go out through a writer thread fed by a queue, so Call() never blocks
 // on the socket, and replies come back on a reader thread that completes calls by call id (in

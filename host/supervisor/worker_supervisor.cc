@@ -181,8 +181,13 @@ class WorkerSupervisor::Worker : public EnclaveClient {
   void RecordSession(uint64_t generation, const std::string& session_id) {
     absl::MutexLock lock(&mu);
     if (generation == this->generation && ready) {
-      live_sessions.insert(session_id);
       stale_sessions.erase(session_id);  // a new incarnation may reuse an id
+      if (live_sessions.insert(session_id).second) live_order.push_back(session_id);
+      // Bounded like the stale ones: the oldest are long expired in the enclave anyway.
+      while (static_cast<int>(live_order.size()) > max_stale_sessions_) {
+        live_sessions.erase(live_order.front());
+        live_order.pop_front();
+      }
     } else {
       AddStaleLocked(session_id);
     }
@@ -190,8 +195,9 @@ class WorkerSupervisor::Worker : public EnclaveClient {
 
   // The current incarnation died: its sessions become stale.
   void RetireSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (const std::string& session : live_sessions) AddStaleLocked(session);
+    for (const std::string& session : live_order) AddStaleLocked(session);
     live_sessions.clear();
+    live_order.clear();
   }
 
   void AddStaleLocked(const std::string& session_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -223,6 +229,7 @@ class WorkerSupervisor::Worker : public EnclaveClient {
   int restarts ABSL_GUARDED_BY(mu) = 0;
   absl::Time up_since ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   absl::flat_hash_set<std::string> live_sessions ABSL_GUARDED_BY(mu);
+  std::deque<std::string> live_order ABSL_GUARDED_BY(mu);  // live_sessions, oldest first
   absl::flat_hash_set<std::string> stale_sessions ABSL_GUARDED_BY(mu);
   std::deque<std::string> stale_order ABSL_GUARDED_BY(mu);
 };
@@ -401,13 +408,23 @@ void WorkerSupervisor::OnWorkerExit(int index, uint64_t generation, const absl::
     worker.current = nullptr;
     worker.RetireSessionsLocked();
   }
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    Log(LogLevel::kInfo, "enclave_worker_exited",
+        {{"worker", index}, {"reason", why.ToString()}, {"action", "none, shutting down"}});
+    return;
+  }
   Log(LogLevel::kError, "enclave_worker_died",
       {{"worker", index},
        {"generation", static_cast<long long>(generation)},
        {"reason", why.ToString()},
        {"action", "restarting"}});
-  absl::MutexLock lock(&mu_);
   dead_.push_back(index);
+}
+
+void WorkerSupervisor::StopRestarting() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
 }
 
 void WorkerSupervisor::SuperviseLoop() {
@@ -473,7 +490,19 @@ void WorkerSupervisor::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  // The workers first, gracefully (SIGTERM): restarted ones are children of the restart thread
+  // and get PR_SET_PDEATHSIG's SIGKILL when it ends. A restart under way fails fast once its
+  // process is stopped; one that spawns after this sweep is caught by the second.
+  StopAllIncarnations();
   if (thread_.joinable()) thread_.join();
+  StopAllIncarnations();
+  for (auto& worker : workers_) {
+    FailHeldReloads(*worker, absl::UnavailableError("cloisterd is shutting down"),
+                    /*give_up=*/true);
+  }
+}
+
+void WorkerSupervisor::StopAllIncarnations() {
   for (auto& worker : workers_) {
     std::vector<ProcessEnclaveClient*> processes;
     {
@@ -483,8 +512,6 @@ void WorkerSupervisor::Stop() {
       for (auto& process : worker->incarnations) processes.push_back(process.get());
     }
     for (ProcessEnclaveClient* process : processes) process->Stop();
-    FailHeldReloads(*worker, absl::UnavailableError("cloisterd is shutting down"),
-                    /*give_up=*/true);
   }
 }
 

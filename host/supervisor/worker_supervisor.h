@@ -27,8 +27,9 @@
 // the EnclaveClient contract. Restarts run on the supervisor's own thread; `on_ready` and
 // `on_gave_up` run there (and on the Start() caller's thread for the first start).
 // Ownership: owns the worker processes (ProcessEnclaveClient) and its thread; the BlobStore is
-// borrowed and must outlive the supervisor. Dead incarnations are kept (stopped) until Stop(), so
-// a call racing with a restart never touches freed memory.
+// borrowed and must outlive the supervisor. Dead incarnations are kept (stopped: no process,
+// thread or descriptor, a few hundred bytes each) until the supervisor is destroyed, so a call
+// racing with a restart never touches freed memory.
 #pragma once
 
 #include <cstdint>
@@ -79,7 +80,8 @@ struct WorkerSupervisorOptions {
   // A worker that stays up this long resets its backoff to initial_backoff.
   absl::Duration stable_after = absl::Seconds(30);
   int max_consecutive_failures = 10;
-  // Session ids of dead incarnations remembered per worker (oldest forgotten first).
+  // Session ids remembered per worker, of the live incarnation and of dead ones (each list
+  // forgets its oldest first).
   int max_stale_sessions = 1 << 20;
   // Each worker's evidence after each (re)start; generation 0 is the first start.
   std::function<void(int worker, int generation, const boundary::v1::GetEvidenceResult& evidence)>
@@ -114,6 +116,9 @@ class WorkerSupervisor {
   // `timeout` passes (false). For tests and tools.
   bool WaitForRestarts(int index, int restarts, absl::Duration timeout) const;
 
+  // Shutdown, step 1: workers that die from now on are not restarted (at shutdown a service
+  // manager may signal the workers along with cloisterd). Thread-safe; idempotent.
+  void StopRestarting();
   // Stops the restart thread and every worker; outstanding calls complete with UNAVAILABLE.
   // Idempotent.
   void Stop();
@@ -127,6 +132,8 @@ class WorkerSupervisor {
   void SuperviseLoop();
   // From a dying incarnation's reader thread.
   void OnWorkerExit(int index, uint64_t generation, const absl::Status& why);
+  // Stops every incarnation's process (idempotent per process).
+  void StopAllIncarnations();
   // Answers the calls held for `worker` (ReloadModel, GetEvidence) with `why`; with `give_up`,
   // later ones are refused at once instead of held.
   void FailHeldReloads(Worker& worker, const absl::Status& why, bool give_up);

@@ -373,6 +373,17 @@ TEST_F(WorkerSupervisorTest, GivesUpAfterRepeatedFailedRestarts) {
   EXPECT_TRUE(absl::IsUnavailable(Send(0, std::move(call)).status()));
 }
 
+TEST_F(WorkerSupervisorTest, NoRestartOnceShuttingDown) {
+  StartSupervisor(Options(1));
+  supervisor_->StopRestarting();
+  ASSERT_EQ(::kill(supervisor_->pid(0), SIGKILL), 0);
+  absl::Time give_up = absl::Now() + kWait;
+  while (supervisor_->ready(0) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_FALSE(supervisor_->WaitForRestarts(0, 1, absl::Milliseconds(500)));
+  EXPECT_EQ(starts_.load(), 1);
+  EXPECT_TRUE(absl::IsUnavailable(Send(0, ListCall("session-00000001")).status()));
+}
+
 TEST_F(WorkerSupervisorTest, FirstStartFailureIsReturned) {
   fail_starts_ = true;
   auto supervisor = WorkerSupervisor::Start(Options(2));
