@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "attest/sim/sim_tee.h"
 #include "attest/spdm.h"
 #include "attest/string_view.h"
@@ -438,20 +439,43 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& message) {
   out << YAML::EndMap;
 }
 
+// How many YAML documents `text` holds, from its `---` markers and content lines. YAML::LoadAll
+// would say, but yaml-cpp 0.7's LoadAll never returns on some inputs (`!r,`: it keeps making
+// empty documents until memory runs out), so only the first document is parsed, with Load.
+int CountYamlDocuments(std::string_view text) {
+  int documents = 0;
+  bool in_document = false;
+  for (absl::string_view line : absl::StrSplit(Sv(text), '\n')) {
+    const bool marker = line == "---" || line == "---\r" || absl::StartsWith(line, "--- ") ||
+                        absl::StartsWith(line, "---\t");
+    const absl::string_view trimmed = absl::StripAsciiWhitespace(line);
+    const bool content = !trimmed.empty() && trimmed[0] != '#';
+    if (marker) {
+      ++documents;
+      in_document = true;
+    } else if (content && !in_document) {
+      ++documents;
+      in_document = true;
+    }
+  }
+  return documents;
+}
+
 }  // namespace
 
 absl::StatusOr<Policy> ParsePolicyYaml(std::string_view text, std::string_view source_text) {
   absl::string_view source_name = Sv(source_text);
+  const int document_count = CountYamlDocuments(text);
+  if (document_count != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_name, ": expected exactly one YAML document, found ", document_count));
+  }
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(std::string(text));
+    documents.push_back(YAML::Load(std::string(text)));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(source_name, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
-  }
-  if (documents.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source_name, ": expected exactly one YAML document, found ", documents.size()));
   }
   Policy policy;
   try {
