@@ -210,6 +210,12 @@ EnclaveToHost Enclave::Handle(const HostToEnclave& call) {
       status = r.status();
       break;
     }
+    case HostToEnclave::kGetStats: {
+      auto r = GetStats();
+      if (r.ok()) *reply.mutable_get_stats() = std::move(*r);
+      status = r.status();
+      break;
+    }
     case HostToEnclave::CALL_NOT_SET:
       status = absl::InvalidArgumentError("boundary call carries no known call");
       break;
@@ -513,6 +519,21 @@ absl::StatusOr<boundary::v1::SignAuditCheckpointResult> Enclave::SignAuditCheckp
   boundary::v1::SignAuditCheckpointResult result;
   result.mutable_signed_()->set_checkpoint(std::move(serialized));
   result.mutable_signed_()->set_signature(ToString(signature));
+  return result;
+}
+
+absl::StatusOr<boundary::v1::StatsResult> Enclave::GetStats() {
+  boundary::v1::StatsResult result;
+  for (auto& [handle, size] : models_->SizesByHandle()) {
+    boundary::v1::ModelMemory* model = result.add_models();
+    model->set_model_handle(std::move(handle));
+    model->set_size(size);
+  }
+  if (options_.device_memory) {
+    ASSIGN_OR_RETURN(DeviceMemoryInfo device, options_.device_memory());
+    result.mutable_device_memory()->set_total_size(device.total_size);
+    result.mutable_device_memory()->set_used_size(device.used_size);
+  }
   return result;
 }
 

@@ -9,7 +9,9 @@
 // Thread-safe: Handle() may run on several threads at once.
 #pragma once
 
+#include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +40,12 @@ enum class TeeMode { kSim, kSevSnp, kTdx };
 // NVIDIA GPUs in confidential-computing mode through NVML (only in a confidential VM), or none.
 enum class GpuMode { kSim, kNvidiaCc, kNone };
 
+// Memory of the GPU the executor runs on, in bytes.
+struct DeviceMemoryInfo {
+  uint64_t total_size = 0;
+  uint64_t used_size = 0;
+};
+
 struct EnclaveOptions {
   TeeMode tee = TeeMode::kSim;
   GpuMode gpu = GpuMode::kSim;
@@ -56,6 +64,9 @@ struct EnclaveOptions {
   pcie::PcieMode pcie_mode = pcie::PcieMode::kOff;
   pcie::TransferOptions pcie_options;
   Clock* clock = Clock::Real();
+  // Reads the executor's device memory for the operator's statistics (GetStatsCall); empty when
+  // models run on the CPU (the statistics then carry no device memory).
+  std::function<absl::StatusOr<DeviceMemoryInfo>()> device_memory;
 };
 
 class Enclave {
@@ -86,6 +97,9 @@ class Enclave {
   // evidence signing key; InvalidArgument for a digest of another size or sequence 0.
   absl::StatusOr<boundary::v1::SignAuditCheckpointResult> SignAuditCheckpoint(
       const boundary::v1::SignAuditCheckpointCall&);
+
+  // Model memory by handle and, when there is a device, its memory.
+  absl::StatusOr<boundary::v1::StatsResult> GetStats();
 
   bool IsKnownEvidence(ByteSpan digest);
   // Collects evidence over `nonce` and serializes it with the collection time.

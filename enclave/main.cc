@@ -16,6 +16,9 @@
 #include "base/log.h"
 #include "enclave/boundary/boundary_server.h"
 #include "enclave/enclave.h"
+#ifdef CLOISTER_WITH_CUDA_EXECUTOR
+#include "enclave/gpu/cuda_memory.h"
+#endif
 #include "enclave/runtime/executor.h"
 
 namespace {
@@ -199,6 +202,16 @@ int main(int argc, char** argv) {
   }
   options.load_options.executor = *executor;
   Log(LogLevel::kInfo, "executor", {{"name", std::string((*executor)->name())}});
+#ifdef CLOISTER_WITH_CUDA_EXECUTOR
+  // The operator's statistics show the device's memory when models run on it.
+  if ((*executor)->name().starts_with("cuda")) {
+    options.device_memory = []() -> absl::StatusOr<enclave::DeviceMemoryInfo> {
+      absl::StatusOr<gpu::CudaMemoryUsage> usage = gpu::CurrentDeviceMemory();
+      if (!usage.ok()) return usage.status();
+      return enclave::DeviceMemoryInfo{usage->total_size, usage->used_size};
+    };
+  }
+#endif
 
   auto measurement = attest::MeasureFile("/proc/self/exe");
   if (!measurement.ok()) {

@@ -54,6 +54,9 @@ subcommands:
 
 connection flags (each falls back to an environment variable):
   --server HOST:PORT   cloisterd address     CLOISTER_SERVER (default 127.0.0.1:7700)
+                       several comma-separated (a:7700,b:7700): the first that attests
+                       holds the session; the next takes over when it goes down (models
+                       are per node: upload them to each)
   --policy FILE        attestation policy    CLOISTER_POLICY
   --tenant ID          tenant id             CLOISTER_TENANT
   --token-file FILE    file with API token   CLOISTER_TOKEN_FILE
@@ -346,10 +349,17 @@ absl::StatusOr<std::string> RequiredFlag(const Flags& flags, const std::string& 
 absl::StatusOr<ClientOptions> LoadConnection(const Flags& flags, const CliIo& io, bool need_key) {
   ClientOptions options;
   options.server = *Setting(flags, io, "server", "CLOISTER_SERVER", kDefaultServer);
+  RETURN_IF_ERROR(ParseServerList(options.server).status());
   ASSIGN_OR_RETURN(options.tenant_id,
                    RequiredSetting(flags, io, "tenant", "CLOISTER_TENANT", "tenant id"));
-  ASSIGN_OR_RETURN(std::string token_file,
-                   RequiredSetting(flags, io, "token-file", "CLOISTER_TOKEN_FILE", "token file"));
+  // A tenant bound to client certificates may connect with its certificate alone.
+  const bool client_certificate =
+      Setting(flags, io, "client-cert", "CLOISTER_CLIENT_CERT").has_value();
+  std::string token_file = Setting(flags, io, "token-file", "CLOISTER_TOKEN_FILE").value_or("");
+  if (token_file.empty() && !client_certificate) {
+    ASSIGN_OR_RETURN(token_file, RequiredSetting(flags, io, "token-file", "CLOISTER_TOKEN_FILE",
+                                                 "token file"));
+  }
   ASSIGN_OR_RETURN(std::string policy_path,
                    RequiredSetting(flags, io, "policy", "CLOISTER_POLICY", "attestation policy"));
   if (std::optional<std::string> timeout = flags.Get("timeout"); timeout.has_value()) {
@@ -369,14 +379,16 @@ absl::StatusOr<ClientOptions> LoadConnection(const Flags& flags, const CliIo& io
       Setting(flags, io, "client-key", "CLOISTER_CLIENT_KEY").value_or("");
   options.tls_server_name = flags.Get("tls-server-name").value_or("");
 
-  auto token = ReadFile(token_file, /*max_size=*/4096);
-  if (!token.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read token file: ", token.status().message()));
-  }
-  options.token = std::string(absl::StripAsciiWhitespace(*token));
-  if (options.token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("token file ", token_file, " is empty"));
+  if (!token_file.empty()) {
+    auto token = ReadFile(token_file, /*max_size=*/4096);
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read token file: ", token.status().message()));
+    }
+    options.token = std::string(absl::StripAsciiWhitespace(*token));
+    if (options.token.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("token file ", token_file, " is empty"));
+    }
   }
   ASSIGN_OR_RETURN(options.policy, attest::LoadPolicyFile(policy_path));
   options.policy_path = policy_path;

@@ -11,8 +11,12 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "attest/binding.h"
 #include "attest/nvidia/bundle_verifier.h"
@@ -34,6 +38,7 @@ namespace api = ::cloister::api::v1;
 namespace attest_pb = ::cloister::attest::v1;
 
 struct Client::Session {
+  size_t endpoint = 0;  // index into Client::endpoints_: the node that holds this session
   Bytes id;
   absl::Time expires_at = absl::InfiniteFuture();
   uint64_t max_messages = 0;  // 0: no limit announced
@@ -64,13 +69,17 @@ bool IsMetadataSafe(absl::string_view value) {
 }
 
 absl::Status CheckConnectionOptions(const ClientOptions& options) {
-  if (options.server.empty()) return absl::InvalidArgumentError("no server address given");
+  RETURN_IF_ERROR(ParseServerList(options.server).status());
   if (options.tenant_id.empty()) return absl::InvalidArgumentError("no tenant id given");
   if (!IsMetadataSafe(options.tenant_id)) {
     return absl::InvalidArgumentError(
         "the tenant id must be printable ASCII without spaces or control characters");
   }
-  if (options.token.empty()) return absl::InvalidArgumentError("no API token given");
+  // Without a token the client certificate must speak for the tenant (cloisterd admits a
+  // tenant bound to mtls_identities by its certificate alone).
+  if (options.token.empty() && options.tls_client_cert_file.empty()) {
+    return absl::InvalidArgumentError("no API token given (nor a client certificate)");
+  }
   if (!IsMetadataSafe(options.token)) {
     return absl::InvalidArgumentError(
         "the API token must be printable ASCII without spaces or control characters");
@@ -91,13 +100,11 @@ absl::StatusOr<std::string> ReadPemOption(const std::string& path, absl::string_
                                           absl::string_view kind) {
   absl::StatusOr<std::string> text = ReadFile(path, 1 << 20);
   if (!text.ok()) {
-    return absl::Status(text.status().code(),
-                        absl::StrCat(option, ": ", text.status().message()));
+    return absl::Status(text.status().code(), absl::StrCat(option, ": ", text.status().message()));
   }
   if (text->find(absl::StrCat("-----BEGIN ", kind)) == std::string::npos &&
       !(kind == "PRIVATE KEY" && text->find(" PRIVATE KEY-----") != std::string::npos)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(option, ": ", path, " holds no PEM ", kind));
+    return absl::InvalidArgumentError(absl::StrCat(option, ": ", path, " holds no PEM ", kind));
   }
   return text;
 }
@@ -123,13 +130,14 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
   if (has_cert) {
     ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPemOption(options.tls_client_cert_file,
                                                        "TLS client certificate", "CERTIFICATE"));
-    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPemOption(options.tls_client_key_file,
-                                                        "TLS client key", "PRIVATE KEY"));
+    ASSIGN_OR_RETURN(ssl.pem_private_key,
+                     ReadPemOption(options.tls_client_key_file, "TLS client key", "PRIVATE KEY"));
   }
   return grpc::SslCredentials(ssl);
 }
 
-absl::StatusOr<std::unique_ptr<api::Cloister::Stub>> MakeStub(const ClientOptions& options) {
+absl::StatusOr<std::unique_ptr<api::Cloister::Stub>> MakeStub(const ClientOptions& options,
+                                                              const std::string& server) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(kMaxMessageSize);
   arguments.SetMaxSendMessageSize(kMaxMessageSize);
@@ -139,14 +147,16 @@ absl::StatusOr<std::unique_ptr<api::Cloister::Stub>> MakeStub(const ClientOption
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentialsFor(options));
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.server, credentials, arguments);
+      grpc::CreateCustomChannel(server, credentials, arguments);
   return api::Cloister::NewStub(channel);
 }
 
-void PrepareContext(grpc::ClientContext& context, const ClientOptions& options,
-                    bool with_deadline, absl::Duration timeout = absl::ZeroDuration()) {
+void PrepareContext(grpc::ClientContext& context, const ClientOptions& options, bool with_deadline,
+                    absl::Duration timeout = absl::ZeroDuration()) {
   context.AddMetadata("x-cloister-tenant", options.tenant_id);
-  context.AddMetadata("authorization", absl::StrCat("Bearer ", options.token));
+  if (!options.token.empty()) {
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", options.token));
+  }
   if (with_deadline) {
     absl::Duration limit = timeout > absl::ZeroDuration() ? timeout : options.call_timeout;
     context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(limit));
@@ -154,21 +164,25 @@ void PrepareContext(grpc::ClientContext& context, const ClientOptions& options,
 }
 
 // Converts a gRPC failure into an absl::Status with the same code and a message that names
-// the call and the server.
-absl::Status FromGrpc(const grpc::Status& status, absl::string_view rpc,
-                      const ClientOptions& options,
-                      absl::Duration timeout = absl::ZeroDuration()) {
+// the call and the server (one endpoint of options.server).
+absl::Status FromGrpc(const grpc::Status& status, absl::string_view rpc, absl::string_view server,
+                      const ClientOptions& options, absl::Duration timeout = absl::ZeroDuration()) {
   auto code = static_cast<absl::StatusCode>(status.error_code());
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
       return absl::UnavailableError(
-          absl::StrCat("cannot reach cloisterd at ", options.server, ": ", status.error_message()));
+          absl::StrCat("cannot reach cloisterd at ", server, ": ", status.error_message()));
+    case grpc::StatusCode::CANCELLED:
+      // This client never cancels a call whose status it reports, so the server side dropped
+      // it: cloisterd is shutting down. That node is going away, as with UNAVAILABLE.
+      return absl::UnavailableError(
+          absl::StrCat("cloisterd at ", server, " dropped ", rpc,
+                       " (it is shutting down?): ", status.error_message()));
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return absl::DeadlineExceededError(
-          absl::StrCat(rpc, " to ", options.server, " did not finish within ",
-                       absl::FormatDuration(timeout > absl::ZeroDuration() ? timeout
-                                                                           : options.call_timeout),
-                       ": ", status.error_message()));
+      return absl::DeadlineExceededError(absl::StrCat(
+          rpc, " to ", server, " did not finish within ",
+          absl::FormatDuration(timeout > absl::ZeroDuration() ? timeout : options.call_timeout),
+          ": ", status.error_message()));
     default:
       return absl::Status(code, absl::StrCat(rpc, ": ", status.error_message()));
   }
@@ -195,7 +209,8 @@ struct Attestation {
 };
 
 // GetEvidence with a fresh nonce, then VerifyChallenge. An error status means no verdict.
-absl::StatusOr<Attestation> FetchAndVerify(api::Cloister::Stub& stub, const ClientOptions& options,
+absl::StatusOr<Attestation> FetchAndVerify(api::Cloister::Stub& stub, absl::string_view server,
+                                           const ClientOptions& options,
                                            const attest_pb::Policy& policy) {
   Attestation result;
   result.nonce = crypto::RandomBytes(attest::kNonceSize);
@@ -207,7 +222,7 @@ absl::StatusOr<Attestation> FetchAndVerify(api::Cloister::Stub& stub, const Clie
   grpc::ClientContext context;
   PrepareContext(context, options, /*with_deadline=*/true);
   grpc::Status status = stub.GetEvidence(&context, request, &response);
-  if (!status.ok()) return FromGrpc(status, "GetEvidence", options);
+  if (!status.ok()) return FromGrpc(status, "GetEvidence", server, options);
 
   if (!result.challenge.ParseFromString(response.challenge_response())) {
     return absl::FailedPreconditionError(
@@ -224,22 +239,107 @@ absl::StatusOr<Attestation> FetchAndVerify(api::Cloister::Stub& stub, const Clie
   return result;
 }
 
+// Whether `failure` (from attesting or opening a session on one endpoint) means the endpoint
+// cannot be reached, so that the next one should be tried: it refused the connection or went
+// away (UNAVAILABLE), or it did not even answer within the call timeout.
+bool IsUnreachable(const absl::Status& failure) {
+  return absl::IsUnavailable(failure) || absl::IsDeadlineExceeded(failure);
+}
+
+// One error for a failure on every endpoint tried: the only one unchanged, otherwise the code
+// of the first endpoint that answered (UNAVAILABLE when none did) and every endpoint's reason.
+absl::Status CombineEndpointFailures(
+    const std::vector<std::pair<std::string, absl::Status>>& failures) {
+  CLOISTER_CHECK(!failures.empty());
+  if (failures.size() == 1) return failures.front().second;
+  absl::StatusCode code = absl::StatusCode::kUnavailable;
+  for (const auto& [address, failure] : failures) {
+    if (!IsUnreachable(failure)) {
+      code = failure.code();
+      break;
+    }
+  }
+  std::vector<std::string> reasons;
+  for (const auto& [address, failure] : failures) {
+    reasons.push_back(absl::StrContains(failure.message(), address)
+                          ? std::string(failure.message())
+                          : absl::StrCat(address, ": ", failure.message()));
+  }
+  return absl::Status(code,
+                      absl::StrCat("no endpoint could be used: ", absl::StrJoin(reasons, "; ")));
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> ParseServerList(absl::string_view server) {
+  if (absl::StripAsciiWhitespace(server).empty()) {
+    return absl::InvalidArgumentError("no server address given");
+  }
+  std::vector<std::string> endpoints;
+  for (absl::string_view entry : absl::StrSplit(server, ',')) {
+    if (entry.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "server list \"", server, "\" has an empty entry (endpoints are comma-separated)"));
+    }
+    for (char c : entry) {
+      if (absl::ascii_isspace(static_cast<unsigned char>(c)) ||
+          !absl::ascii_isprint(static_cast<unsigned char>(c))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "server endpoint \"", entry, "\" contains whitespace or a control character"));
+      }
+    }
+    // A gRPC target with a scheme (unix:/path, dns:///host:port, ...) is passed on as it is.
+    bool has_scheme = absl::StartsWith(entry, "unix:") ||
+                      absl::StartsWith(entry, "unix-abstract:") || absl::StrContains(entry, ":///");
+    if (!has_scheme) {
+      size_t colon = entry.rfind(':');
+      absl::string_view host = colon == absl::string_view::npos ? "" : entry.substr(0, colon);
+      absl::string_view port_text = colon == absl::string_view::npos ? "" : entry.substr(colon + 1);
+      int port = 0;
+      if (host.empty() || port_text.empty() || !absl::SimpleAtoi(port_text, &port) || port < 1 ||
+          port > 65535 || port_text.find_first_not_of("0123456789") != absl::string_view::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "server endpoint \"", entry, "\" is not HOST:PORT with a port from 1 to 65535"));
+      }
+      bool bracketed = host.front() == '[';
+      if (bracketed != (host.back() == ']') ||
+          (!bracketed && host.find(':') != absl::string_view::npos)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "server endpoint \"", entry, "\": write an IPv6 address in brackets, [ADDR]:PORT"));
+      }
+    }
+    if (std::find(endpoints.begin(), endpoints.end(), entry) != endpoints.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("server endpoint \"", entry, "\" is listed twice"));
+    }
+    endpoints.emplace_back(entry);
+  }
+  return endpoints;
+}
 
 absl::StatusOr<attest::Verdict> Attest(const ClientOptions& options) {
   RETURN_IF_ERROR(CheckConnectionOptions(options));
+  ASSIGN_OR_RETURN(std::vector<std::string> servers, ParseServerList(options.server));
   ASSIGN_OR_RETURN(attest_pb::Policy policy, ResolvePolicy(options));
-  ASSIGN_OR_RETURN(std::unique_ptr<api::Cloister::Stub> stub, MakeStub(options));
-  ASSIGN_OR_RETURN(Attestation attestation, FetchAndVerify(*stub, options, policy));
-  return std::move(attestation.verdict);
+  std::vector<std::pair<std::string, absl::Status>> failures;
+  for (const std::string& server : servers) {
+    ASSIGN_OR_RETURN(std::unique_ptr<api::Cloister::Stub> stub, MakeStub(options, server));
+    absl::StatusOr<Attestation> attestation = FetchAndVerify(*stub, server, options, policy);
+    if (attestation.ok()) return std::move(attestation->verdict);
+    failures.emplace_back(server, attestation.status());
+    if (!IsUnreachable(attestation.status())) break;  // it answered: that is the verdict
+  }
+  return CombineEndpointFailures(failures);
 }
 
 Client::Client(ClientOptions options, std::shared_ptr<const TenantIdentity> identity,
-               attest_pb::Policy policy, std::unique_ptr<api::Cloister::Stub> stub)
+               attest_pb::Policy policy, std::vector<Endpoint> endpoints)
     : options_(std::move(options)),
       identity_(std::move(identity)),
       policy_(std::move(policy)),
-      stub_(std::move(stub)) {}
+      endpoints_(std::move(endpoints)) {
+  CLOISTER_CHECK(!endpoints_.empty());
+}
 
 Client::~Client() = default;
 
@@ -255,19 +355,48 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     identity = std::make_shared<const TenantIdentity>(std::move(loaded));
   }
   ASSIGN_OR_RETURN(attest_pb::Policy policy, ResolvePolicy(options));
-  ASSIGN_OR_RETURN(std::unique_ptr<api::Cloister::Stub> stub, MakeStub(options));
+  ASSIGN_OR_RETURN(std::vector<std::string> servers, ParseServerList(options.server));
+  std::vector<Endpoint> endpoints;
+  std::vector<size_t> order;
+  for (std::string& server : servers) {
+    ASSIGN_OR_RETURN(std::unique_ptr<api::Cloister::Stub> stub, MakeStub(options, server));
+    order.push_back(endpoints.size());
+    endpoints.push_back(Endpoint{std::move(server), std::move(stub)});
+  }
   std::unique_ptr<Client> client(
-      new Client(options, std::move(identity), std::move(policy), std::move(stub)));
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, client->OpenSession(verdict_out));
+      new Client(options, std::move(identity), std::move(policy), std::move(endpoints)));
   {
-    absl::MutexLock lock(&client->mu_);
-    client->session_ = std::move(session);
+    absl::MutexLock reopen_lock(&client->reopen_mu_);
+    RETURN_IF_ERROR(client->OpenSessionOnFirstOf(order, verdict_out).status());
   }
   return client;
 }
 
-absl::StatusOr<std::shared_ptr<Client::Session>> Client::OpenSession(attest::Verdict* verdict_out) {
-  ASSIGN_OR_RETURN(Attestation attestation, FetchAndVerify(*stub_, options_, policy_));
+absl::StatusOr<std::shared_ptr<Client::Session>> Client::OpenSessionOnFirstOf(
+    const std::vector<size_t>& order, attest::Verdict* verdict_out, bool first_unless_unreachable) {
+  std::vector<std::pair<std::string, absl::Status>> failures;
+  for (size_t endpoint : order) {
+    if (first_unless_unreachable && failures.size() == 1 && !IsUnreachable(failures[0].second)) {
+      break;
+    }
+    absl::StatusOr<std::shared_ptr<Session>> session = OpenSession(endpoint, verdict_out);
+    if (session.ok()) {
+      absl::MutexLock lock(&mu_);
+      session_ = *session;
+      current_endpoint_ = endpoint;
+      return session;
+    }
+    failures.emplace_back(endpoints_[endpoint].address, session.status());
+  }
+  return CombineEndpointFailures(failures);
+}
+
+absl::StatusOr<std::shared_ptr<Client::Session>> Client::OpenSession(size_t endpoint,
+                                                                     attest::Verdict* verdict_out) {
+  CLOISTER_CHECK(endpoint < endpoints_.size());
+  const std::string& server = endpoints_[endpoint].address;
+  api::Cloister::Stub& stub = *endpoints_[endpoint].stub;
+  ASSIGN_OR_RETURN(Attestation attestation, FetchAndVerify(stub, server, options_, policy_));
   if (verdict_out != nullptr) *verdict_out = attestation.verdict;
   {
     absl::MutexLock lock(&mu_);
@@ -311,8 +440,8 @@ absl::StatusOr<std::shared_ptr<Client::Session>> Client::OpenSession(attest::Ver
   api::OpenSessionResponse response;
   grpc::ClientContext context;
   PrepareContext(context, options_, /*with_deadline=*/true);
-  grpc::Status status = stub_->OpenSession(&context, request, &response);
-  if (!status.ok()) return FromGrpc(status, "OpenSession", options_);
+  grpc::Status status = stub.OpenSession(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status, "OpenSession", server, options_);
 
   ASSIGN_OR_RETURN(crypto::ChannelKeys keys, crypto::DeriveChannelKeys(*setup.context));
   if (response.session_id() != StringOf(keys.session_id)) {
@@ -320,6 +449,7 @@ absl::StatusOr<std::shared_ptr<Client::Session>> Client::OpenSession(attest::Ver
         "OpenSession: the answer names a session id other than the one derived from our keys");
   }
   auto session = std::make_shared<Session>();
+  session->endpoint = endpoint;
   session->id = keys.session_id;
   auto receiver = std::make_unique<crypto::ChannelReceiver>(
       keys.session_id, crypto::Direction::kEnclaveToClient, keys.enclave_to_client_key.span(),
@@ -369,10 +499,31 @@ absl::StatusOr<std::shared_ptr<Client::Session>> Client::CurrentSession() {
     current = session_;
   }
   if (current != nullptr && usable(*current)) return current;  // another thread replaced it
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> fresh, OpenSession(nullptr));
-  absl::MutexLock lock(&mu_);
-  session_ = fresh;
-  return fresh;
+  size_t home;
+  {
+    absl::MutexLock lock(&mu_);
+    home = current_endpoint_;
+  }
+  // The node the session was on first; the others (in list order after it) only when that
+  // node cannot be reached.
+  std::vector<size_t> order;
+  for (size_t step = 0; step < endpoints_.size(); ++step) {
+    order.push_back((home + step) % endpoints_.size());
+  }
+  return OpenSessionOnFirstOf(order, nullptr, /*first_unless_unreachable=*/true);
+}
+
+bool Client::FailOver(size_t failed) {
+  absl::MutexLock reopen_lock(&reopen_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (current_endpoint_ != failed) return true;  // another thread already moved
+  }
+  std::vector<size_t> order;
+  for (size_t step = 1; step < endpoints_.size(); ++step) {
+    order.push_back((failed + step) % endpoints_.size());
+  }
+  return !order.empty() && OpenSessionOnFirstOf(order, nullptr).ok();
 }
 
 attest::Verdict Client::verdict() const {
@@ -388,6 +539,11 @@ std::string Client::evidence() const {
 Bytes Client::session_id() const {
   absl::MutexLock lock(&mu_);
   return session_ != nullptr ? session_->id : Bytes{};
+}
+
+std::string Client::current_server() const {
+  absl::MutexLock lock(&mu_);
+  return endpoints_[session_ != nullptr ? session_->endpoint : current_endpoint_].address;
 }
 
 namespace {
@@ -445,16 +601,39 @@ void Client::DropSession(const std::shared_ptr<Session>& session) {
 
 absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string& model_handle,
                                      const google::protobuf::Message& request,
-                                     google::protobuf::Message& reply,
-                                     absl::Duration timeout) {
+                                     google::protobuf::Message& reply, absl::Duration timeout) {
   const bool idempotent =
       kind == crypto::MessageKind::kInfer || kind == crypto::MessageKind::kListModels;
   const int attempts = idempotent ? std::max(1, options_.max_attempts) : 1;
+  // Each failover gives the call a fresh budget of attempts on the next node; a call moves
+  // across each other node at most once.
+  size_t failovers_left = endpoints_.size() - 1;
   absl::Duration pause = options_.retry_backoff;
   for (int attempt = 1;; ++attempt) {
     std::shared_ptr<Session> used;
     absl::Status status = SealedUnaryCallOnce(kind, model_handle, request, reply, timeout, used);
-    if (status.ok() || attempt >= attempts || !IsRetryable(status)) return status;
+    if (absl::IsNotFound(status) && used != nullptr && endpoints_.size() > 1 &&
+        (kind == crypto::MessageKind::kInfer || kind == crypto::MessageKind::kDeleteModel)) {
+      // Models live in one node's store; say which node lacks it.
+      return absl::NotFoundError(absl::StrCat(
+          status.message(), " (on ", endpoints_[used->endpoint].address,
+          "; each node keeps its own models: upload the model to every endpoint the client "
+          "may move to)"));
+    }
+    if (status.ok() || !IsRetryable(status)) return status;
+    if (attempt >= attempts) {
+      // This node's budget is spent: an idempotent call moves on to the next node. Any call
+      // leaves the session behind, so the next call attests again (and moves on when the node
+      // is down).
+      if (used != nullptr) DropSession(used);
+      if (!idempotent || used == nullptr || failovers_left == 0) return status;
+      if (!FailOver(used->endpoint)) return status;
+      --failovers_left;
+      attempt = 0;
+      pause = options_.retry_backoff;
+      reply.Clear();
+      continue;
+    }
     if (used != nullptr) DropSession(used);
     reply.Clear();
     absl::SleepFor(pause);
@@ -487,6 +666,7 @@ absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::st
     call.set_deadline_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(limit)));
   }
 
+  api::Cloister::Stub& stub = *endpoints_[session->endpoint].stub;
   api::SealedReply sealed_reply;
   grpc::ClientContext context;
   PrepareContext(context, options_, /*with_deadline=*/true, timeout);
@@ -495,20 +675,22 @@ absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::st
   switch (kind) {
     case crypto::MessageKind::kInfer:
       rpc = "Infer";
-      status = stub_->Infer(&context, call, &sealed_reply);
+      status = stub.Infer(&context, call, &sealed_reply);
       break;
     case crypto::MessageKind::kListModels:
       rpc = "ListModels";
-      status = stub_->ListModels(&context, call, &sealed_reply);
+      status = stub.ListModels(&context, call, &sealed_reply);
       break;
     case crypto::MessageKind::kDeleteModel:
       rpc = "DeleteModel";
-      status = stub_->DeleteModel(&context, call, &sealed_reply);
+      status = stub.DeleteModel(&context, call, &sealed_reply);
       break;
     default:
       CLOISTER_CHECK(false && "not a unary sealed call");
   }
-  if (!status.ok()) return FromGrpc(status, rpc, options_, timeout);
+  if (!status.ok()) {
+    return FromGrpc(status, rpc, endpoints_[session->endpoint].address, options_, timeout);
+  }
   absl::MutexLock lock(&session->mu);
   return OpenReply(*session->receiver, header, sealed_reply, reply);
 }
@@ -544,7 +726,7 @@ absl::StatusOr<api::ModelInfo> Client::UploadModel(const std::string& path, cons
   PrepareContext(context, options_, /*with_deadline=*/false);
   api::UploadModelResponse response;
   std::unique_ptr<grpc::ClientWriter<api::UploadModelRequest>> writer =
-      stub_->UploadModel(&context, &response);
+      endpoints_[session->endpoint].stub->UploadModel(&context, &response);
 
   // Sends fail once the server has closed the stream; Finish() then says why.
   bool stream_open = true;
@@ -634,7 +816,13 @@ absl::StatusOr<api::ModelInfo> Client::UploadModel(const std::string& path, cons
     stream_open = writer->Write(finish) && writer->WritesDone();
   }
   grpc::Status status = writer->Finish();
-  if (!status.ok()) return FromGrpc(status, "UploadModel", options_);
+  if (!status.ok()) {
+    absl::Status failure =
+        FromGrpc(status, "UploadModel", endpoints_[session->endpoint].address, options_);
+    // Not retried, but the next call attests again (on the next node when this one is down).
+    if (IsRetryable(failure)) DropSession(session);
+    return failure;
+  }
   if (!stream_open) {
     return absl::UnavailableError("UploadModel: cloisterd closed the upload stream early");
   }
@@ -678,8 +866,7 @@ absl::StatusOr<std::vector<api::Tensor>> Client::Infer(const std::string& name,
   api::InferReplyPayload reply;
   absl::Status status =
       SealedUnaryCall(crypto::MessageKind::kInfer,
-                      crypto::ModelHandle(identity_->public_key(), name), payload, reply,
-                      timeout);
+                      crypto::ModelHandle(identity_->public_key(), name), payload, reply, timeout);
   for (api::Tensor& input : *payload.mutable_inputs()) WipeString(*input.mutable_raw());
   RETURN_IF_ERROR(status);
   return std::vector<api::Tensor>(std::make_move_iterator(reply.mutable_outputs()->begin()),

@@ -9,12 +9,27 @@
 // TLS when tls_client_cert_file is set. Otherwise plaintext: meant for loopback and development
 // (the session is encrypted end to end regardless, but the API token travels in the clear).
 //
+// Several endpoints: ClientOptions::server may list several cloisterd nodes, comma-separated
+// ("a.example:7700,b.example:7700"). Connect tries them in the order given (shuffle the list
+// yourself to spread tenants) and opens the session on the first one whose attestation passes;
+// every call of that session goes to that node, and a session replaced because it expires is
+// replaced on that node too. When the node becomes unavailable (a new session cannot be opened
+// there because it refuses connections or does not answer in time, or an idempotent call is
+// still UNAVAILABLE after max_attempts on it) the client moves to the next endpoint in the
+// list (wrapping around), attests it against the same policy, opens a new session there and
+// carries on; the call that found the node down is retried there when it is idempotent
+// (uploads and deletes fail, the next call moves). Models are per node: an uploaded model
+// lives in the store of the node it was uploaded to, so a model must be uploaded to every
+// node a client may move to; a call for a model that the new node lacks fails with NotFound
+// naming that node.
+//
 // Threading: a Client is thread-safe. Several threads may call Infer (and the other methods)
 // at once; sealing and opening take a short lock, the RPCs themselves run unlocked, and
 // replies may arrive in any order. A session that is about to expire (time or message
 // limit) is replaced by a new one, after attesting again, before the next call; so is one
 // whose enclave worker died (see ClientOptions::max_attempts for the retries).
-// Ownership: the Client owns its gRPC channel, identity key and session keys.
+// Ownership: the Client owns its gRPC channels (one per endpoint), identity key and session
+// keys.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +41,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "attest/policy.h"
@@ -45,7 +61,9 @@ inline constexpr char kDefaultServer[] = "127.0.0.1:7700";
 inline constexpr size_t kUploadMessageSize = size_t{1} << 20;
 
 struct ClientOptions {
-  std::string server = kDefaultServer;  // host:port of cloisterd
+  // cloisterd to connect to: HOST:PORT (IPv6 as [ADDR]:PORT), or a gRPC target with a scheme
+  // (unix:/path, dns:///host:port); several comma-separated for failover (see above).
+  std::string server = kDefaultServer;
   std::string tenant_id;
   std::string token;  // the tenant's API token (not a file name)
 
@@ -56,6 +74,7 @@ struct ClientOptions {
   std::string tls_client_key_file;
   // The name to expect in the server's certificate when it differs from the host in `server`
   // (e.g. connecting by IP address to a certificate issued for a DNS name); empty: that host.
+  // With several endpoints it applies to each of them.
   std::string tls_server_name;
 
   // The attestation policy: `policy` when set, otherwise the file at `policy_path`.
@@ -87,20 +106,27 @@ struct ClientOptions {
 // Called after each upload message with the ciphertext bytes sent so far and in total.
 using UploadProgress = std::function<void(uint64_t sent_size, uint64_t total_size)>;
 
+// Splits ClientOptions::server into its endpoints. InvalidArgument naming the bad entry for
+// an empty list or entry, whitespace, a missing or out-of-range port, or a repeated endpoint.
+absl::StatusOr<std::vector<std::string>> ParseServerList(absl::string_view server);
+
 // Only attests: fetches evidence with a fresh random nonce and verifies it against the
-// policy. Returns the verdict whether it passes or fails; an error status means no verdict
-// could be reached: InvalidArgument/NotFound for a bad policy file, the gRPC error when
+// policy. With several endpoints, attests the first one that can be reached. Returns the
+// verdict whether it passes or fails; an error status means no verdict could be reached:
+// InvalidArgument/NotFound for a bad policy file or server list, the gRPC error when
 // cloisterd cannot be reached or refuses the call, FailedPrecondition("attestation failed:
 // ...") when the evidence cannot even be parsed.
 absl::StatusOr<attest::Verdict> Attest(const ClientOptions& options);
 
 class Client {
  public:
-  // Attests and opens a session. FailedPrecondition("attestation failed: <failed checks>")
-  // when the verdict is fail; `verdict_out`, when given, receives the verdict whenever
-  // verification ran (pass or fail). Other errors: the identity key or policy cannot be
-  // loaded, cloisterd is unreachable or refuses (its gRPC status), or the enclave refuses
-  // the session.
+  // Attests and opens a session on the first endpoint whose attestation passes (in the order
+  // of ClientOptions::server). With one endpoint, FailedPrecondition("attestation failed:
+  // <failed checks>") when the verdict is fail; `verdict_out`, when given, receives the verdict
+  // whenever verification ran (pass or fail). Other errors: the identity key or policy cannot
+  // be loaded, cloisterd is unreachable or refuses (its gRPC status), or the enclave refuses
+  // the session. With several endpoints and none usable, the error of the first endpoint that
+  // answered (else UNAVAILABLE), with every endpoint's error in the message.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options,
                                                          attest::Verdict* verdict_out = nullptr);
   ~Client();
@@ -118,6 +144,8 @@ class Client {
   const Bytes& identity_public_key() const { return identity_->public_key(); }
   // The current session id (16 bytes).
   Bytes session_id() const;
+  // The endpoint (one entry of ClientOptions::server) that the current session is on.
+  std::string current_server() const;
 
   // Encrypts the model file at `path` with a fresh key and uploads it under `name`; the
   // enclave decrypts, checks and loads it and answers with its description. NotFound or
@@ -135,19 +163,34 @@ class Client {
   // scheduling deadline) when it is above zero.
   absl::StatusOr<std::vector<cloister::api::v1::Tensor>> Infer(
       const std::string& name, std::vector<cloister::api::v1::Tensor> inputs,
-      const std::vector<std::string>& outputs = {},
-      absl::Duration timeout = absl::ZeroDuration());
+      const std::vector<std::string>& outputs = {}, absl::Duration timeout = absl::ZeroDuration());
 
  private:
   struct Session;
+  struct Endpoint {
+    std::string address;
+    std::unique_ptr<cloister::api::v1::Cloister::Stub> stub;
+  };
   Client(ClientOptions options, std::shared_ptr<const TenantIdentity> identity,
-         cloister::attest::v1::Policy policy,
-         std::unique_ptr<cloister::api::v1::Cloister::Stub> stub);
+         cloister::attest::v1::Policy policy, std::vector<Endpoint> endpoints);
 
-  // Attests and opens a new session; stores the verdict even when attestation fails.
-  absl::StatusOr<std::shared_ptr<Session>> OpenSession(attest::Verdict* verdict_out);
-  // The current session, replaced first when it is expired or about to be.
+  // Attests endpoints_[endpoint] and opens a new session there; stores the verdict even when
+  // attestation fails.
+  absl::StatusOr<std::shared_ptr<Session>> OpenSession(size_t endpoint,
+                                                       attest::Verdict* verdict_out);
+  // Opens a session on the first usable endpoint in `order`, makes it the current one and
+  // returns it; when none is usable, one error that names every endpoint's failure.
+  // `first_unless_unreachable`: go past the first endpoint only when it cannot be reached
+  // (a node that answers but refuses is not left for another).
+  absl::StatusOr<std::shared_ptr<Session>> OpenSessionOnFirstOf(
+      const std::vector<size_t>& order, attest::Verdict* verdict_out,
+      bool first_unless_unreachable = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(reopen_mu_);
+  // The current session, replaced first when it is expired or about to be. A replacement is
+  // opened on the current endpoint; when that endpoint is unreachable, on the next ones.
   absl::StatusOr<std::shared_ptr<Session>> CurrentSession();
+  // Moves off `failed` (an endpoint index) to the next usable endpoint, unless another thread
+  // already has. True when the current session is now on another endpoint.
+  bool FailOver(size_t failed);
   // Seals `request`, runs one unary RPC and opens the sealed ReplyEnvelope into `reply`.
   // `timeout` above zero replaces options_.call_timeout. Infer and ListModels are retried as
   // ClientOptions::max_attempts says.
@@ -166,10 +209,11 @@ class Client {
   const ClientOptions options_;
   const std::shared_ptr<const TenantIdentity> identity_;
   const cloister::attest::v1::Policy policy_;
-  const std::unique_ptr<cloister::api::v1::Cloister::Stub> stub_;
+  const std::vector<Endpoint> endpoints_;  // one per entry of options_.server, in order
 
   mutable absl::Mutex mu_;
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  size_t current_endpoint_ ABSL_GUARDED_BY(mu_) = 0;  // where the next session is opened
   attest::Verdict verdict_ ABSL_GUARDED_BY(mu_);
   std::string evidence_ ABSL_GUARDED_BY(mu_);  // serialized EvidenceBundle behind verdict_
   // Serializes session replacement so concurrent callers attest once, not once each.

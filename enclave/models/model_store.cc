@@ -235,6 +235,14 @@ std::vector<api::v1::ModelInfo> ModelStore::List(ByteSpan owner) {
   return out;
 }
 
+std::vector<std::pair<std::string, uint64_t>> ModelStore::SizesByHandle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, uint64_t>> sizes;
+  sizes.reserve(models_.size());
+  for (const auto& [handle, model] : models_) sizes.emplace_back(handle, model->size);
+  return sizes;
+}
+
 absl::StatusOr<std::string> ModelStore::Delete(const std::string& name, ByteSpan owner) {
   std::string handle = crypto::ModelHandle(owner, name);
   std::lock_guard<std::mutex> lock(mu_);

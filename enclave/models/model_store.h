@@ -58,6 +58,9 @@ class ModelStore {
   // The model under `handle` if `owner` owns it; NotFound("model not found") otherwise.
   absl::StatusOr<std::shared_ptr<const StoredModel>> Get(const std::string& handle, ByteSpan owner);
   std::vector<api::v1::ModelInfo> List(ByteSpan owner);
+  // Every stored model's handle and size (bytes of the decrypted model), for the operator's
+  // statistics: no names, no owners.
+  std::vector<std::pair<std::string, uint64_t>> SizesByHandle();
   // Deletes `owner`'s model `name`; returns its handle. NotFound if there is none.
   absl::StatusOr<std::string> Delete(const std::string& name, ByteSpan owner);
 

@@ -412,7 +412,10 @@ absl::Status ParseOneTenant(const ConfigErrors& errors, const YAML::Node& item,
     }
   }
   if (!has_id) return errors.At(item, where, "missing field 'id'");
-  if (!has_hash) return errors.At(item, where, "missing field 'token_sha256'");
+  // A tenant bound to client certificates may go without a token (admitted by mutual TLS alone).
+  if (!has_hash && tenant.mtls_identities.empty()) {
+    return errors.At(item, where, "missing field 'token_sha256' (or mtls_identities)");
+  }
   return absl::OkStatus();
 }
 

@@ -23,7 +23,8 @@
 //     <any tenant limit below>
 //   tenants:                           # absent or empty: the development tenant "demo"
 //     - id: acme
-//       token_sha256: <64 hex digits>  # SHA-256 of the tenant's API token
+//       token_sha256: <64 hex digits>  # SHA-256 of the tenant's API token; optional with
+//                                      # mtls_identities (then the certificate alone admits)
 //       mtls_identities: [spiffe://example.org/acme]  # needs tls.client_ca_file
 //       attestation_policy: production # a name from attestation_policies
 //       priority: realtime             # realtime, standard (default), batch
@@ -85,7 +86,7 @@ inline constexpr char kCloisterdUsage[] =
 // One configured tenant: its credential and its limits.
 struct TenantConfig {
   std::string tenant_id;
-  Bytes token_sha256;  // 32 bytes
+  Bytes token_sha256;  // 32 bytes; empty: no token, admitted by its mtls_identities alone
   TenantLimits limits;
   std::vector<std::string> mtls_identities;  // empty: any client (or none) may act for it
   std::string attestation_policy;            // resolved: the tenant's, else the daemon default

@@ -86,7 +86,7 @@ TEST(DaemonConfigTest, ErrorsNameFileLineAndField) {
             "test.yaml:1: listen: listen address 'localhost' is not HOST:PORT");
   EXPECT_EQ(ErrorOf("\n\ntenants: {}\n"), "test.yaml:3: tenants: expected a list, got a map");
   EXPECT_EQ(ErrorOf("tenants:\n  - id: acme\n"),
-            "test.yaml:2: tenants[0]: missing field 'token_sha256'");
+            "test.yaml:2: tenants[0]: missing field 'token_sha256' (or mtls_identities)");
   EXPECT_EQ(ErrorOf("tenants:\n  - id: acme\n    token_sha256: abc\n"),
             "test.yaml:3: tenants[0].token_sha256: expected 64 hex digits (the SHA-256 of the "
             "tenant's API token)");
@@ -414,7 +414,10 @@ TEST(DaemonConfigTest, OperatorSections) {
           "    attestation_policy: strict\n"
           "  - id: globex\n"
           "    token_sha256: " +
-          kHash + "\n",
+          kHash +
+          "\n"
+          "  - id: initech\n"  // no token: admitted by its client certificate alone
+          "    mtls_identities: [initech.example.org]\n",
       config_path);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->tls.cert_file, dir + "/tls/server.crt");  // relative to the config file
@@ -435,8 +438,10 @@ TEST(DaemonConfigTest, OperatorSections) {
   EXPECT_EQ(config->limits.max_sessions_per_tenant, 50);
   ASSERT_EQ(config->attestation_policies.size(), 2u);
   EXPECT_EQ(config->attestation_policies[0].file, dir + "/policies/prod.yaml");
-  ASSERT_EQ(config->tenants.size(), 2u);
+  ASSERT_EQ(config->tenants.size(), 3u);
   EXPECT_EQ(config->tenants[0].mtls_identities.size(), 2u);
+  EXPECT_TRUE(config->tenants[2].token_sha256.empty());
+  EXPECT_EQ(config->tenants[2].mtls_identities.size(), 1u);
   EXPECT_EQ(config->tenants[0].attestation_policy, "strict");
   EXPECT_EQ(config->tenants[1].attestation_policy, "production");  // the default
   EXPECT_NE(DescribeDaemonConfig(*config).find("mutual TLS (required)"), std::string::npos);
@@ -527,7 +532,7 @@ TEST(DaemonConfigTest, EveryBrokenSectionIsReported) {
                     "    token_sha256: 12\n"),
             "test.yaml:1: workers: 0 is outside 1..64\n"
             "test.yaml:2: listen: listen address 'nowhere' is not HOST:PORT\n"
-            "test.yaml:4: tenants[0]: missing field 'token_sha256'\n"
+            "test.yaml:4: tenants[0]: missing field 'token_sha256' (or mtls_identities)\n"
             "test.yaml:8: tenants[2].token_sha256: expected 64 hex digits (the SHA-256 of the "
             "tenant's API token)");
 }

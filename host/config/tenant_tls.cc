@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 
@@ -63,6 +64,17 @@ absl::Status TenantIdentityCheck::Check(absl::string_view tenant_id,
       absl::StrCat("tenant ", tenant_id,
                    " must connect with a client certificate that names one of its "
                    "mtls_identities"));
+}
+
+absl::StatusOr<bool> TenantIdentityCheck::AdmitByCertificate(absl::string_view tenant_id,
+                                                             const grpc::AuthContext& peer) const {
+  std::shared_ptr<const Snapshot> snapshot = snapshot_.load();
+  if (!snapshot->contains(tenant_id)) return false;
+  // Names only count from a certificate the TLS handshake verified against the client CA.
+  std::vector<std::string> names;
+  if (peer.IsPeerAuthenticated()) names = PeerCertificateNames(peer);
+  RETURN_IF_ERROR(Check(tenant_id, names));
+  return true;
 }
 
 grpc::Status TenantIdentityCheck::Process(const InputMetadata& auth_metadata,

@@ -4,8 +4,9 @@
 // The certificate, key and client CA are read by gRPC's file watcher, which re-reads them every
 // minute: replacing the files (write elsewhere, then rename over) rotates them without a restart.
 // A tenant whose config lists `mtls_identities` may only be acted for by a client whose
-// certificate carries one of them as its common name or a subject alternative name; its API
-// token is still checked by the service as for every tenant.
+// certificate carries one of them as its common name or a subject alternative name. Such a
+// tenant may call without an API token (the verified certificate alone admits it, see
+// AdmitByCertificate); a token it does send must still be right.
 //
 // Threading: TenantIdentityCheck::Process runs on gRPC threads and reads an immutable snapshot;
 // Replace() swaps a new snapshot in atomically and is safe from any thread.
@@ -41,6 +42,12 @@ class TenantIdentityCheck final : public grpc::AuthMetadataProcessor {
   // OK when `tenant_id` has no identities bound or `peer_names` holds one of them; otherwise
   // UNAUTHENTICATED naming the tenant (never the identities).
   absl::Status Check(absl::string_view tenant_id, const std::vector<std::string>& peer_names) const;
+
+  // Admission without an API token: false when `tenant_id` has no identities bound (it needs
+  // its token); true when the verified peer certificate of `peer` names one of them; otherwise
+  // UNAUTHENTICATED naming the tenant, as Check().
+  absl::StatusOr<bool> AdmitByCertificate(absl::string_view tenant_id,
+                                          const grpc::AuthContext& peer) const;
 
   // grpc::AuthMetadataProcessor: reads x-cloister-tenant and the peer's certificate names.
   bool IsBlocking() const override { return false; }

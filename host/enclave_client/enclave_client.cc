@@ -40,6 +40,8 @@ EnclaveToHost::ResultCase ExpectedResultCase(HostToEnclave::CallCase call_case) 
       return EnclaveToHost::kInferBatch;
     case HostToEnclave::kSignAuditCheckpoint:
       return EnclaveToHost::kSignAuditCheckpoint;
+    case HostToEnclave::kGetStats:
+      return EnclaveToHost::kGetStats;
     case HostToEnclave::CALL_NOT_SET:
       return EnclaveToHost::RESULT_NOT_SET;
   }

@@ -103,6 +103,15 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                        .Name("cloister_model_memory_bytes")
                        .Help("Stored model bytes counted against the tenant's model-memory quota")
                        .Register(r);
+  enclave_model_memory_ =
+      &prometheus::BuildGauge()
+           .Name("cloister_enclave_model_memory_bytes")
+           .Help("Bytes of decrypted models held in enclave memory, summed over the workers")
+           .Register(r);
+  device_memory_ = &prometheus::BuildGauge()
+                        .Name("cloister_device_memory_bytes")
+                        .Help("GPU memory of each worker's device, total and used")
+                        .Register(r);
   workers_ = &prometheus::BuildGauge()
                   .Name("cloister_workers")
                   .Help("Enclave workers (one per device)")
@@ -189,7 +198,7 @@ void Metrics::RefreshGauges() const {
   GaugeSnapshot snapshot = source();  // without the lock: it reads other components
 
   absl::MutexLock lock(&mu_);
-  std::vector<Labels> tenant_labels, worker_labels;
+  std::vector<Labels> tenant_labels, worker_labels, device_labels;
   for (const GaugeSnapshot::Tenant& tenant : snapshot.tenants) {
     Labels labels = {{"tenant", TenantLabel(tenant.tenant_id)},
                      {"priority", PriorityLabel(tenant.priority)}};
@@ -197,18 +206,27 @@ void Metrics::RefreshGauges() const {
     sessions_->Add(labels).Set(tenant.sessions);
     models_->Add(labels).Set(tenant.models);
     model_memory_->Add(labels).Set(static_cast<double>(tenant.model_memory_size));
+    enclave_model_memory_->Add(labels).Set(static_cast<double>(tenant.enclave_model_memory_size));
     tenant_labels.push_back(std::move(labels));
   }
   for (const GaugeSnapshot::Worker& worker : snapshot.workers) {
     Labels labels = {{"worker", absl::StrCat(worker.index)}};
     in_flight_->Add(labels).Set(worker.batches_in_flight);
     evidence_age_->Add(labels).Set(worker.evidence_age_seconds);
+    if (worker.has_device_memory) {
+      for (auto [kind, size] : {std::pair{"total", worker.device_memory_total_size},
+                                std::pair{"used", worker.device_memory_used_size}}) {
+        Labels device = {{"worker", absl::StrCat(worker.index)}, {"kind", kind}};
+        device_memory_->Add(device).Set(static_cast<double>(size));
+        device_labels.push_back(std::move(device));
+      }
+    }
     worker_labels.push_back(std::move(labels));
   }
   // Drop the series of tenants and workers that went away (a reload removed a tenant).
   for (const Labels& old : tenant_labels_) {
     if (std::find(tenant_labels.begin(), tenant_labels.end(), old) != tenant_labels.end()) continue;
-    for (auto* family : {queue_depth_, sessions_, models_, model_memory_}) {
+    for (auto* family : {queue_depth_, sessions_, models_, model_memory_, enclave_model_memory_}) {
       family->Remove(&family->Add(old));
     }
   }
@@ -216,6 +234,11 @@ void Metrics::RefreshGauges() const {
     if (std::find(worker_labels.begin(), worker_labels.end(), old) != worker_labels.end()) continue;
     for (auto* family : {in_flight_, evidence_age_}) family->Remove(&family->Add(old));
   }
+  for (const Labels& old : device_labels_) {
+    if (std::find(device_labels.begin(), device_labels.end(), old) != device_labels.end()) continue;
+    device_memory_->Remove(&device_memory_->Add(old));
+  }
+  device_labels_ = std::move(device_labels);
   tenant_labels_ = std::move(tenant_labels);
   worker_labels_ = std::move(worker_labels);
   workers_->Add({}).Set(static_cast<double>(snapshot.workers.size()));

@@ -9,8 +9,8 @@
 // cannot create label values.
 //
 // Counters and histograms are updated by the code paths (RecordRequest, RecordBatch,
-// RecordTransfer); gauges (queue depth, sessions, models, workers, evidence age, audit log) are
-// read from a GaugeSource at every scrape.
+// RecordTransfer); gauges (queue depth, sessions, models, model memory in the enclaves, workers,
+// device memory, evidence age, audit log) are read from a GaugeSource at every scrape.
 //
 // Threading: every method is thread-safe (prometheus-cpp's metrics are atomic; the family maps
 // are guarded). Ownership: Metrics owns its registry; MetricsHttpServer borrows the Metrics,
@@ -52,11 +52,18 @@ struct GaugeSnapshot {
     int sessions = 0;
     int models = 0;
     uint64_t model_memory_size = 0;  // stored model bytes counted against the quota
+    // Bytes of the tenant's decrypted models held in enclave memory, summed over the workers
+    // (each worker holds its own copy), as the workers last reported them.
+    uint64_t enclave_model_memory_size = 0;
   };
   struct Worker {
     int index = 0;
     int batches_in_flight = 0;
     double evidence_age_seconds = -1;  // -1: no evidence seen yet
+    // The worker's GPU memory as it last reported it; no series when it has no device.
+    bool has_device_memory = false;
+    uint64_t device_memory_total_size = 0;
+    uint64_t device_memory_used_size = 0;
   };
   std::vector<Tenant> tenants;
   std::vector<Worker> workers;
@@ -112,6 +119,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* sessions_;
   prometheus::Family<prometheus::Gauge>* models_;
   prometheus::Family<prometheus::Gauge>* model_memory_;
+  prometheus::Family<prometheus::Gauge>* enclave_model_memory_;
+  prometheus::Family<prometheus::Gauge>* device_memory_;
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Gauge>* in_flight_;
   prometheus::Family<prometheus::Gauge>* evidence_age_;
@@ -124,6 +133,7 @@ class Metrics {
   // Label sets of the gauges set at the last scrape, to drop the ones that went away.
   mutable std::vector<std::map<std::string, std::string>> tenant_labels_ ABSL_GUARDED_BY(mu_);
   mutable std::vector<std::map<std::string, std::string>> worker_labels_ ABSL_GUARDED_BY(mu_);
+  mutable std::vector<std::map<std::string, std::string>> device_labels_ ABSL_GUARDED_BY(mu_);
 };
 
 // Serves `metrics` at http://ADDRESS/metrics (plain HTTP, like every Prometheus target).

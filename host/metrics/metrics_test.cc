@@ -82,6 +82,38 @@ TEST(MetricsTest, GaugesComeFromTheSourceAndVanishWithTheirTenant) {
   EXPECT_TRUE(absl::StrContains(text, "acme"));
 }
 
+TEST(MetricsTest, DeviceMemoryOnlyForWorkersWithADevice) {
+  Metrics metrics;
+  GaugeSnapshot snapshot;
+  GaugeSnapshot::Tenant& acme = snapshot.tenants.emplace_back();
+  acme.tenant_id = "acme";
+  acme.priority = "realtime";
+  acme.enclave_model_memory_size = 3000;
+  GaugeSnapshot::Worker& gpu = snapshot.workers.emplace_back();
+  gpu.index = 0;
+  gpu.has_device_memory = true;
+  gpu.device_memory_total_size = 80000;
+  gpu.device_memory_used_size = 1234;
+  snapshot.workers.emplace_back().index = 1;  // CPU only
+  metrics.SetGaugeSource([&snapshot] { return snapshot; });
+  std::string text = metrics.Text();
+  EXPECT_TRUE(absl::StrContains(
+      text, "cloister_enclave_model_memory_bytes{priority=\"realtime\",tenant=\"acme\"} 3000"))
+      << text;
+  EXPECT_TRUE(
+      absl::StrContains(text, "cloister_device_memory_bytes{kind=\"total\",worker=\"0\"} 80000"))
+      << text;
+  EXPECT_TRUE(
+      absl::StrContains(text, "cloister_device_memory_bytes{kind=\"used\",worker=\"0\"} 1234"));
+  EXPECT_FALSE(
+      absl::StrContains(text, "cloister_device_memory_bytes{kind=\"total\",worker=\"1\"}"));
+
+  // A device that stops reporting loses its series.
+  snapshot.workers[0].has_device_memory = false;
+  text = metrics.Text();
+  EXPECT_FALSE(absl::StrContains(text, "cloister_device_memory_bytes{")) << text;
+}
+
 std::string HttpGet(int port, const std::string& path) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};

@@ -494,6 +494,11 @@ void CloisterService::Refused(absl::string_view method, absl::string_view tenant
     Audit(audit_event::kRefused, tenant_id,
           {{"method", std::string(method)}, {"code", absl::StatusCodeToString(status.code())},
            {"reason", std::string(status.message())}});
+  } else if (status.GetPayload(kForeignSessionPayload).has_value()) {
+    // Answered like an unknown session, but it was another tenant's: worth an auditor's look.
+    Audit(audit_event::kRefused, tenant_id,
+          {{"method", std::string(method)}, {"code", absl::StatusCodeToString(status.code())},
+           {"reason", "another tenant's session"}});
   }
 }
 
@@ -549,10 +554,24 @@ absl::StatusOr<std::string> CloisterService::Authenticate(
   std::string tenant_id = MetadataValue(context, "x-cloister-tenant");
   std::string authorization = MetadataValue(context, "authorization");
   constexpr absl::string_view kBearer = "Bearer ";  // the scheme is case-insensitive
+  // Mutual TLS: whether the tenant is bound to client certificates and, if so, whether this
+  // peer's verified certificate names one of them (the error says it does not).
+  absl::StatusOr<bool> by_certificate = false;
+  if (!tenant_id.empty() && options_.admit_by_certificate) {
+    std::shared_ptr<const grpc::AuthContext> peer = context.auth_context();
+    if (peer != nullptr) by_certificate = options_.admit_by_certificate(tenant_id, *peer);
+  }
   absl::Status status;
-  if (tenant_id.empty() || !absl::StartsWithIgnoreCase(authorization, kBearer)) {
+  if (tenant_id.empty()) {
+    status = absl::UnauthenticatedError(kUnauthenticated);
+  } else if (!by_certificate.ok()) {
+    status = by_certificate.status();
+  } else if (authorization.empty() && *by_certificate) {
+    status = absl::OkStatus();  // a certificate-bound tenant without a token
+  } else if (!absl::StartsWithIgnoreCase(authorization, kBearer)) {
     status = absl::UnauthenticatedError(kUnauthenticated);
   } else {
+    // A token that is sent must be right, also from a tenant the certificate admits.
     status =
         tenants_->Authenticate(tenant_id, absl::string_view(authorization).substr(kBearer.size()));
   }

@@ -2,7 +2,9 @@
 // gRPC's callback API so that no gRPC thread ever waits for the enclave or the disk.
 //
 // Every RPC first authenticates the tenant from metadata `x-cloister-tenant` and
-// `authorization: Bearer TOKEN` (UNAUTHENTICATED otherwise), then checks the request's shape
+// `authorization: Bearer TOKEN`, or, for a tenant bound to client certificates
+// (ServiceOptions::admit_by_certificate), from its verified certificate alone when no token is
+// sent (UNAUTHENTICATED otherwise), then checks the request's shape
 // (sizes, handle and request id syntax) and that a named session was opened by this tenant
 // (NOT_FOUND / PERMISSION_DENIED), and only then relays it:
 //   GetEvidence -> GetEvidenceCall, OpenSession -> OpenSessionCall (remembers the session),
@@ -58,6 +60,12 @@ struct ServiceOptions {
   // Where sessions opened and expired, models uploaded and deleted, and security refusals
   // (UNAUTHENTICATED, PERMISSION_DENIED) are recorded; nullptr: nowhere. Must outlive the service.
   AuditLog* audit = nullptr;
+  // Mutual TLS admission (host/config/tenant_tls.h TenantIdentityCheck::AdmitByCertificate):
+  // false when the tenant is not bound to client certificates, true when the peer's verified
+  // certificate names one of its identities (the call may then come without an API token), an
+  // error when it does not (the call is refused). Empty: API tokens only.
+  std::function<absl::StatusOr<bool>(absl::string_view tenant_id, const grpc::AuthContext& peer)>
+      admit_by_certificate;
   // Sees every GetEvidence answer (and which worker gave it), on the completion thread.
   std::function<void(int worker, const boundary::v1::GetEvidenceResult& result)> on_evidence;
 };

@@ -290,8 +290,10 @@ TEST_F(CloisterServiceTest, SealedCallsCheckShapeAndSessionOwner) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(status.error_message(), "unknown session; open a new session");
 
+  // Another tenant's session: the same answer as no session at all.
   status = Infer(Sealed(globex_session, "r1", kHandle, "x"), reply);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(status.error_message(), "unknown session; open a new session");
 
   status = Infer(Sealed(acme_session, "r1", "ABCDEF", "x"), reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -414,7 +416,7 @@ TEST_F(CloisterServiceTest, BadUploadsAreRefusedAndLeaveNothing) {
        kHandle,
        {"abc"},
        {},
-       grpc::StatusCode::PERMISSION_DENIED},
+       grpc::StatusCode::NOT_FOUND},
   };
   for (const Case& c : cases) {
     api::v1::UploadModelResponse response;

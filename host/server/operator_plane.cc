@@ -1,5 +1,6 @@
 #include "host/server/operator_plane.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -98,6 +99,7 @@ void OperatorPlane::ObserveReceipt(const boundary::v1::UsageReceipt& receipt) {
 absl::Status OperatorPlane::Start(Scheduler* scheduler, CloisterService* service,
                                   BlobStore* blobs) {
   scheduler_ = scheduler;
+  blobs_ = blobs;
   UpdateTenantClasses();
   OperatorSources sources;
   sources.scheduler = scheduler;
@@ -109,7 +111,7 @@ absl::Status OperatorPlane::Start(Scheduler* scheduler, CloisterService* service
   sources.tenant_ids = [this] { return TenantIds(); };
   if (reloader_ != nullptr) sources.reload = [this] { return Reload(); };
   service_ = std::make_unique<OperatorService>(std::move(sources));
-  metrics_.SetGaugeSource([this] { return service_->Gauges(); });
+  metrics_.SetGaugeSource([this] { return Gauges(); });
 
   // Checkpoints and evidence probes run whether or not the addresses below can be bound.
   background_ = std::thread([this] { BackgroundLoop(); });
@@ -203,15 +205,76 @@ void OperatorPlane::ProbeEvidence() {
   }
 }
 
+void OperatorPlane::ProbeStats() {
+  std::vector<WorkerStats> stats(workers_.size());
+  std::map<std::string, std::string> tenant_by_handle;
+  if (blobs_ != nullptr) {
+    absl::StatusOr<std::vector<StoredModel>> stored = blobs_->List();
+    if (stored.ok()) {
+      for (const StoredModel& model : *stored) tenant_by_handle[model.handle] = model.tenant_id;
+    } else {
+      Log(LogLevel::kWarning, "stats_probe_failed", {{"error", stored.status().ToString()}});
+    }
+  }
+  for (size_t index = 0; index < workers_.size(); ++index) {
+    boundary::v1::HostToEnclave call;
+    call.mutable_get_stats();
+    absl::StatusOr<boundary::v1::EnclaveToHost> reply =
+        CallAndWait(*workers_[index], std::move(call), options_.enclave_call_timeout);
+    if (!reply.ok()) {
+      Log(LogLevel::kWarning, "stats_probe_failed",
+          {{"worker", static_cast<long long>(index)}, {"error", reply.status().ToString()}});
+      continue;
+    }
+    const boundary::v1::StatsResult& result = reply->get_stats();
+    for (const boundary::v1::ModelMemory& model : result.models()) {
+      // A model still being uploaded has no blob yet; it is counted once it is stored.
+      auto owner = tenant_by_handle.find(model.model_handle());
+      if (owner != tenant_by_handle.end()) {
+        stats[index].model_memory_by_tenant[owner->second] += model.size();
+      }
+    }
+    if (result.has_device_memory()) {
+      stats[index].has_device_memory = true;
+      stats[index].device_memory_total_size = result.device_memory().total_size();
+      stats[index].device_memory_used_size = result.device_memory().used_size();
+    }
+  }
+  absl::MutexLock lock(&stats_mu_);
+  worker_stats_ = std::move(stats);
+}
+
+GaugeSnapshot OperatorPlane::Gauges() {
+  GaugeSnapshot gauges = service_->Gauges();
+  absl::MutexLock lock(&stats_mu_);
+  for (GaugeSnapshot::Worker& worker : gauges.workers) {
+    if (worker.index < 0 || worker.index >= static_cast<int>(worker_stats_.size())) continue;
+    const WorkerStats& stats = worker_stats_[worker.index];
+    worker.has_device_memory = stats.has_device_memory;
+    worker.device_memory_total_size = stats.device_memory_total_size;
+    worker.device_memory_used_size = stats.device_memory_used_size;
+  }
+  for (GaugeSnapshot::Tenant& tenant : gauges.tenants) {
+    for (const WorkerStats& stats : worker_stats_) {
+      auto it = stats.model_memory_by_tenant.find(tenant.tenant_id);
+      if (it != stats.model_memory_by_tenant.end()) tenant.enclave_model_memory_size += it->second;
+    }
+  }
+  return gauges;
+}
+
 void OperatorPlane::BackgroundLoop() {
   absl::Time next_checkpoint = absl::Now() + options_.checkpoint_interval;
   absl::Time next_probe = absl::Now() + options_.evidence_probe_interval;
-  // The first checkpoint comes soon after start, so that start-up is signed early.
+  absl::Time next_stats = absl::Now() + options_.stats_probe_interval;
+  // The first checkpoint comes soon after start, so that start-up is signed early; the first
+  // statistics too, so that a scrape soon after start shows the devices.
   Checkpoint();
+  ProbeStats();
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      absl::Time wake = std::min(next_checkpoint, next_probe);
+      absl::Time wake = std::min({next_checkpoint, next_probe, next_stats});
       auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
       if (mu_.AwaitWithDeadline(absl::Condition(&stop), wake)) return;
     }
@@ -219,6 +282,10 @@ void OperatorPlane::BackgroundLoop() {
     if (now >= next_probe) {
       ProbeEvidence();
       next_probe = now + options_.evidence_probe_interval;
+    }
+    if (now >= next_stats) {
+      ProbeStats();
+      next_stats = now + options_.stats_probe_interval;
     }
     if (now >= next_checkpoint) {
       Checkpoint();

@@ -1,8 +1,9 @@
 // OperatorPlane: everything cloisterd does for its operator, in one place so the daemon's main
 // only wires it in: the audit log (DATA_DIR/audit/audit.jsonl) and its periodic enclave-signed
 // checkpoints, the metrics and their /metrics HTTP endpoint, the evidence tracker and its
-// periodic probe of every worker, the operator gRPC service (Status, Reload), and the audit
-// entries for start, stop and config reloads.
+// periodic probe of every worker, the periodic statistics probe of every worker (model memory
+// per tenant, device memory; GetStatsCall), the operator gRPC service (Status, Reload), and the
+// audit entries for start, stop and config reloads.
 //
 // Order of use: Create (before the scheduler and the tenant service exist) -> the hooks
 // (SchedulerHooks, ServiceHooks, TenantApiInterceptors, ObserveStartupEvidence) -> Start (with
@@ -14,6 +15,8 @@
 // the reloader and (after Start) the scheduler, service and blob store, which must outlive it.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,6 +46,8 @@ struct OperatorPlaneOptions {
   std::vector<std::pair<std::string, std::string>> worker_kinds;
   absl::Duration checkpoint_interval = absl::Minutes(1);
   absl::Duration evidence_probe_interval = absl::Minutes(1);
+  // How often each worker is asked for its memory statistics (also once right after Start).
+  absl::Duration stats_probe_interval = absl::Seconds(5);
   absl::Duration enclave_call_timeout = absl::Seconds(30);
 };
 
@@ -98,6 +103,10 @@ class OperatorPlane {
                                                                      uint64_t sequence);
   void Checkpoint();
   void ProbeEvidence();
+  // Asks every worker for its statistics and keeps them for the next scrape.
+  void ProbeStats();
+  // The service's gauges plus the workers' last statistics.
+  GaugeSnapshot Gauges();
   void BackgroundLoop();
 
   const OperatorPlaneOptions options_;
@@ -107,6 +116,7 @@ class OperatorPlane {
   Metrics metrics_;
   EvidenceTracker evidence_;
   Scheduler* scheduler_ = nullptr;
+  BlobStore* blobs_ = nullptr;  // set by Start, before the background thread runs
   std::unique_ptr<OperatorService> service_;
   std::unique_ptr<grpc::Server> operator_server_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
@@ -117,6 +127,17 @@ class OperatorPlane {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::thread background_;
+
+  // What each worker last reported (its model memory mapped to tenants through the blob store);
+  // a worker whose probe failed reports nothing until it answers again.
+  struct WorkerStats {
+    std::map<std::string, uint64_t> model_memory_by_tenant;
+    bool has_device_memory = false;
+    uint64_t device_memory_total_size = 0;
+    uint64_t device_memory_used_size = 0;
+  };
+  absl::Mutex stats_mu_;
+  std::vector<WorkerStats> worker_stats_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace cloister::host

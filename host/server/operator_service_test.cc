@@ -206,14 +206,15 @@ TEST_F(OperatorServiceTest, AuditAndMetricsSeeSessionsAndRefusals) {
     call.set_sequence(1);
     call.set_ciphertext("c");
     api::v1::SealedReply reply;
+    // Answered as an unknown session would be, so nothing tells globex the session exists.
     EXPECT_EQ(tenant_stub_->Infer(&context, call, &reply).error_code(),
-              grpc::StatusCode::PERMISSION_DENIED);
+              grpc::StatusCode::NOT_FOUND);
   }
 
   std::string audit = AuditText();
   EXPECT_TRUE(absl::StrContains(audit, "\"event\":\"session_opened\"")) << audit;
   EXPECT_TRUE(absl::StrContains(audit, "\"claimed_tenant\":\"nobody\"")) << audit;
-  EXPECT_TRUE(absl::StrContains(audit, "\"code\":\"PERMISSION_DENIED\"")) << audit;
+  EXPECT_TRUE(absl::StrContains(audit, "\"reason\":\"another tenant's session\"")) << audit;
   EXPECT_TRUE(VerifyAuditLog(audit_->path()).ok());
 
   // The interceptor runs when the status is sent; the client may see it first.
@@ -232,7 +233,7 @@ TEST_F(OperatorServiceTest, AuditAndMetricsSeeSessionsAndRefusals) {
                                 "method=\"OpenSession\",priority=\"-\",tenant=\"-\"} 2"))
       << text;
   EXPECT_TRUE(absl::StrContains(text,
-                                "cloister_request_errors_total{code=\"PERMISSION_DENIED\","
+                                "cloister_request_errors_total{code=\"NOT_FOUND\","
                                 "method=\"Infer\",priority=\"standard\",tenant=\"globex\"} 1"))
       << text;
   EXPECT_FALSE(absl::StrContains(text, "nobody")) << text;

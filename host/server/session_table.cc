@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace cloister::host {
@@ -67,9 +68,12 @@ absl::StatusOr<int> SessionTable::WorkerFor(absl::string_view session_id,
     sessions_.erase(it);
     it = sessions_.end();
   }
-  if (it == sessions_.end()) return absl::NotFoundError("unknown session; open a new session");
-  if (it->second.tenant_id != tenant_id) {
-    return absl::PermissionDeniedError("session belongs to another tenant");
+  // Another tenant's session gets the very answer an unknown one gets, so a refusal never tells
+  // a tenant that some session id is live.
+  if (it == sessions_.end() || it->second.tenant_id != tenant_id) {
+    absl::Status unknown = absl::NotFoundError("unknown session; open a new session");
+    if (it != sessions_.end()) unknown.SetPayload(kForeignSessionPayload, absl::Cord("1"));
+    return unknown;
   }
   return it->second.worker;
 }

@@ -20,6 +20,8 @@
 
 namespace cloister::host {
 
+inline constexpr absl::string_view kForeignSessionPayload = "cloister/foreign-session";
+
 class SessionTable {
  public:
   SessionTable(Clock* clock, absl::Duration ttl, int max_sessions_per_tenant);
@@ -28,8 +30,11 @@ class SessionTable {
   absl::Status CheckCapacity(absl::string_view tenant_id);
   // Records a session that enclave worker `worker` opened for `tenant_id`.
   void Add(std::string session_id, std::string tenant_id, int worker = 0);
-  // OK if the session is live and belongs to `tenant_id`; NOT_FOUND "unknown session; open a
-  // new session" if unknown or expired; PERMISSION_DENIED if it belongs to another tenant.
+  // OK if the session is live and belongs to `tenant_id`; otherwise (unknown, expired or
+  // another tenant's: the same answer, so nothing leaks) NOT_FOUND "unknown session; open a new
+  // session".
+  // The NOT_FOUND for another tenant's session carries the payload kForeignSessionPayload, for
+  // the host's audit log only (it never reaches the caller).
   absl::Status CheckAccess(absl::string_view session_id, absl::string_view tenant_id);
   // As CheckAccess, and on success the worker that holds the session.
   absl::StatusOr<int> WorkerFor(absl::string_view session_id, absl::string_view tenant_id);

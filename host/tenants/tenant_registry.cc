@@ -29,7 +29,8 @@ absl::StatusOr<std::shared_ptr<const TenantRegistry::Snapshot>> TenantRegistry::
   auto snapshot = std::make_shared<Snapshot>();
   for (TenantCredential& tenant : tenants) {
     RETURN_IF_ERROR(CheckTenantId(tenant.tenant_id));
-    if (tenant.token_sha256.size() != 32) {
+    // Empty: a tenant admitted by its client certificate alone; no token matches it.
+    if (!tenant.token_sha256.empty() && tenant.token_sha256.size() != 32) {
       return absl::InvalidArgumentError(absl::StrCat("tenant ", tenant.tenant_id,
                                                      ": token hash must be 32 bytes, got ",
                                                      tenant.token_sha256.size()));
@@ -66,7 +67,7 @@ absl::Status TenantRegistry::Authenticate(absl::string_view tenant_id,
   // An unknown tenant still costs one comparison, so timing does not tell ids apart.
   static const Bytes kNoTenant(32, 0);
   const Bytes& expected = it == snapshot->end() ? kNoTenant : it->second;
-  bool match = ConstantTimeEquals(presented, expected);
+  bool match = expected.size() == presented.size() && ConstantTimeEquals(presented, expected);
   if (it == snapshot->end() || !match) return absl::UnauthenticatedError(kUnauthenticated);
   return absl::OkStatus();
 }

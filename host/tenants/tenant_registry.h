@@ -22,7 +22,7 @@ namespace cloister::host {
 
 struct TenantCredential {
   std::string tenant_id;
-  Bytes token_sha256;  // 32 bytes
+  Bytes token_sha256;  // 32 bytes; empty: the tenant has no token (mutual TLS only)
 };
 
 // The development tenant created when no tenants are configured.
@@ -30,7 +30,8 @@ inline constexpr char kDevTenantId[] = "demo";
 
 class TenantRegistry {
  public:
-  // InvalidArgument for a bad tenant id, a hash that is not 32 bytes or a duplicate id.
+  // InvalidArgument for a bad tenant id, a hash that is neither empty nor 32 bytes or a
+  // duplicate id.
   static absl::StatusOr<std::unique_ptr<TenantRegistry>> Create(
       std::vector<TenantCredential> tenants);
 

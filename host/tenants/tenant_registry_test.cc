@@ -28,6 +28,17 @@ TEST(TenantRegistryTest, AuthenticatesTheRightToken) {
   EXPECT_EQ((*registry)->tenant_count(), 2u);
 }
 
+TEST(TenantRegistryTest, ATenantWithoutTokenMatchesNoToken) {
+  auto registry = TenantRegistry::Create({{"initech", Bytes()}});
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  for (const char* token : {"", "anything"}) {
+    EXPECT_EQ((*registry)->Authenticate("initech", token).code(),
+              absl::StatusCode::kUnauthenticated)
+        << token;
+  }
+  EXPECT_FALSE(TenantRegistry::Create({{"initech", Bytes(31, 1)}}).ok());
+}
+
 TEST(TenantRegistryTest, RefusesWrongTokenUnknownTenantAndSwappedTokens) {
   auto registry = TenantRegistry::Create(TwoTenants());
   ASSERT_TRUE(registry.ok());

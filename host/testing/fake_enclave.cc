@@ -91,6 +91,7 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
         break;
       }
       model_tenants_[handle] = load.tenant_id();
+      model_sizes_[handle] = load.model_ciphertext().size();
       result->set_wrapped_model_key(WrappedKeyFor(handle, load.model_ciphertext()));
       Seal(load.request(), absl::StrCat("loaded:", handle), *result->mutable_reply());
       break;
@@ -105,6 +106,7 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
       // The real enclave learns the owner from the wrapped key; the fake keeps the tenant
       // encoded nowhere, so reloaded models belong to whoever asks first.
       model_tenants_.emplace(reload.model_handle(), "");
+      model_sizes_[reload.model_handle()] = reload.model_ciphertext().size();
       reply.mutable_reload_model();
       break;
     }
@@ -131,6 +133,7 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
         break;
       }
       model_tenants_.erase(it);
+      model_sizes_.erase(handle);
       result->set_model_deleted(true);
       result->set_deleted_handle(handle);
       Seal(del.request(), absl::StrCat("deleted:", handle), *result->mutable_reply());
@@ -158,6 +161,16 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
         Seal(item, absl::StrCat("out:", item.ciphertext(), ";batch=", batch.items_size()), *out);
       }
       result->set_execution_ns(1000);
+      break;
+    }
+    case HostToEnclave::kGetStats: {
+      // No device; each model counts its ciphertext's size.
+      auto* stats = reply.mutable_get_stats();
+      for (const auto& [handle, size] : model_sizes_) {
+        auto* model = stats->add_models();
+        model->set_model_handle(handle);
+        model->set_size(size);
+      }
       break;
     }
     case HostToEnclave::CALL_NOT_SET:

@@ -52,6 +52,7 @@ class FakeEnclave {
   std::map<std::string, std::string> session_tenants_;  // session id -> tenant
   std::map<std::string, uint64_t> session_sequences_;   // next e2c sequence per session
   std::map<std::string, std::string> model_tenants_;    // handle -> tenant that loaded it
+  std::map<std::string, uint64_t> model_sizes_;         // handle -> its ciphertext's size
   int session_count_ = 0;
   std::string name_;             // empty: the single-worker formats
   std::string evidence_digest_;  // empty: any digest is accepted

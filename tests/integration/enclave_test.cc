@@ -7,6 +7,7 @@
 // batch's signed usage receipt verifies and adds up to the requests sent.
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "attest/binding.h"
@@ -352,6 +353,60 @@ TEST_F(EnclaveTest, AnotherIdentityCannotUseListOrDeleteTheModel) {
   api::v1::ListModelsReply models;
   ASSERT_TRUE(models.ParseFromString(body));
   EXPECT_EQ(models.models_size(), 0);
+}
+
+TEST_F(EnclaveTest, StatsReportModelMemoryByHandleAndTheDeviceWhenThereIsOne) {
+  HostToEnclave stats_call;
+  stats_call.mutable_get_stats();
+  EnclaveToHost empty = enclave_->Handle(stats_call);
+  ASSERT_EQ(empty.status().code(), 0) << empty.status().message();
+  ASSERT_TRUE(empty.has_get_stats());
+  EXPECT_EQ(empty.get_stats().models_size(), 0);
+  EXPECT_FALSE(empty.get_stats().has_device_memory());  // the CPU executor: no device
+
+  auto alpha = Client("alpha");
+  Upload(*alpha, "cls");
+  auto beta = Client("beta");
+  Upload(*beta, "other");
+  EnclaveToHost two = enclave_->Handle(stats_call);
+  ASSERT_EQ(two.status().code(), 0) << two.status().message();
+  std::map<std::string, uint64_t> sizes;
+  for (const auto& model : two.get_stats().models()) sizes[model.model_handle()] = model.size();
+  EXPECT_EQ(sizes, (std::map<std::string, uint64_t>{{alpha->Handle("cls"), model_bytes_.size()},
+                                                    {beta->Handle("other"), model_bytes_.size()}}));
+
+  // Deleted models are no longer counted.
+  api::v1::DeleteModelRequest del;
+  del.set_name("cls");
+  HostToEnclave delete_call;
+  delete_call.mutable_delete_model()->set_tenant_id("alpha");
+  *delete_call.mutable_delete_model()->mutable_request() =
+      alpha->Seal(crypto::MessageKind::kDeleteModel, "", del);
+  ASSERT_TRUE(enclave_->Handle(delete_call).delete_model().model_deleted());
+  EnclaveToHost one = enclave_->Handle(stats_call);
+  ASSERT_EQ(one.get_stats().models_size(), 1);
+  EXPECT_EQ(one.get_stats().models(0).model_handle(), beta->Handle("other"));
+
+  // With a device behind the executor, its memory; a device that cannot be read is an error.
+  enclave_ = MakeEnclave(TestMeasurement("enclave under test"), [](enclave::EnclaveOptions& o) {
+    o.device_memory = [] { return enclave::DeviceMemoryInfo{.total_size = 1000, .used_size = 300}; };
+  });
+  ASSERT_NE(enclave_, nullptr);
+  EnclaveToHost device = enclave_->Handle(stats_call);
+  ASSERT_EQ(device.status().code(), 0) << device.status().message();
+  ASSERT_TRUE(device.get_stats().has_device_memory());
+  EXPECT_EQ(device.get_stats().device_memory().total_size(), 1000u);
+  EXPECT_EQ(device.get_stats().device_memory().used_size(), 300u);
+  enclave_ = MakeEnclave(TestMeasurement("enclave under test"), [](enclave::EnclaveOptions& o) {
+    o.device_memory = []() -> absl::StatusOr<enclave::DeviceMemoryInfo> {
+      return absl::UnavailableError("no CUDA device");
+    };
+  });
+  ASSERT_NE(enclave_, nullptr);
+  EnclaveToHost broken = enclave_->Handle(stats_call);
+  EXPECT_EQ(broken.status().code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(broken.status().message(), "no CUDA device");
+  EXPECT_FALSE(broken.has_get_stats());
 }
 
 TEST_F(EnclaveTest, HostCannotMixTenantsOrModelsInABatch) {

@@ -175,8 +175,30 @@ TEST_F(ObservabilityTest, MetricsStatusAndAuditUnderLoadShowNoTenantData) {
         "cloister_models{priority=\"standard\",tenant=\"demo\"} 1", "cloister_model_memory_bytes{",
         "cloister_workers 1", "cloister_batches_in_flight{worker=\"0\"}",
         "cloister_evidence_age_seconds{worker=\"0\"}", "cloister_audit_entries ",
-        "cloister_audit_signed_entries "}) {
+        "cloister_audit_signed_entries ",
+        "cloister_enclave_model_memory_bytes{priority=\"standard\",tenant=\"demo\"}"}) {
     EXPECT_TRUE(absl::StrContains(metrics, name)) << name << "\n" << metrics;
+  }
+  // The workers report their model memory to a periodic probe (every few seconds): the uploaded
+  // model shows up in the enclave's memory by tenant, without its name.
+  const std::string kEnclaveMemory =
+      "cloister_enclave_model_memory_bytes{priority=\"standard\",tenant=\"demo\"} ";
+  std::string enclave_memory = "0";
+  for (int attempt = 0; attempt < 60 && enclave_memory == "0"; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    std::string scraped = HttpGet(appliance_->metrics_address(), "/metrics");
+    size_t at = scraped.find(kEnclaveMemory);
+    if (at == std::string::npos) continue;
+    at += kEnclaveMemory.size();
+    enclave_memory = scraped.substr(at, scraped.find('\n', at) - at);
+  }
+  uint64_t enclave_memory_size = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(enclave_memory, &enclave_memory_size)) << enclave_memory;
+  EXPECT_GT(enclave_memory_size, 0u);
+  // A worker whose models run on a GPU also reports the device memory, total and used.
+  if (absl::StrContains(metrics, "cloister_device_memory_bytes{kind=\"total\",worker=\"0\"}")) {
+    EXPECT_TRUE(
+        absl::StrContains(metrics, "cloister_device_memory_bytes{kind=\"used\",worker=\"0\"}"));
   }
   // Every Infer call (kClients * kCallsEach) is counted once.
   EXPECT_TRUE(absl::StrContains(

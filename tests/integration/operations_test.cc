@@ -51,7 +51,8 @@ class TenantClient {
 
   void Authorize(grpc::ClientContext& context) const {
     context.AddMetadata("x-cloister-tenant", tenant_);
-    context.AddMetadata("authorization", "Bearer " + token_);
+    // No token: a tenant bound to client certificates is admitted by its certificate alone.
+    if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   }
 
@@ -177,11 +178,17 @@ class OperationsTest : public ::testing::Test {
   }
   std::shared_ptr<grpc::Channel> Tls(int port, const host::testing::TestCertificates& certs,
                                      bool with_client_cert) {
+    return with_client_cert ? TlsAs(port, certs, certs.client_cert, certs.client_key)
+                            : TlsAs(port, certs, "", "");
+  }
+  // TLS presenting the client certificate `cert_file` (none when empty).
+  std::shared_ptr<grpc::Channel> TlsAs(int port, const host::testing::TestCertificates& certs,
+                                       const std::string& cert_file, const std::string& key_file) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = *ReadFile(certs.ca_cert, 1 << 20);
-    if (with_client_cert) {
-      ssl.pem_cert_chain = *ReadFile(certs.client_cert, 1 << 20);
-      ssl.pem_private_key = *ReadFile(certs.client_key, 1 << 20);
+    if (!cert_file.empty()) {
+      ssl.pem_cert_chain = *ReadFile(cert_file, 1 << 20);
+      ssl.pem_private_key = *ReadFile(key_file, 1 << 20);
     }
     return grpc::CreateChannel(absl::StrCat("localhost:", port), grpc::SslCredentials(ssl));
   }
@@ -313,6 +320,63 @@ TEST_F(OperationsTest, TlsTenantPortWithClientIdentities) {
   ASSERT_TRUE(WaitForLog("config_reloaded")) << daemon_->Stderr();
   EXPECT_EQ(TenantClient(Tls(port, *certs, true), "acme", "acme-token").GetEvidence().error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(OperationsTest, CertificateAloneAdmitsATenantBoundToIt) {
+  std::string pki = dir_ + "/pki";
+  fs::create_directories(pki);
+  auto certs = host::testing::MakeTestCertificates(pki);
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  // acme has no token at all; globex has a token and no identities.
+  WriteConfig(absl::StrCat("tls:\n  cert_file: pki/server.crt\n  key_file: pki/server.key\n",
+                           "  client_ca_file: pki/ca.crt\n", "tenants:\n", "  - id: acme\n",
+                           "    mtls_identities: [spiffe://cloister.test/tenant/acme]\n",
+                           TenantYaml("globex", "globex-token")));
+  ASSERT_EQ(testing::Run({CLOISTERD_BINARY, "--check-config", config_path_}).exit_code, 0);
+  int port = Start();
+  ASSERT_NE(port, 0);
+
+  // acme's certificate without a token: evidence, a session, an upload and an inference.
+  TenantClient acme(TlsAs(port, *certs, certs->client_cert, certs->client_key), "acme", "");
+  EXPECT_TRUE(acme.GetEvidence().ok());
+  std::string session = acme.OpenSessionWithModel();
+  ASSERT_FALSE(session.empty());
+  grpc::Status inferred = acme.Infer(session, "by-certificate");
+  EXPECT_TRUE(inferred.ok()) << inferred.error_message();
+  // A token that is sent must be right, even with the right certificate.
+  EXPECT_EQ(TenantClient(TlsAs(port, *certs, certs->client_cert, certs->client_key), "acme",
+                         "guessed-token")
+                .GetEvidence()
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // Another tenant's certificate (same CA) or none: refused, saying what is missing.
+  grpc::Status wrong_cert =
+      TenantClient(TlsAs(port, *certs, certs->other_client_cert, certs->other_client_key), "acme",
+                   "")
+          .GetEvidence();
+  EXPECT_EQ(wrong_cert.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(absl::StrContains(wrong_cert.error_message(), "mtls_identities"))
+      << wrong_cert.error_message();
+  EXPECT_EQ(TenantClient(TlsAs(port, *certs, "", ""), "acme", "").GetEvidence().error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // acme's name from a CA the daemon does not trust gets no connection.
+  EXPECT_NE(TenantClient(TlsAs(port, *certs, certs->rogue_client_cert, certs->rogue_client_key),
+                         "acme", "")
+                .GetEvidence()
+                .error_code(),
+            grpc::StatusCode::OK);
+
+  // A tenant without identities still needs its token, whatever certificate comes with it.
+  grpc::Status no_token =
+      TenantClient(TlsAs(port, *certs, certs->client_cert, certs->client_key), "globex", "")
+          .GetEvidence();
+  EXPECT_EQ(no_token.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(no_token.error_message(), "unknown tenant or wrong API token");
+  EXPECT_TRUE(TenantClient(TlsAs(port, *certs, certs->other_client_cert, certs->other_client_key),
+                           "globex", "globex-token")
+                  .GetEvidence()
+                  .ok());
 }
 
 TEST_F(OperationsTest, BadCertificateStopsStartup) {

@@ -38,8 +38,11 @@ def _path(value: Optional[PathLike]) -> str:
     return os.fspath(value) if value is not None else ""
 
 
-def _resolve_token(token: Optional[str]) -> str:
-    """The API token: given, else $CLOISTER_TOKEN, else the file named by $CLOISTER_TOKEN_FILE."""
+def _resolve_token(token: Optional[str], client_certificate: bool = False) -> str:
+    """The API token: given, else $CLOISTER_TOKEN, else the file named by $CLOISTER_TOKEN_FILE.
+
+    With a client certificate and none of these, no token ("": the certificate alone speaks for
+    a tenant bound to mtls_identities)."""
     if token is not None:
         return token
     if _env("CLOISTER_TOKEN"):
@@ -51,6 +54,8 @@ def _resolve_token(token: Optional[str]) -> str:
                 return f.read().strip()
         except OSError as e:
             raise InvalidArgument(f"cannot read token file {token_file}: {e.strerror}") from None
+    if client_certificate:
+        return ""
     raise InvalidArgument("no API token given (token=, CLOISTER_TOKEN or CLOISTER_TOKEN_FILE)")
 
 
@@ -62,8 +67,9 @@ def _connection(server, policy, tenant, token, tls, fresh, timeout) -> "_native.
     connection.tenant = tenant or _env("CLOISTER_TENANT") or ""
     if not connection.tenant:
         raise InvalidArgument("no tenant id given (tenant= or CLOISTER_TENANT)")
-    connection.token = _resolve_token(token)
     ca, client_cert, client_key, server_name = tls
+    connection.token = _resolve_token(
+        token, bool(_path(client_cert) or _env("CLOISTER_CLIENT_CERT")))
     connection.tls_ca = _path(ca) or _env("CLOISTER_CA") or ""
     connection.tls_client_cert = _path(client_cert) or _env("CLOISTER_CLIENT_CERT") or ""
     connection.tls_client_key = _path(client_key) or _env("CLOISTER_CLIENT_KEY") or ""
@@ -275,7 +281,10 @@ def connect(
     Each setting falls back to the environment variable the ``cloister`` CLI reads.
 
     Args:
-        server: ``HOST:PORT`` of cloisterd ($CLOISTER_SERVER, default ``127.0.0.1:7700``).
+        server: ``HOST:PORT`` of cloisterd ($CLOISTER_SERVER, default ``127.0.0.1:7700``);
+            several comma-separated (``"a:7700,b:7700"``): the session opens on the first that
+            attests and moves to the next when that node goes down. Models are per node, so
+            upload a model to every node listed.
         policy: path of your attestation policy (YAML) ($CLOISTER_POLICY).
         tenant: your tenant id ($CLOISTER_TENANT).
         token: your API token, the string itself ($CLOISTER_TOKEN, or the file named by
