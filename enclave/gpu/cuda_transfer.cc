@@ -23,6 +23,16 @@ namespace cloister::gpu {
 namespace pcie = enclave::pcie;
 using pcie::PcieMode;
 
+namespace {
+
+absl::Status CheckTransferSize(size_t size, size_t limit) {
+  if (size <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("PCIe transfer of ", size, " bytes exceeds the limit of ", limit));
+}
+
+}  // namespace
+
 namespace internal {
 
 // Blocks of one kind (pinned host or device), reused by size and zeroed whenever a lease ends.
@@ -34,10 +44,7 @@ struct CudaPool : std::enable_shared_from_this<CudaPool> {
   }
 
   absl::StatusOr<CudaBuffer> Acquire(size_t size) {
-    if (size > max_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("PCIe transfer of ", size, " bytes exceeds the limit of ", max_size));
-    }
+    RETURN_IF_ERROR(CheckTransferSize(size, max_size));
     CudaBuffer buffer;
     {
       absl::MutexLock lock(&mutex);
@@ -145,7 +152,7 @@ struct CudaTransferPath::State {
   std::shared_ptr<internal::CudaPool> device_pool;
   std::unique_ptr<pcie::ChunkCipher> cipher;  // emulated only
   std::unique_ptr<CudaGcm> gcm;               // emulated only
-  std::atomic<uint64_t> next_counter[3] = {0, 0, 0};
+  pcie::TransferCounters counters;
   std::atomic<uint64_t> to_device_transfers{0}, to_host_transfers{0};
   std::atomic<uint64_t> to_device_size{0}, to_host_size{0};
   std::atomic<uint64_t> authentication_failures{0};
@@ -153,9 +160,8 @@ struct CudaTransferPath::State {
 
 namespace {
 
-constexpr uint8_t kToDevice = 1;  // the directions of pcie::TransferPath
-constexpr uint8_t kToHost = 2;
-constexpr uint64_t kMaxTransferCounter = (uint64_t{1} << 56) - 1;
+using pcie::kToDeviceDirection;
+using pcie::kToHostDirection;
 
 }  // namespace
 
@@ -164,7 +170,7 @@ CudaTransferPath::~CudaTransferPath() = default;
 
 absl::StatusOr<std::unique_ptr<CudaTransferPath>> CudaTransferPath::Create(
     PcieMode mode, CudaTransferOptions options) {
-  if (options.chunk_size < (size_t{4} << 10) || options.chunk_size > (size_t{64} << 20) ||
+  if (options.chunk_size < pcie::kMinChunkSize || options.chunk_size > pcie::kMaxChunkSize ||
       options.chunk_size % 16 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("PCIe chunk size ", options.chunk_size,
                                                    " is not a multiple of 16 in 4 KiB..64 MiB"));
@@ -200,38 +206,27 @@ absl::StatusOr<std::unique_ptr<CudaTransferPath>> CudaTransferPath::Create(
 }
 
 absl::StatusOr<CudaBuffer> CudaTransferPath::AcquireHostStaging(size_t size) {
-  if (size > state_->options.max_transfer_size) {
-    return absl::InvalidArgumentError(absl::StrCat("PCIe transfer of ", size,
-                                                   " bytes exceeds the limit of ",
-                                                   state_->options.max_transfer_size));
-  }
+  RETURN_IF_ERROR(CheckTransferSize(size, state_->options.max_transfer_size));
   return state_->host_pool->Acquire(size);
 }
 
 absl::StatusOr<CudaBuffer> CudaTransferPath::ToDevice(ByteSpan host) {
   State& s = *state_;
-  if (host.size() > s.options.max_transfer_size) {
-    return absl::InvalidArgumentError(absl::StrCat("PCIe transfer of ", host.size(),
-                                                   " bytes exceeds the limit of ",
-                                                   s.options.max_transfer_size));
-  }
+  RETURN_IF_ERROR(CheckTransferSize(host.size(), s.options.max_transfer_size));
   const cudaStream_t stream = cudaStreamPerThread;
   ASSIGN_OR_RETURN(CudaBuffer destination, s.device_pool->Acquire(host.size()));
   if (mode_ == PcieMode::kEmulated) {
-    const uint64_t counter = s.next_counter[kToDevice].fetch_add(1, std::memory_order_relaxed);
-    if (counter > kMaxTransferCounter) {
-      return absl::ResourceExhaustedError("PCIe transfer counter exhausted; restart the enclave");
-    }
+    ASSIGN_OR_RETURN(const uint64_t counter, s.counters.Next(kToDeviceDirection));
     const size_t sealed_size = pcie::SealedSize(host.size(), s.options.chunk_size);
     ASSIGN_OR_RETURN(CudaBuffer sealed, s.host_pool->Acquire(sealed_size));
-    RETURN_IF_ERROR(s.cipher->Seal(kToDevice, counter, host, sealed.span()));
+    RETURN_IF_ERROR(s.cipher->Seal(kToDeviceDirection, counter, host, sealed.span()));
     if (s.options.in_flight_hook_for_test) s.options.in_flight_hook_for_test(sealed.span());
     ASSIGN_OR_RETURN(CudaBuffer bounce, s.device_pool->Acquire(sealed_size));
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(bounce.data(), sealed.data(), sealed_size, cudaMemcpyHostToDevice, stream),
         "copy to the device"));
-    absl::Status opened = s.gcm->Open(kToDevice, counter, bounce.data(), destination.data(),
-                                      host.size(), stream, "to the device");
+    absl::Status opened = s.gcm->Open(kToDeviceDirection, counter, bounce.data(),
+                                      destination.data(), host.size(), stream, "to the device");
     if (!opened.ok()) {
       if (opened.code() == absl::StatusCode::kDataLoss) {
         s.authentication_failures.fetch_add(1, std::memory_order_relaxed);
@@ -251,20 +246,14 @@ absl::StatusOr<CudaBuffer> CudaTransferPath::ToDevice(ByteSpan host) {
 
 absl::StatusOr<CudaBuffer> CudaTransferPath::ToHost(const uint8_t* device, size_t size) {
   State& s = *state_;
-  if (size > s.options.max_transfer_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PCIe transfer of ", size, " bytes exceeds the limit of ", s.options.max_transfer_size));
-  }
+  RETURN_IF_ERROR(CheckTransferSize(size, s.options.max_transfer_size));
   const cudaStream_t stream = cudaStreamPerThread;
   ASSIGN_OR_RETURN(CudaBuffer destination, s.host_pool->Acquire(size));
   if (mode_ == PcieMode::kEmulated) {
-    const uint64_t counter = s.next_counter[kToHost].fetch_add(1, std::memory_order_relaxed);
-    if (counter > kMaxTransferCounter) {
-      return absl::ResourceExhaustedError("PCIe transfer counter exhausted; restart the enclave");
-    }
+    ASSIGN_OR_RETURN(const uint64_t counter, s.counters.Next(kToHostDirection));
     const size_t sealed_size = pcie::SealedSize(size, s.options.chunk_size);
     ASSIGN_OR_RETURN(CudaBuffer bounce, s.device_pool->Acquire(sealed_size));
-    RETURN_IF_ERROR(s.gcm->Seal(kToHost, counter, device, size, bounce.data(), stream));
+    RETURN_IF_ERROR(s.gcm->Seal(kToHostDirection, counter, device, size, bounce.data(), stream));
     ASSIGN_OR_RETURN(CudaBuffer sealed, s.host_pool->Acquire(sealed_size));
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(sealed.data(), bounce.data(), sealed_size, cudaMemcpyDeviceToHost, stream),
@@ -272,7 +261,7 @@ absl::StatusOr<CudaBuffer> CudaTransferPath::ToHost(const uint8_t* device, size_
     RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "copy to the host"));
     if (s.options.in_flight_hook_for_test) s.options.in_flight_hook_for_test(sealed.span());
     absl::Status opened =
-        s.cipher->Open(kToHost, counter, sealed.view(), destination.span(), "to the host");
+        s.cipher->Open(kToHostDirection, counter, sealed.view(), destination.span(), "to the host");
     if (!opened.ok()) {
       destination.Release();
       s.authentication_failures.fetch_add(1, std::memory_order_relaxed);

@@ -28,6 +28,13 @@ void PutBigEndian(uint8_t* out, uint64_t value, int width) {
   }
 }
 
+// The refusal when chunk `index` (0-based) of `chunks` fails authentication.
+absl::Status AuthenticationFailure(std::string_view what, size_t index, size_t chunks) {
+  return absl::DataLossError(
+      absl::StrCat("PCIe transfer ", std::string(what), " refused: chunk ", index + 1, " of ",
+                   chunks, " failed authentication (the bounce buffer was modified in flight)"));
+}
+
 }  // namespace
 
 size_t ChunkCount(size_t size, size_t chunk_size) {
@@ -36,6 +43,15 @@ size_t ChunkCount(size_t size, size_t chunk_size) {
 
 size_t SealedSize(size_t size, size_t chunk_size) {
   return size + ChunkCount(size, chunk_size) * kChunkTagSize;
+}
+
+absl::StatusOr<uint64_t> TransferCounters::Next(uint8_t direction) {
+  CLOISTER_CHECK(direction == kToDeviceDirection || direction == kToHostDirection);
+  const uint64_t counter = next_[direction].fetch_add(1, std::memory_order_relaxed);
+  if (counter > (uint64_t{1} << 56) - 1) {
+    return absl::ResourceExhaustedError("PCIe transfer counter exhausted; restart the enclave");
+  }
+  return counter;
 }
 
 std::array<uint8_t, kChunkNonceSize> ChunkNonce(uint8_t direction, uint64_t counter,
@@ -206,13 +222,7 @@ absl::Status ChunkCipher::Open(uint8_t direction, uint64_t counter, ByteSpan sea
     absl::Status opened =
         aead.OpenInto(nonce, aad, sealed.subspan(begin + i * kChunkTagSize, length + kChunkTagSize),
                       destination.subspan(begin, length));
-    if (!opened.ok()) {
-      return absl::DataLossError(absl::StrCat("PCIe transfer ", std::string(what),
-                                              " refused: chunk ", i + 1, " of ", chunks,
-                                              " failed authentication (the bounce buffer was "
-                                              "modified in flight)"));
-    }
-    return absl::OkStatus();
+    return opened.ok() ? absl::OkStatus() : AuthenticationFailure(what, i, chunks);
   });
 }
 
@@ -232,13 +242,9 @@ absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, Byte
     const std::span<uint8_t> bounce =
         sealed.subspan(begin + i * kChunkTagSize, length + kChunkTagSize);
     RETURN_IF_ERROR(aead.SealInto(nonce, aad, source.subspan(begin, length), bounce));
-    if (!aead.OpenInto(nonce, aad, bounce, destination.subspan(begin, length)).ok()) {
-      return absl::DataLossError(absl::StrCat("PCIe transfer ", std::string(what),
-                                              " refused: chunk ", i + 1, " of ", chunks,
-                                              " failed authentication (the bounce buffer was "
-                                              "modified in flight)"));
-    }
-    return absl::OkStatus();
+    const absl::Status opened =
+        aead.OpenInto(nonce, aad, bounce, destination.subspan(begin, length));
+    return opened.ok() ? absl::OkStatus() : AuthenticationFailure(what, i, chunks);
   });
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,6 +28,12 @@
 namespace cloister::enclave::pcie {
 
 inline constexpr std::string_view kTransferAadLabel = "cloister/v1 pcie transfer";
+// The directions of a transfer: the first byte of every chunk nonce.
+inline constexpr uint8_t kToDeviceDirection = 1;
+inline constexpr uint8_t kToHostDirection = 2;
+// The chunk sizes a path accepts.
+inline constexpr size_t kMinChunkSize = size_t{4} << 10;
+inline constexpr size_t kMaxChunkSize = size_t{64} << 20;
 inline constexpr size_t kChunkTagSize = 16;
 inline constexpr size_t kChunkNonceSize = 12;
 inline constexpr size_t kTransferAadSize = kTransferAadLabel.size() + 8 + 4;
@@ -38,6 +45,18 @@ size_t SealedSize(size_t size, size_t chunk_size);
 std::array<uint8_t, kChunkNonceSize> ChunkNonce(uint8_t direction, uint64_t counter,
                                                 uint32_t chunk);
 std::array<uint8_t, kTransferAadSize> TransferAad(size_t size, size_t chunks);
+
+// The transfer counters of one key, one per direction: every transfer takes the next, so no
+// two transfers in a direction share a nonce. Thread-safe.
+class TransferCounters {
+ public:
+  // The next counter of `direction` (kToDeviceDirection or kToHostDirection); ResourceExhausted
+  // once its 56 bits are used up (the key must then be replaced: restart the enclave).
+  absl::StatusOr<uint64_t> Next(uint8_t direction);
+
+ private:
+  std::atomic<uint64_t> next_[3] = {0, 0, 0};  // indexed by direction
+};
 
 class ChunkCipher {
  public:

@@ -13,16 +13,8 @@
 
 namespace cloister::enclave::pcie {
 
-namespace {
-
-constexpr size_t kMinChunkSize = size_t{4} << 10;
-constexpr size_t kMaxChunkSize = size_t{64} << 20;
-constexpr uint64_t kMaxTransferCounter = (uint64_t{1} << 56) - 1;
-
-}  // namespace
-
 struct TransferPath::Counters {
-  std::atomic<uint64_t> next_counter[3] = {0, 0, 0};  // indexed by Direction
+  TransferCounters transfers;
   std::atomic<uint64_t> to_device_transfers{0}, to_host_transfers{0};
   std::atomic<uint64_t> to_device_size{0}, to_host_size{0};
   std::atomic<uint64_t> chunks_sealed{0}, authentication_failures{0};
@@ -111,11 +103,8 @@ absl::StatusOr<StagingBuffer> TransferPath::Move(Direction direction, ByteSpan s
   }
   ASSIGN_OR_RETURN(StagingBuffer destination, destination_pool.Acquire(source.size()));
   if (mode_ == PcieMode::kEmulated) {
-    const uint64_t counter = counters_->next_counter[static_cast<int>(direction)].fetch_add(
-        1, std::memory_order_relaxed);
-    if (counter > kMaxTransferCounter) {
-      return absl::ResourceExhaustedError("PCIe transfer counter exhausted; restart the enclave");
-    }
+    ASSIGN_OR_RETURN(const uint64_t counter,
+                     counters_->transfers.Next(static_cast<uint8_t>(direction)));
     const size_t chunks = ChunkCount(source.size(), options_.chunk_size);
     ASSIGN_OR_RETURN(StagingBuffer bounce,
                      bounce_pool_.Acquire(SealedSize(source.size(), options_.chunk_size)));

@@ -99,7 +99,7 @@ class TransferPath {
   Stats stats() const;
 
  private:
-  enum class Direction : uint8_t { kToDevice = 1, kToHost = 2 };
+  enum class Direction : uint8_t { kToDevice = kToDeviceDirection, kToHost = kToHostDirection };
 
   TransferPath(PcieMode mode, TransferOptions options);
   absl::StatusOr<StagingBuffer> Move(Direction direction, ByteSpan source,

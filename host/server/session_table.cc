@@ -16,15 +16,28 @@ SessionTable::SessionTable(Clock* clock, absl::Duration ttl, int max_sessions_pe
 void SessionTable::SweepLocked(absl::Time now) {
   if (now < next_sweep_) return;
   next_sweep_ = now + ttl_ / 4;
+  RemoveExpiredLocked(now);
+}
+
+void SessionTable::RemoveExpiredLocked(absl::Time now) {
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (it->second.expires_at <= now) {
-      ExpiredLocked(it->second);
-      if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
-      sessions_.erase(it++);
+      EraseExpiredLocked(it++);
     } else {
       ++it;
     }
   }
+}
+
+void SessionTable::EraseExpiredLocked(Sessions::iterator it) {
+  if (on_expired_) on_expired_(it->second.tenant_id, it->second.worker);
+  ReleaseTenantLocked(it->second.tenant_id);
+  sessions_.erase(it);
+}
+
+void SessionTable::ReleaseTenantLocked(const std::string& tenant_id) {
+  auto it = per_tenant_.find(tenant_id);
+  if (it != per_tenant_.end() && --it->second == 0) per_tenant_.erase(it);
 }
 
 absl::Status SessionTable::CheckCapacity(absl::string_view tenant_id) {
@@ -47,7 +60,7 @@ void SessionTable::Add(std::string session_id, std::string tenant_id, int worker
   if (!inserted) {
     // A reused id (the enclave derives ids from fresh HPKE contexts, so this is unexpected):
     // the newest owner wins.
-    if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
+    ReleaseTenantLocked(it->second.tenant_id);
   }
   ++per_tenant_[tenant_id];
   it->second = Entry{std::move(tenant_id), now + ttl_, worker};
@@ -63,9 +76,7 @@ absl::StatusOr<int> SessionTable::WorkerFor(absl::string_view session_id,
   absl::Time now = clock_->Now();
   auto it = sessions_.find(session_id);
   if (it != sessions_.end() && it->second.expires_at <= now) {
-    ExpiredLocked(it->second);
-    if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
-    sessions_.erase(it);
+    EraseExpiredLocked(it);
     it = sessions_.end();
   }
   // Another tenant's session gets the very answer an unknown one gets, so a refusal never tells
@@ -78,23 +89,11 @@ absl::StatusOr<int> SessionTable::WorkerFor(absl::string_view session_id,
   return it->second.worker;
 }
 
-void SessionTable::ExpiredLocked(const Entry& entry) {
-  if (on_expired_) on_expired_(entry.tenant_id, entry.worker);
-}
-
 std::map<std::string, int> SessionTable::CountsByTenant() {
   absl::MutexLock lock(&mu_);
   absl::Time now = clock_->Now();
   // A full sweep, not the periodic one: the counts are exact at this moment.
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (it->second.expires_at <= now) {
-      ExpiredLocked(it->second);
-      if (--per_tenant_[it->second.tenant_id] == 0) per_tenant_.erase(it->second.tenant_id);
-      sessions_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
+  RemoveExpiredLocked(now);
   return std::map<std::string, int>(per_tenant_.begin(), per_tenant_.end());
 }
 

@@ -55,15 +55,21 @@ class SessionTable {
     absl::Time expires_at;
     int worker = 0;
   };
+  using Sessions = absl::flat_hash_map<std::string, Entry>;
+  // Every ttl/4 at most: RemoveExpiredLocked.
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ExpiredLocked(const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops every session expired at `now`.
+  void RemoveExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the expired session at `it` (telling the audit hook) and its tenant's count.
+  void EraseExpiredLocked(Sessions::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseTenantLocked(const std::string& tenant_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const absl::Duration ttl_;
   const int max_sessions_per_tenant_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  Sessions sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> per_tenant_ ABSL_GUARDED_BY(mu_);
   absl::Time next_sweep_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&, int)> on_expired_;

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/bytes.h"
 #include "cloister/api/v1/api.grpc.pb.h"
-#include "crypto/hash.h"
+#include "host/tenants/tenant_registry.h"
 #include "sdk/client.h"
 #include "sdk/identity.h"
 #include "sdk/npy.h"
@@ -29,7 +29,8 @@ const std::string kClsModel = kModels + "/ocr/ch_ppocr_mobile_v2.0_cls_infer.onn
 const std::string kClsInput =
     kModels + "/testdata/ch_ppocr_mobile_v2.0_cls/test_data_set_0/input_0.pb";
 
-std::string HashOf(const std::string& token) { return HexEncode(crypto::Sha256(AsBytes(token))); }
+// The token hash the config holds, computed as cloisterd does.
+std::string HashOf(const std::string& token) { return HexEncode(host::TokenHash(token)); }
 
 // "<code>: <message>" of a status, with `name` replaced by NAME so that refusals about two
 // different names can be compared.
@@ -69,8 +70,7 @@ class IsolationTest : public ::testing::Test {
     options.tenant_id = tenant;
     options.token = token;
     options.policy_path = appliance_->data_dir() + "/dev-policy.yaml";
-    options.identity =
-        std::make_shared<const sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
+    options.identity = std::make_shared<const sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
     options.max_attempts = 1;
     auto client = sdk::Client::Connect(options);
     EXPECT_TRUE(client.ok()) << tenant << ": " << client.status();

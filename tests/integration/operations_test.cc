@@ -18,11 +18,11 @@
 #include "base/bytes.h"
 #include "base/file.h"
 #include "cloister/api/v1/api.grpc.pb.h"
-#include "crypto/hash.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "host/tenants/tenant_registry.h"
 #include "host/testing/test_certificates.h"
 #include "tests/support/process.h"
 
@@ -34,7 +34,8 @@ using api::v1::Cloister;
 
 constexpr char kHandle[] = "0123456789abcdef0123456789abcdef";
 
-std::string HashOf(const std::string& token) { return HexEncode(crypto::Sha256(AsBytes(token))); }
+// The token hash the config holds, computed as cloisterd does.
+std::string HashOf(const std::string& token) { return HexEncode(host::TokenHash(token)); }
 
 std::string TenantYaml(const std::string& id, const std::string& token,
                        const std::string& extra = "") {
