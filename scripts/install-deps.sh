@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libyaml-cpp-dev libonnx-dev libopenblas-dev
   libgtest-dev libgmock-dev
-  libxmlsec1-dev libxml2-dev nlohmann-json3-dev python3-onnx python3-numpy libonnx-testdata
+  gdb libxmlsec1-dev libxml2-dev nlohmann-json3-dev python3-onnx python3-numpy libonnx-testdata
   pybind11-dev python3-dev python3-pytest python3-pip python3-venv yamllint prometheus-cpp-dev
 )
 

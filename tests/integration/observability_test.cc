@@ -4,11 +4,6 @@
 // planted in a model and in a request payload must appear in none of the metrics, the logs of
 // cloisterd and the enclave, the audit log or the receipt log: the host only ever sees
 // ciphertext and counts.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -28,6 +23,7 @@
 #include "onnx/onnx_pb.h"
 #include "sdk/npy.h"
 #include "tests/support/appliance.h"
+#include "tests/support/http.h"
 #include "tests/support/process.h"
 #include "tests/support/tensor_files.h"
 
@@ -39,34 +35,6 @@ const std::string kClsModel = kShared + "/models/ocr/ch_ppocr_mobile_v2.0_cls_in
 const std::string kClsData = kShared + "/models/testdata/ch_ppocr_mobile_v2.0_cls";
 // Planted in the model (its doc string and metadata), in the model's name and in a payload.
 constexpr char kMarker[] = "ZQXMARKER-4711-tenantdata";
-
-// GET http://HOST:PORT/PATH; the whole response (headers and body), empty when unreachable.
-std::string HttpGet(const std::string& host_port, const std::string& path) {
-  size_t colon = host_port.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(host_port.substr(colon + 1), &port))
-    return "";
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, host_port.substr(0, colon).c_str(), &address.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
-  if (::write(fd, request.data(), request.size()) < 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string response;
-  char buffer[8192];
-  ssize_t n;
-  while ((n = ::read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
-  ::close(fd);
-  return response;
-}
 
 class ObservabilityTest : public ::testing::Test {
  protected:

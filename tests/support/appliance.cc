@@ -2,6 +2,10 @@
 
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include <string_view>
 #include <vector>
 
@@ -42,6 +46,27 @@ absl::Status Appliance::Start() {
 }
 
 int Appliance::Stop() { return process_ ? process_->Stop(SIGTERM) : 0; }
+
+std::vector<pid_t> Appliance::WorkerPids() const {
+  std::vector<pid_t> children;
+  if (pid() <= 0) return children;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    // /proc/PID/stat: "PID (COMM) STATE PPID ..."; COMM may hold spaces and parentheses.
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    pid_t parent = 0;
+    if (rest >> state >> parent && parent == pid()) children.push_back(std::stoi(name));
+  }
+  return children;
+}
 
 std::string Appliance::Logs() const {
   return process_ ? process_->Stdout() + process_->Stderr() : std::string();

@@ -4,6 +4,8 @@
 // stops it (SIGTERM) when destroyed.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +39,10 @@ class Appliance {
   const std::string& operator_address() const { return operator_address_; }
   const std::string& metrics_address() const { return metrics_address_; }
   std::string Logs() const;
+  // cloisterd's pid (after Start; -1 before) and the pids of its children, the enclave
+  // workers (read from /proc; empty when none is running).
+  pid_t pid() const { return process_ ? process_->pid() : -1; }
+  std::vector<pid_t> WorkerPids() const;
 
  private:
   std::string cloisterd_binary_, data_dir_, log_dir_, address_;

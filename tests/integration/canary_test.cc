@@ -1,0 +1,258 @@
+// The canary scan (THREAT_MODEL.md section 2): markers planted in a tenant's model, its inputs
+// and the outputs the model computes are searched for, after a full session through the real
+// cloisterd and cloister-enclave, in everything the host side holds: every file of the data
+// dir (stored models, audit log, receipts, keys), the logs of cloisterd and its workers, the
+// /metrics page, and a core dump of the running cloisterd taken with gcore. None may be found:
+// the host only ever sees ciphertext. As a control that the dump and the scan can find a
+// marker at all, the same scan over a core dump of the enclave worker, which holds the loaded
+// model in the clear, must find the model's weights.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "onnx/onnx_pb.h"
+#include "sdk/client.h"
+#include "sdk/identity.h"
+#include "sdk/npy.h"
+#include "tests/support/appliance.h"
+#include "tests/support/http.h"
+#include "tests/support/process.h"
+
+namespace cloister {
+namespace {
+
+constexpr int kWidth = 16;  // floats per marker: 64 bytes, far beyond any chance match
+
+// kWidth floats in [1, 2) from a seeded generator: values no other part of the system makes.
+std::vector<float> MarkerFloats(uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(1.0f, 2.0f);
+  std::vector<float> values(kWidth);
+  for (float& value : values) value = distribution(generator);
+  return values;
+}
+
+std::string BytesOf(const std::vector<float>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
+// Y = Neg(X), Z = Add(X, W) over float[1, kWidth], with W the model's marker weights and the
+// model's text marker in its doc string, metadata and the names of its graph.
+std::string WriteCanaryModel(const std::string& path, const std::vector<float>& weights,
+                             const std::string& text_marker) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(17);
+  model.set_doc_string(absl::StrCat("confidential: ", text_marker));
+  auto* property = model.add_metadata_props();
+  property->set_key("owner-note");
+  property->set_value(text_marker);
+  onnx::GraphProto* graph = model.mutable_graph();
+  graph->set_name(text_marker);
+  auto add_value = [](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
+                      const std::string& name) {
+    onnx::ValueInfoProto* value = list->Add();
+    value->set_name(name);
+    auto* tensor = value->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(onnx::TensorProto::FLOAT);
+    tensor->mutable_shape()->add_dim()->set_dim_value(1);
+    tensor->mutable_shape()->add_dim()->set_dim_value(kWidth);
+  };
+  add_value(graph->mutable_input(), "x");
+  add_value(graph->mutable_output(), "y");
+  add_value(graph->mutable_output(), "z");
+  onnx::TensorProto* w = graph->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(kWidth);
+  w->set_raw_data(BytesOf(weights));
+  onnx::NodeProto* neg = graph->add_node();
+  neg->set_op_type("Neg");
+  neg->add_input("x");
+  neg->add_output("y");
+  onnx::NodeProto* add = graph->add_node();
+  add->set_op_type("Add");
+  add->add_input("x");
+  add->add_input("w");
+  add->add_output("z");
+  std::ofstream out(path, std::ios::binary);
+  EXPECT_TRUE(model.SerializeToOstream(&out));
+  return path;
+}
+
+// The names of the markers in `haystack_path` (read in pieces, so a core dump of any size
+// works), or an error line when the file cannot be read.
+std::vector<std::string> MarkersInFile(const std::string& haystack_path,
+                                       const std::map<std::string, std::string>& markers) {
+  std::vector<std::string> found;
+  std::ifstream in(haystack_path, std::ios::binary);
+  if (!in) return {"(cannot read " + haystack_path + ")"};
+  size_t longest = 0;
+  for (const auto& [name, bytes] : markers) longest = std::max(longest, bytes.size());
+  constexpr size_t kPiece = 8 << 20;
+  std::string window;
+  std::vector<char> piece(kPiece);
+  std::map<std::string, bool> seen;
+  while (in) {
+    in.read(piece.data(), piece.size());
+    window.append(piece.data(), static_cast<size_t>(in.gcount()));
+    for (const auto& [name, bytes] : markers) {
+      if (!seen[name] && window.find(bytes) != std::string::npos) seen[name] = true;
+    }
+    // Keep a tail shorter than any marker, so a marker across two pieces is still seen.
+    if (window.size() > longest) window.erase(0, window.size() - (longest - 1));
+  }
+  for (const auto& [name, was_seen] : seen) {
+    if (was_seen) found.push_back(name);
+  }
+  return found;
+}
+
+std::vector<std::string> MarkersInText(const std::string& text,
+                                       const std::map<std::string, std::string>& markers) {
+  std::vector<std::string> found;
+  for (const auto& [name, bytes] : markers) {
+    if (text.find(bytes) != std::string::npos) found.push_back(name);
+  }
+  return found;
+}
+
+// gcore's path, or "" when gdb is not installed.
+std::string GcorePath() {
+  for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin"}) {
+    const std::string path = std::string(dir) + "/gcore";
+    if (std::filesystem::exists(path)) return path;
+  }
+  return "";
+}
+
+// gcore's dump of process `pid`, or "" (with the reason in `why`).
+std::string CoreDumpOf(pid_t pid, const std::string& prefix, std::string* why) {
+  testing::RunResult result =
+      testing::Run({GcorePath(), "-o", prefix, std::to_string(pid)}, {}, absl::Seconds(120));
+  const std::string path = absl::StrCat(prefix, ".", pid);
+  if (result.exit_code != 0 || !std::filesystem::exists(path)) {
+    *why = absl::StrCat("gcore ", pid, " failed (exit ", result.exit_code, "): ", result.err);
+    return "";
+  }
+  return path;
+}
+
+TEST(CanaryTest, NoPlantedMarkerReachesTheHostDiskLogsMetricsOrMemory) {
+  if (GcorePath().empty()) {
+    GTEST_SKIP() << "gcore (Debian package gdb) is not installed: the core dump scan cannot run";
+  }
+  const std::string work = testing::MakeTempDir("cloister-canary");
+  const std::string config = work + "/cloisterd.yaml";
+  std::ofstream(config) << "operator:\n  listen: 127.0.0.1:0\n";
+  testing::Appliance appliance(CLOISTERD_BINARY, work + "/data", {"--config", config});
+  const absl::Status started = appliance.Start();
+  ASSERT_TRUE(started.ok()) << started;
+
+  const std::string text_marker = "CANARY-7d41f09e-tenant-secret";
+  const std::vector<float> weights = MarkerFloats(0x5eed0001);
+  const std::vector<float> input = MarkerFloats(0x5eed0002);
+  std::vector<float> negated(kWidth), summed(kWidth);
+  for (int i = 0; i < kWidth; ++i) {
+    negated[i] = -input[i];
+    summed[i] = input[i] + weights[i];
+  }
+  const std::map<std::string, std::string> markers = {
+      {"model text", text_marker},          {"model weights", BytesOf(weights)},
+      {"input", BytesOf(input)},            {"output y", BytesOf(negated)},
+      {"output z", BytesOf(summed)},        {"model name", "canary-name-3b9c2e"}};
+
+  // A full session: attest, upload, infer several times, list, and keep the model loaded.
+  sdk::ClientOptions options;
+  options.server = appliance.address();
+  options.tenant_id = "demo";
+  options.token = testing::ReadWholeFile(appliance.data_dir() + "/demo.token");
+  while (!options.token.empty() && options.token.back() == '\n') options.token.pop_back();
+  options.policy_path = appliance.data_dir() + "/dev-policy.yaml";
+  options.identity = std::make_shared<const sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
+  auto client = sdk::Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::string model_path = WriteCanaryModel(work + "/canary.onnx", weights, text_marker);
+  auto uploaded = (*client)->UploadModel(model_path, markers.at("model name"));
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  sdk::NpyArray array;
+  array.datatype = "FP32";
+  array.shape = {1, kWidth};
+  array.data.assign(reinterpret_cast<const uint8_t*>(input.data()),
+                    reinterpret_cast<const uint8_t*>(input.data()) + kWidth * sizeof(float));
+  for (int call = 0; call < 5; ++call) {
+    auto outputs = (*client)->Infer(markers.at("model name"), {sdk::ToTensor("x", array)});
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    ASSERT_EQ(outputs->size(), 2u);
+    // The outputs really carry the output markers (so their absence below means something).
+    for (const auto& tensor : *outputs) {
+      auto decoded = sdk::FromTensor(tensor);
+      ASSERT_TRUE(decoded.ok()) << decoded.status();
+      const std::string bytes(decoded->data.begin(), decoded->data.end());
+      EXPECT_EQ(bytes, tensor.name() == "y" ? BytesOf(negated) : BytesOf(summed)) << tensor.name();
+    }
+  }
+  ASSERT_TRUE((*client)->ListModels().ok());
+
+  // Everything the host side holds.
+  std::map<std::string, std::vector<std::string>> findings;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(appliance.data_dir())) {
+    if (!entry.is_regular_file()) continue;
+    for (const std::string& name : MarkersInFile(entry.path().string(), markers)) {
+      findings[entry.path().string()].push_back(name);
+    }
+  }
+  int data_files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(appliance.data_dir())) {
+    data_files += entry.is_regular_file();
+  }
+  EXPECT_GE(data_files, 3) << "the data dir should hold at least the model, keys and logs";
+  for (const std::string& name : MarkersInText(appliance.Logs(), markers)) {
+    findings["cloisterd and worker logs"].push_back(name);
+  }
+  const std::string metrics = testing::HttpGet(appliance.metrics_address(), "/metrics");
+  EXPECT_NE(metrics.find("cloister_requests_total"), std::string::npos) << metrics;
+  for (const std::string& name : MarkersInText(metrics, markers)) {
+    findings["/metrics"].push_back(name);
+  }
+  std::string why;
+  const std::string host_core = CoreDumpOf(appliance.pid(), work + "/cloisterd.core", &why);
+  ASSERT_FALSE(host_core.empty()) << why;
+  EXPECT_GT(std::filesystem::file_size(host_core), 1u << 20) << "a core dump of a live process";
+  for (const std::string& name : MarkersInFile(host_core, markers)) {
+    findings["core dump of cloisterd"].push_back(name);
+  }
+  std::string report;
+  for (const auto& [where, names] : findings) {
+    absl::StrAppend(&report, "\n  ", where, ": ", absl::StrJoin(names, ", "));
+  }
+  EXPECT_TRUE(findings.empty()) << "tenant plaintext found on the host side:" << report;
+
+  // Control: the enclave worker holds the loaded model in the clear, and the same dump and
+  // scan find its weights there.
+  const std::vector<pid_t> workers = appliance.WorkerPids();
+  ASSERT_EQ(workers.size(), 1u);
+  const std::string worker_core = CoreDumpOf(workers[0], work + "/enclave.core", &why);
+  ASSERT_FALSE(worker_core.empty()) << why;
+  const std::vector<std::string> in_worker = MarkersInFile(worker_core, markers);
+  std::cout << "markers in the enclave worker's core dump (expected there): "
+            << absl::StrJoin(in_worker, ", ") << "\n";
+  EXPECT_NE(std::find(in_worker.begin(), in_worker.end(), "model weights"), in_worker.end())
+      << "the scan did not find the model's weights in the enclave worker's memory: "
+      << absl::StrJoin(in_worker, ", ");
+  std::filesystem::remove(host_core);
+  std::filesystem::remove(worker_core);
+}
+
+}  // namespace
+}  // namespace cloister
