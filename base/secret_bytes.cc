@@ -13,6 +13,11 @@ void SecureWipe(void* data, size_t size) {
   if (data != nullptr && size > 0) sodium_memzero(data, size);
 }
 
+__attribute__((noinline)) void ScrubStack(size_t size) {
+  void* area = __builtin_alloca(size);
+  SecureWipe(area, size);
+}
+
 SecretBytes::SecretBytes(size_t size) : size_(size) {
   if (size_ == 0) return;
   data_ = static_cast<uint8_t*>(::operator new(size_));

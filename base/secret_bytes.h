@@ -43,4 +43,11 @@ class SecretBytes {
 // Overwrites memory in a way the compiler cannot elide.
 void SecureWipe(void* data, size_t size);
 
+// Overwrites `size` bytes of the calling thread's stack below the caller's frame: what deeper
+// calls left there (a parser's copy of its input's tail, a cipher's block buffers) is gone
+// once a thread that handled plaintext returns to waiting. The caller must leave that much
+// stack free (threads have megabytes; 64 KiB is the usual amount).
+void ScrubStack(size_t size);
+inline constexpr size_t kStackScrubSize = 64 * 1024;
+
 }  // namespace cloister

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "attest/binding.h"
 #include "attest/policy.h"
@@ -14,6 +15,7 @@
 #include "crypto/random.h"
 #include "crypto/receipt.h"
 #include "enclave/batch_runner.h"
+#include "proto/wipe.h"
 
 namespace cloister::enclave {
 
@@ -65,12 +67,6 @@ absl::StatusOr<BatchInput> CheckInput(const api::v1::Tensor& proto) {
   }
   input.raw = AsBytes(proto.raw());
   return input;
-}
-
-void WipePayload(api::v1::InferRequestPayload& payload) {
-  for (auto& tensor : *payload.mutable_inputs()) {
-    SecureWipe(tensor.mutable_raw()->data(), tensor.raw().size());
-  }
 }
 
 }  // namespace
@@ -314,14 +310,15 @@ absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
                            AsBytes(call.model_ciphertext()));
   }
   SecureWipe(opened.plaintext.data(), opened.plaintext.size());
-  if (!request.model_key().empty()) {
-    SecureWipe(request.mutable_model_key()->data(), request.model_key().size());
-  }
+  proto::WipeMessage(request);  // the model key and the model's name
   api::v1::ReplyEnvelope envelope;
   if (loaded.ok()) {
     api::v1::LoadModelReply body;
     *body.mutable_model() = loaded->info;
-    envelope = MakeEnvelope(absl::OkStatus(), body.SerializeAsString());
+    std::string serialized = body.SerializeAsString();
+    envelope = MakeEnvelope(absl::OkStatus(), serialized);
+    proto::WipeString(serialized);
+    proto::WipeMessage(body);
     result.set_wrapped_model_key(ToString(loaded->wrapped_key));
     Log(LogLevel::kInfo, "model_loaded", {{"tenant", call.tenant_id()}, {"handle", item.model_handle()}});
   } else {
@@ -329,7 +326,8 @@ absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
     envelope = MakeEnvelope(loaded.status());
   }
   *result.mutable_reply() =
-      sessions_->SealReply(*opened.session, item, crypto::MessageKind::kLoadModel, envelope);
+      sessions_->SealReply(*opened.session, item, crypto::MessageKind::kLoadModel,
+                           std::move(envelope));
   return result;
 }
 
@@ -341,10 +339,15 @@ absl::StatusOr<boundary::v1::SealedCallResult> Enclave::ListModels(
   for (auto& info : models_->List(opened.session->identity_public_key())) {
     *body.add_models() = std::move(info);
   }
+  SecureWipe(opened.plaintext.data(), opened.plaintext.size());
+  std::string serialized = body.SerializeAsString();
+  api::v1::ReplyEnvelope envelope = MakeEnvelope(absl::OkStatus(), serialized);
+  proto::WipeString(serialized);
+  proto::WipeMessage(body);  // the tenant's model names
   boundary::v1::SealedCallResult result;
-  *result.mutable_reply() =
-      sessions_->SealReply(*opened.session, call.request(), crypto::MessageKind::kListModels,
-                           MakeEnvelope(absl::OkStatus(), body.SerializeAsString()));
+  *result.mutable_reply() = sessions_->SealReply(*opened.session, call.request(),
+                                                 crypto::MessageKind::kListModels,
+                                                 std::move(envelope));
   return result;
 }
 
@@ -367,6 +370,8 @@ absl::StatusOr<boundary::v1::SealedCallResult> Enclave::DeleteModel(
       Log(LogLevel::kInfo, "model_deleted", {{"tenant", call.tenant_id()}, {"handle", *handle}});
     }
   }
+  SecureWipe(opened.plaintext.data(), opened.plaintext.size());
+  proto::WipeMessage(request);
   *result.mutable_reply() =
       sessions_->SealReply(*opened.session, call.request(), crypto::MessageKind::kDeleteModel,
                            MakeEnvelope(status, api::v1::DeleteModelReply().SerializeAsString()));
@@ -397,6 +402,10 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
   std::vector<std::shared_ptr<Session>> sessions(count);
   std::vector<absl::Status> outcome(count);
   std::vector<api::v1::InferRequestPayload> payloads(count);
+  // The requests' plaintext (inputs, output names) is wiped on every way out of this call.
+  absl::Cleanup wipe_payloads = [&payloads] {
+    for (auto& payload : payloads) proto::WipeMessage(payload);
+  };
   std::vector<BatchRequest> requests(count);
   std::shared_ptr<const StoredModel> model;
 
@@ -449,7 +458,6 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
   std::vector<absl::StatusOr<api::v1::InferReplyPayload>> bodies(count);
   if (!runnable.empty()) {
     auto ran = RunBatch(*model->model, *transfer_, batch);
-    for (auto& payload : payloads) WipePayload(payload);
     if (!ran.ok()) {
       Log(LogLevel::kError, "batch_transfer_refused",
           {{"tenant", call.tenant_id()}, {"requests", static_cast<int>(runnable.size())},
@@ -471,16 +479,14 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
     std::string body;
     if (outcome[i].ok()) {
       body = bodies[i]->SerializeAsString();
-      for (auto& tensor : *bodies[i]->mutable_outputs()) {
-        SecureWipe(tensor.mutable_raw()->data(), tensor.raw().size());
-      }
+      proto::WipeMessage(*bodies[i]);
       usage.set_requests(usage.requests() + 1);
     } else {
       usage.set_failed_requests(usage.failed_requests() + 1);
     }
     replies[i] = sessions_->SealReply(*sessions[i], call.items(i), crypto::MessageKind::kInfer,
                                       MakeEnvelope(outcome[i], body));
-    SecureWipe(body.data(), body.size());
+    proto::WipeString(body);
   }
   for (auto& reply : replies) *result.add_replies() = std::move(reply);
   result.set_execution_ns(absl::ToInt64Nanoseconds(absl::Now() - start));

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "base/secret_bytes.h"
 #include "proto/frame.h"
 
 namespace cloister::enclave {
@@ -51,6 +52,8 @@ absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
           queue.pop_front();
         }
         reply(handler(call));
+        // The handler opened sealed requests and models on this thread's stack.
+        ScrubStack(kStackScrubSize);
       }
     });
   }

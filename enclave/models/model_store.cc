@@ -133,6 +133,8 @@ absl::StatusOr<Bytes> ModelStore::Wrap(const StoredModel& model, ByteSpan key, B
   SecretBytes plain;
   {
     Bytes fields;
+    // Reserved up front: a vector that grows leaves the key behind in the buffer it frees.
+    fields.reserve(model.owner.size() + model.name.size() + key.size() + digest.size() + 64);
     AppendLengthPrefixed(fields, model.owner);
     AppendLengthPrefixed(fields, AsBytes(model.name));
     AppendLengthPrefixed(fields, key);

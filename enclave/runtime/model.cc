@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/plan.h"
 #include "onnx/onnx_pb.h"
+#include "proto/wipe.h"
 
 namespace cloister::runtime {
 namespace {
@@ -61,6 +63,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(ByteSpan onnx_bytes,
     return absl::InvalidArgumentError("model is over 2 GiB, which protobuf cannot parse");
   }
   onnx::ModelProto proto;
+  // The parsed model is the tenant's plaintext (weights, names, doc strings): wiped on every
+  // way out, once the runtime holds what it needs.
+  absl::Cleanup wipe_proto = [&proto] { proto::WipeMessage(proto); };
   if (!proto.ParseFromArray(onnx_bytes.data(), static_cast<int>(onnx_bytes.size()))) {
     return absl::InvalidArgumentError("model bytes are not a valid ONNX ModelProto");
   }

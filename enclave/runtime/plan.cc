@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "enclave/runtime/fusion.h"
 #include "enclave/runtime/onnx_tensor.h"
+#include "proto/wipe.h"
 
 namespace cloister::runtime {
 
@@ -199,6 +200,14 @@ std::vector<std::string> FreeVariables(const onnx::GraphProto& graph) {
 class GraphCompiler {
  public:
   explicit GraphCompiler(const CompileOptions& options) : options_(options) {}
+  // The rewritten copy of the graph is the tenant's plaintext (names, initializers): wiped
+  // before it is freed.
+  ~GraphCompiler() {
+    proto::WipeMessage(rewritten_.graph);
+    for (auto& [index, fused] : rewritten_.fused) {
+      for (auto& node : fused.originals) proto::WipeMessage(node);
+    }
+  }
 
   absl::StatusOr<std::shared_ptr<const Plan>> Compile(const onnx::GraphProto& graph,
                                                       const std::vector<OuterValue>& outer);

@@ -1,5 +1,7 @@
 #include "enclave/session/session_manager.h"
 
+#include "proto/wipe.h"
+
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -139,11 +141,14 @@ absl::StatusOr<SessionManager::Opened> SessionManager::OpenItem(const SealedItem
 
 SealedReplyItem SessionManager::SealReply(Session& session, const SealedItem& item,
                                           crypto::MessageKind kind,
-                                          const api::v1::ReplyEnvelope& envelope) {
+                                          api::v1::ReplyEnvelope envelope) {
   SealedReplyItem reply;
   reply.set_request_id(item.request_id());
   crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
-  auto sealed = session.Seal(header, AsBytes(envelope.SerializeAsString()));
+  std::string serialized = envelope.SerializeAsString();
+  auto sealed = session.Seal(header, AsBytes(serialized));
+  proto::WipeString(serialized);
+  proto::WipeMessage(envelope);
   if (!sealed.ok()) {
     reply.mutable_status()->set_code(static_cast<int>(sealed.status().code()));
     reply.mutable_status()->set_message(std::string(sealed.status().message()));

@@ -90,9 +90,11 @@ class SessionManager {
                                   const std::string& tenant_id);
 
   // Seals a ReplyEnvelope for `item` (same request id and model handle, kind of the call).
+  // Takes the envelope and wipes it, and its serialized copy, once sealed: the reply's
+  // plaintext does not outlive the call.
   boundary::v1::SealedReplyItem SealReply(Session& session, const boundary::v1::SealedItem& item,
                                           crypto::MessageKind kind,
-                                          const api::v1::ReplyEnvelope& envelope);
+                                          api::v1::ReplyEnvelope envelope);
 
   size_t session_count();
 

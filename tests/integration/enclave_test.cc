@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "host/audit/audit_log.h"
 #include "host/receipts/receipt_log.h"
+#include "tests/support/enclave_tenant.h"
 #include "tests/support/process.h"
 #include "tests/support/tensor_files.h"
 
@@ -41,115 +42,20 @@ const std::string kClsData = kShared + "/models/testdata/ch_ppocr_mobile_v2.0_cl
 
 Bytes TestMeasurement(std::string_view label) { return crypto::Sha384(AsBytes(label)); }
 
-// A tenant's side of a session, built from the same primitives as the SDK.
-class TestClient {
+// The enclave's tenant side (tests/support/enclave_tenant.h), with gtest checks and the
+// classifier's inputs.
+class TestClient : public EnclaveTenant {
  public:
   TestClient(enclave::Enclave* enclave, std::string tenant, const attest::v1::Policy& policy,
              absl::Time at = absl::Now())
-      : enclave_(enclave), tenant_(std::move(tenant)), identity_(crypto::GenerateEd25519()) {
-    Bytes nonce = crypto::RandomBytes(32);
-    HostToEnclave call;
-    call.mutable_get_evidence()->set_nonce(ToString(nonce));
-    EnclaveToHost reply = enclave_->Handle(call);
-    EXPECT_EQ(reply.status().code(), 0) << reply.status().message();
-    attest::v1::ChallengeResponse challenge;
-    EXPECT_TRUE(challenge.ParseFromString(reply.get_evidence().challenge_response()));
-    auto verdict = attest::VerifyChallenge(challenge, nonce, policy, at);
-    EXPECT_TRUE(verdict.ok() && verdict->pass) << (verdict.ok() ? verdict->FailedSummary() : "");
-    verdict_ = *verdict;
+      : EnclaveTenant(enclave, std::move(tenant), policy, at) {
+    EXPECT_TRUE(attestation().ok()) << attestation();
   }
 
   ::testing::AssertionResult Open() {
-    auto setup = crypto::HpkeSetupSender(crypto::kSessionSuite, verdict_.enclave_hpke_public_key,
-                                         crypto::SessionHpkeInfo(verdict_.evidence_digest));
-    if (!setup.ok()) return ::testing::AssertionFailure() << setup.status();
-    Bytes client_nonce = crypto::RandomBytes(32);
-    Bytes transcript = crypto::SessionTranscript(
-        verdict_.evidence_digest, verdict_.enclave_hpke_public_key,
-        verdict_.enclave_signing_public_key, identity_.public_key, setup->enc, client_nonce, tenant_);
-    api::v1::SessionHello hello;
-    hello.set_tenant_id(tenant_);
-    hello.set_identity_public_key(ToString(identity_.public_key));
-    hello.set_client_nonce(ToString(client_nonce));
-    hello.set_transcript_signature(ToString(*crypto::Ed25519Sign(identity_.seed.span(), transcript)));
-    auto sealed = setup->context->Seal(AsBytes(tenant_), AsBytes(hello.SerializeAsString()));
-    HostToEnclave call;
-    auto* open = call.mutable_open_session();
-    open->set_tenant_id(tenant_);
-    open->set_hpke_enc(ToString(setup->enc));
-    open->set_sealed_hello(ToString(*sealed));
-    open->set_evidence_digest(ToString(verdict_.evidence_digest));
-    EnclaveToHost reply = enclave_->Handle(call);
-    if (reply.status().code() != 0) return ::testing::AssertionFailure() << reply.status().message();
-    auto keys = crypto::DeriveChannelKeys(*setup->context);
-    if (!keys.ok()) return ::testing::AssertionFailure() << keys.status();
-    session_id_ = keys->session_id;
-    sender_ = std::make_unique<crypto::ChannelSender>(session_id_, crypto::Direction::kClientToEnclave,
-                                                      keys->client_to_enclave_key.span(),
-                                                      keys->client_to_enclave_nonce.span());
-    receiver_ = std::make_unique<crypto::ChannelReceiver>(
-        session_id_, crypto::Direction::kEnclaveToClient, keys->enclave_to_client_key.span(),
-        keys->enclave_to_client_nonce.span());
-    auto welcome = receiver_->Open(reply.open_session().sequence(),
-                                   {crypto::MessageKind::kWelcome, "", ""},
-                                   AsBytes(reply.open_session().sealed_welcome()));
-    if (!welcome.ok()) return ::testing::AssertionFailure() << welcome.status();
+    const absl::Status opened = EnclaveTenant::Open();
+    if (!opened.ok()) return ::testing::AssertionFailure() << opened;
     return ::testing::AssertionSuccess();
-  }
-
-  SealedItem Seal(crypto::MessageKind kind, const std::string& handle,
-                  const google::protobuf::Message& body) {
-    std::string request_id = HexEncode(crypto::RandomBytes(8));
-    auto sealed = sender_->Seal({kind, request_id, handle}, AsBytes(body.SerializeAsString()));
-    SealedItem item;
-    item.set_session_id(ToString(session_id_));
-    item.set_request_id(request_id);
-    item.set_model_handle(handle);
-    item.set_sequence(sealed->first);
-    item.set_ciphertext(ToString(sealed->second));
-    return item;
-  }
-
-  // Opens a sealed reply; returns the envelope's status, and the body through `body`.
-  absl::Status OpenReply(crypto::MessageKind kind, const SealedItem& request,
-                         const boundary::v1::SealedReplyItem& reply, std::string* body = nullptr) {
-    if (reply.status().code() != 0) {
-      return absl::Status(static_cast<absl::StatusCode>(reply.status().code()),
-                          absl::StrCat("unsealed: ", reply.status().message()));
-    }
-    auto plain = receiver_->Open(reply.sequence(), {kind, request.request_id(), request.model_handle()},
-                                 AsBytes(reply.ciphertext()));
-    if (!plain.ok()) return plain.status();
-    api::v1::ReplyEnvelope envelope;
-    if (!envelope.ParseFromArray(plain->data(), plain->size())) return absl::DataLossError("envelope");
-    if (body) *body = envelope.body();
-    return absl::Status(static_cast<absl::StatusCode>(envelope.code()), envelope.message());
-  }
-
-  std::string Handle(const std::string& name) const {
-    return crypto::ModelHandle(identity_.public_key, name);
-  }
-
-  // Builds a LoadModelCall for `model_bytes`, letting the test damage the ciphertext.
-  HostToEnclave LoadCall(const std::string& name, const std::string& model_bytes,
-                         const std::function<void(Bytes&)>& damage = {}) {
-    std::string handle = Handle(name);
-    SecretBytes key = crypto::RandomSecret(32);
-    auto ciphertext = crypto::ChunkedEncrypt(key.span(), crypto::ModelEncryptionContext(handle),
-                                             AsBytes(model_bytes));
-    EXPECT_TRUE(ciphertext.ok());
-    if (damage) damage(*ciphertext);
-    api::v1::LoadModelRequest request;
-    request.set_name(name);
-    request.set_model_key(ToString(key.span()));
-    request.set_plaintext_sha256(ToString(crypto::Sha256(AsBytes(model_bytes))));
-    request.set_plaintext_size(model_bytes.size());
-    HostToEnclave call;
-    auto* load = call.mutable_load_model();
-    load->set_tenant_id(tenant_);
-    *load->mutable_request() = Seal(crypto::MessageKind::kLoadModel, handle, request);
-    load->set_model_ciphertext(ToString(*ciphertext));
-    return call;
   }
 
   SealedItem InferItem(const std::string& name, int set) {
@@ -162,18 +68,6 @@ class TestClient {
     t->set_raw(ToString(input->data));
     return Seal(crypto::MessageKind::kInfer, Handle(name), payload);
   }
-
-  const std::string& tenant() const { return tenant_; }
-  const attest::Verdict& verdict() const { return verdict_; }
-
- private:
-  enclave::Enclave* enclave_;
-  std::string tenant_;
-  crypto::Ed25519KeyPair identity_;
-  attest::Verdict verdict_;
-  Bytes session_id_;
-  std::unique_ptr<crypto::ChannelSender> sender_;
-  std::unique_ptr<crypto::ChannelReceiver> receiver_;
 };
 
 class EnclaveTest : public ::testing::Test {

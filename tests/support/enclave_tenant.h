@@ -1,0 +1,69 @@
+// Test support: a tenant's side of a session with an in-process enclave (enclave/enclave.h),
+// built from the same crypto primitives as the SDK, for tests and fuzz targets that speak the
+// boundary calls exactly as cloisterd relays them: attest (evidence over a fresh nonce checked
+// against a policy), open a session, seal calls, open sealed replies, and build model loads.
+// Not thread-safe; one owner. Keeps a pointer to the enclave, which must outlive it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "attest/verifier.h"
+#include "base/bytes.h"
+#include "cloister/attest/v1/policy.pb.h"
+#include "cloister/boundary/v1/boundary.pb.h"
+#include "crypto/channel.h"
+#include "crypto/keys.h"
+#include "enclave/enclave.h"
+#include "google/protobuf/message.h"
+
+namespace cloister::testing {
+
+class EnclaveTenant {
+ public:
+  // Asks `enclave` for evidence over a fresh nonce and verifies it against `policy` at `at`;
+  // attestation() says how that went.
+  EnclaveTenant(enclave::Enclave* enclave, std::string tenant, const attest::v1::Policy& policy,
+                absl::Time at = absl::Now());
+  virtual ~EnclaveTenant() = default;
+
+  const absl::Status& attestation() const { return attestation_; }
+
+  // Opens a session (HPKE to the attested key, signed transcript) and checks the welcome.
+  absl::Status Open();
+
+  // Seals `body` (or raw `plaintext`) as the next message of kind `kind` for `handle`.
+  boundary::v1::SealedItem Seal(crypto::MessageKind kind, const std::string& handle,
+                                const google::protobuf::Message& body);
+  boundary::v1::SealedItem SealBytes(crypto::MessageKind kind, const std::string& handle,
+                                     ByteSpan plaintext);
+
+  // Opens a sealed reply; returns the envelope's status, and the body through `body`.
+  absl::Status OpenReply(crypto::MessageKind kind, const boundary::v1::SealedItem& request,
+                         const boundary::v1::SealedReplyItem& reply, std::string* body = nullptr);
+
+  // The handle of this identity's model `name`.
+  std::string Handle(const std::string& name) const;
+
+  // A LoadModelCall for `model_bytes` under `name`; `damage` may alter the ciphertext.
+  boundary::v1::HostToEnclave LoadCall(const std::string& name, const std::string& model_bytes,
+                                       const std::function<void(Bytes&)>& damage = {});
+
+  const std::string& tenant() const { return tenant_; }
+  const attest::Verdict& verdict() const { return verdict_; }
+
+ private:
+  enclave::Enclave* enclave_;
+  std::string tenant_;
+  crypto::Ed25519KeyPair identity_;
+  attest::Verdict verdict_;
+  absl::Status attestation_;
+  Bytes session_id_;
+  std::unique_ptr<crypto::ChannelSender> sender_;
+  std::unique_ptr<crypto::ChannelReceiver> receiver_;
+};
+
+}  // namespace cloister::testing
