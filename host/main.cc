@@ -287,6 +287,7 @@ int Run(const DaemonConfig& config) {
   service_options.max_sealed_message_size = config.limits.max_sealed_message_size;
   service_options.session_ttl = config.limits.session_ttl;
   service_options.max_sessions_per_tenant = config.limits.max_sessions_per_tenant;
+  service_options.upload_idle_timeout = config.limits.upload_idle_timeout;
   if (identities != nullptr) {
     service_options.admit_by_certificate = [identities](absl::string_view tenant_id,
                                                         const grpc::AuthContext& peer) {

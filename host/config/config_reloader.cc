@@ -68,6 +68,8 @@ std::vector<std::pair<std::string, std::string>> RestartOnlySettings(const Daemo
       {"limits.session_ttl_seconds",
        absl::StrCat(absl::ToDoubleSeconds(config.limits.session_ttl))},
       {"limits.max_sessions_per_tenant", absl::StrCat(config.limits.max_sessions_per_tenant)},
+      {"limits.upload_idle_timeout_seconds",
+       absl::StrCat(absl::ToDoubleSeconds(config.limits.upload_idle_timeout))},
   };
   std::vector<std::string> devices;
   for (const DeviceConfig& device : config.devices) devices.push_back(DescribeDevice(device));

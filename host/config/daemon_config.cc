@@ -634,6 +634,9 @@ absl::Status ParseApiLimits(const ConfigErrors& errors, const YAML::Node& node, 
     } else if (key == "max_sessions_per_tenant") {
       ASSIGN_OR_RETURN(int64_t count, ReadInteger(errors, entry.second, field, 1, 1000000));
       limits.max_sessions_per_tenant = static_cast<int>(count);
+    } else if (key == "upload_idle_timeout_seconds") {
+      ASSIGN_OR_RETURN(double seconds, ReadNumber(errors, entry.second, field, 1, 3600));
+      limits.upload_idle_timeout = absl::Milliseconds(static_cast<int64_t>(seconds * 1000));
     } else {
       return UnknownField(errors, entry.first, "limits");
     }

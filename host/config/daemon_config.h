@@ -56,6 +56,7 @@
 //     max_sealed_message_bytes: 64MiB
 //     session_ttl_seconds: 3900
 //     max_sessions_per_tenant: 10000
+//     upload_idle_timeout_seconds: 60  # an upload silent this long is ended; 1..3600
 //   attestation_policies:
 //     - name: production
 //       file: ../attestation/sev-snp-h100.yaml
@@ -122,6 +123,7 @@ struct ApiLimits {
   uint64_t max_sealed_message_size = uint64_t{64} << 20;
   absl::Duration session_ttl = absl::Minutes(65);
   int max_sessions_per_tenant = 10000;
+  absl::Duration upload_idle_timeout = absl::Seconds(60);
 };
 
 struct AttestationPolicyConfig {

@@ -399,6 +399,7 @@ TEST(DaemonConfigTest, OperatorSections) {
       "  max_sealed_message_bytes: 16MiB\n"
       "  session_ttl_seconds: 600\n"
       "  max_sessions_per_tenant: 50\n"
+      "  upload_idle_timeout_seconds: 2.5\n"
       "attestation_policies:\n"
       "  - name: production\n"
       "    file: policies/prod.yaml\n"
@@ -436,6 +437,7 @@ TEST(DaemonConfigTest, OperatorSections) {
   EXPECT_EQ(config->limits.max_sealed_message_size, uint64_t{16} << 20);
   EXPECT_EQ(config->limits.session_ttl, absl::Seconds(600));
   EXPECT_EQ(config->limits.max_sessions_per_tenant, 50);
+  EXPECT_EQ(config->limits.upload_idle_timeout, absl::Milliseconds(2500));
   ASSERT_EQ(config->attestation_policies.size(), 2u);
   EXPECT_EQ(config->attestation_policies[0].file, dir + "/policies/prod.yaml");
   ASSERT_EQ(config->tenants.size(), 3u);
@@ -499,6 +501,9 @@ TEST(DaemonConfigTest, OperatorSectionErrorsNameLineAndField) {
             "test.yaml:1: workers: 2 workers but 1 devices: drop workers, devices decide");
   EXPECT_EQ(ErrorOf("limits:\n  session_ttl_seconds: 5\n"),
             "test.yaml:2: limits.session_ttl_seconds: 5 is outside 60..86400");
+  EXPECT_EQ(ErrorOf("limits:\n  upload_idle_timeout_seconds: 0\n"),
+            "test.yaml:2: limits.upload_idle_timeout_seconds: 0 is outside 1..3600");
+  EXPECT_EQ(ParseDaemonConfig("", "test.yaml")->limits.upload_idle_timeout, absl::Seconds(60));
   EXPECT_EQ(
       ErrorOf("limits:\n  max_sealed_message_bytes: 2GiB\n"),
       "test.yaml:2: limits.max_sealed_message_bytes: must be at most 1GiB (one gRPC message)");

@@ -1,5 +1,6 @@
 #include "host/server/cloister_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -177,23 +178,63 @@ absl::Status CloisterService::CheckAccepting() const {
 
 // ---- UploadModel ----
 
+// UploadModel's reactor. Its handlers run one at a time (gRPC reads, then the file worker), so
+// the upload's state needs no lock; only `mu_` guards what the service's idle watchdog also
+// touches (whether the upload is waiting for its client, since when, and whether it is
+// finished). It lives until gRPC is done with it and the watchdog has let go of it.
 class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadModelRequest> {
  public:
   UploadReactor(CloisterService* service, grpc::CallbackServerContext* context,
                 UploadModelResponse* response)
       : service_(service), response_(response) {
     service_->RpcStarted();
+    {
+      absl::MutexLock lock(&service_->uploads_mu_);
+      service_->uploads_.insert(this);
+    }
     absl::StatusOr<std::string> tenant = service_->Authenticate(*context, "UploadModel");
     if (!tenant.ok()) {
       state_ = State::kFinished;
-      Finish(ToGrpcStatus(tenant.status()));
+      FinishOnce(tenant.status());
       return;
     }
     tenant_id_ = *std::move(tenant);
-    StartRead(&request_);
+    ReadNext();
+  }
+
+  // The watchdog holds a reference while it looks at the upload.
+  void Ref() { references_.fetch_add(1); }
+  void Unref() {
+    if (references_.fetch_sub(1) != 1) return;
+    CloisterService* service = service_;
+    delete this;
+    service->RpcDone();
+  }
+
+  // Called by the watchdog: ends the upload with DEADLINE_EXCEEDED when it has waited longer
+  // than the idle timeout for the client's next message.
+  void EndIfIdle(absl::Time now) {
+    const absl::Duration timeout = service_->options_.upload_idle_timeout;
+    {
+      // Checked and marked finished in one step: once OnReadDone has taken the message, the
+      // handlers own the upload and the watchdog must not finish it under them.
+      absl::MutexLock lock(&mu_);
+      if (finished_ || !awaiting_client_ || now - awaiting_since_ < timeout) return;
+      MarkFinishedLocked();
+    }
+    absl::Status status = absl::DeadlineExceededError(
+        absl::StrCat("upload sent nothing for ", absl::FormatDuration(timeout),
+                     " (limits.upload_idle_timeout_seconds); upload again"));
+    service_->Refused("UploadModel", tenant_id_, status);
+    Finish(ToGrpcStatus(status));
   }
 
   void OnReadDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      awaiting_client_ = false;
+      if (finished_) return;  // ended meanwhile by the idle watchdog
+    }
     if (!ok) {
       Fail(absl::InvalidArgumentError("upload stream ended before its finish message"));
       return;
@@ -227,14 +268,32 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
   }
 
   void OnDone() override {
-    CloisterService* service = service_;
-    if (reserved_size_ > 0) service->ReleaseModelMemory(tenant_id_, reserved_size_);
-    delete this;
-    service->RpcDone();
+    {
+      absl::MutexLock lock(&service_->uploads_mu_);
+      service_->uploads_.erase(this);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (reserved_size_ > 0) service_->ReleaseModelMemory(tenant_id_, reserved_size_);
+      reserved_size_ = 0;
+    }
+    upload_.reset();  // removes staged ciphertext that was not committed
+    Unref();
   }
 
  private:
   enum class State { kExpectStart, kReceiving, kLoading, kFinished };
+
+  // Waits for the client's next message (unless the watchdog already ended the upload).
+  // StartRead under the lock: once the watchdog finishes the RPC, no read may start (gRPC runs
+  // OnReadDone on its own threads, never inside StartRead).
+  void ReadNext() {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    awaiting_client_ = true;
+    awaiting_since_ = service_->clock_->Now();
+    StartRead(&request_);
+  }
 
   void HandleStart() {
     const UploadModelRequest::Start& start = request_.start();
@@ -249,7 +308,7 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
     if (status.ok() && start.ciphertext_size() > service_->options_.max_model_size) {
       status = absl::InvalidArgumentError(
           absl::StrCat("model of ", start.ciphertext_size(), " bytes exceeds the limit of ",
-                       service_->options_.max_model_size, " bytes"));
+                       service_->options_.max_model_size, " bytes (limits.max_model_bytes)"));
     }
     if (status.ok()) {
       absl::StatusOr<int> worker = service_->sessions_.WorkerFor(start.session_id(), tenant_id_);
@@ -259,7 +318,10 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
     if (status.ok()) {
       status =
           service_->ReserveModelMemory(tenant_id_, start.model_handle(), start.ciphertext_size());
-      if (status.ok()) reserved_size_ = start.ciphertext_size();
+      if (status.ok()) {
+        absl::MutexLock lock(&mu_);
+        reserved_size_ = start.ciphertext_size();
+      }
     }
     if (!status.ok()) {
       Fail(status);
@@ -278,14 +340,14 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
     handle_ = start.model_handle();
     declared_size_ = start.ciphertext_size();
     state_ = State::kReceiving;
-    StartRead(&request_);
+    ReadNext();
   }
 
   void HandleData() {
     const std::string& data = request_.data();
     if (upload_->size() + data.size() > declared_size_) {
       Fail(absl::InvalidArgumentError(
-          absl::StrCat("upload sent more than the declared ", declared_size_, " bytes")));
+          absl::StrCat("upload sent more than its declared size of ", declared_size_, " bytes")));
       return;
     }
     absl::Status status = upload_->Append(data);
@@ -295,7 +357,7 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
       Fail(absl::InternalError("cloisterd cannot stage the upload"));
       return;
     }
-    StartRead(&request_);
+    ReadNext();
   }
 
   void HandleFinish() {
@@ -315,7 +377,9 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
       status = absl::InvalidArgumentError("finish carries no sealed load request");
     }
     if (status.ok() && finish.ciphertext().size() > service_->options_.max_sealed_message_size) {
-      status = absl::InvalidArgumentError("sealed load request is too large");
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "sealed load request of ", finish.ciphertext().size(), " bytes exceeds the limit of ",
+          service_->options_.max_sealed_message_size, " bytes (limits.max_sealed_message_bytes)"));
     }
     if (!status.ok()) {
       Fail(status);
@@ -352,6 +416,16 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
   // On the file worker: store the model if the enclave loaded it, then answer.
   void Complete(EnclaveClient::Reply reply) {
     if (!reply.ok()) {
+      if (absl::IsFailedPrecondition(reply.status()) &&
+          absl::StrContains(reply.status().message(), "re-attest")) {
+        // The worker holding the upload's session died while the ciphertext streamed in (the
+        // supervisor refuses the dead incarnation's session): the same answer as when it dies
+        // while loading the model, and as retryable.
+        Fail(absl::UnavailableError(absl::StrCat(
+            "enclave worker ", worker_,
+            " restarted during the upload; nothing was stored: re-attest and upload again")));
+        return;
+      }
       Fail(reply.status());
       return;
     }
@@ -428,30 +502,46 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
     FinishOnce(status);
   }
 
+  // Finishes the RPC unless it is finished already (from any thread: the handlers or the
+  // watchdog).
   void FinishOnce(const absl::Status& status) {
-    if (state_ == State::kFinished) return;
-    state_ = State::kFinished;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      MarkFinishedLocked();
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  void MarkFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    finished_ = true;
     // Stored or given up: either way the upload no longer holds quota of its own.
     if (reserved_size_ > 0) {
       service_->ReleaseModelMemory(tenant_id_, reserved_size_);
       reserved_size_ = 0;
     }
-    Finish(ToGrpcStatus(status));
   }
 
   CloisterService* const service_;
   UploadModelResponse* const response_;
   UploadModelRequest request_;
   State state_ = State::kExpectStart;
-  std::string tenant_id_;
+  std::string tenant_id_;  // set in the constructor, then only read
   std::string session_id_;
   std::string handle_;
   std::string request_id_;
   uint64_t declared_size_ = 0;
-  uint64_t reserved_size_ = 0;  // of the tenant's model-memory quota, released in OnDone
-  int worker_ = 0;              // the worker holding the upload's session
+  int worker_ = 0;                           // the worker holding the upload's session
   std::shared_ptr<std::string> ciphertext_;  // kept for the other workers
   std::unique_ptr<BlobUpload> upload_;
+
+  std::atomic<int> references_{1};  // gRPC's until OnDone, plus the watchdog's while it looks
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool awaiting_client_ ABSL_GUARDED_BY(mu_) = false;  // a read of the client's next message
+  absl::Time awaiting_since_ ABSL_GUARDED_BY(mu_);
+  // Of the tenant's model-memory quota; released when the RPC finishes.
+  uint64_t reserved_size_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // ---- The service ----
@@ -472,6 +562,8 @@ CloisterService::CloisterService(TenantRegistry* tenants, std::vector<EnclaveCli
       sessions_(clock_, options.session_ttl, options.max_sessions_per_tenant) {
   CLOISTER_CHECK(!workers_.empty());
   for (EnclaveClient* worker : workers_) CLOISTER_CHECK(worker != nullptr);
+  CLOISTER_CHECK(options_.upload_idle_timeout > absl::ZeroDuration());
+  upload_watchdog_ = std::thread([this] { WatchUploads(); });
   if (options_.audit != nullptr) {
     sessions_.SetOnExpiredForAudit([audit = options_.audit](const std::string& tenant_id,
                                                             int worker) {
@@ -546,7 +638,34 @@ void CloisterService::ReleaseModelMemory(const std::string& tenant_id, uint64_t 
   if (it->second == 0) uploading_size_.erase(it);
 }
 
-CloisterService::~CloisterService() = default;
+CloisterService::~CloisterService() {
+  stop_watchdog_.Notify();
+  upload_watchdog_.join();
+}
+
+void CloisterService::WatchUploads() {
+  // A quarter of the timeout: an idle upload ends at most 25% late (and within a second).
+  const absl::Duration period = std::clamp(options_.upload_idle_timeout / 4,
+                                           absl::Milliseconds(10), absl::Seconds(1));
+  while (!stop_watchdog_.WaitForNotificationWithTimeout(period)) EndIdleUploads();
+}
+
+void CloisterService::EndIdleUploads() {
+  std::vector<UploadReactor*> uploads;
+  {
+    absl::MutexLock lock(&uploads_mu_);
+    uploads.reserve(uploads_.size());
+    for (UploadReactor* upload : uploads_) {
+      upload->Ref();
+      uploads.push_back(upload);
+    }
+  }
+  const absl::Time now = clock_->Now();
+  for (UploadReactor* upload : uploads) {
+    upload->EndIfIdle(now);
+    upload->Unref();
+  }
+}
 
 absl::StatusOr<std::string> CloisterService::Authenticate(
     const grpc::CallbackServerContext& context, absl::string_view method) const {
@@ -605,9 +724,9 @@ absl::StatusOr<int> CloisterService::CheckSealedCall(const SealedCall& call,
   }
   if (call.ciphertext().empty()) return absl::InvalidArgumentError("sealed call is empty");
   if (call.ciphertext().size() > options_.max_sealed_message_size) {
-    return absl::InvalidArgumentError(absl::StrCat("sealed call of ", call.ciphertext().size(),
-                                                   " bytes exceeds the limit of ",
-                                                   options_.max_sealed_message_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sealed call of ", call.ciphertext().size(), " bytes exceeds the limit of ",
+                     options_.max_sealed_message_size, " bytes (limits.max_sealed_message_bytes)"));
   }
   if (call.deadline_ms() < 0) return absl::InvalidArgumentError("deadline_ms is negative");
   ASSIGN_OR_RETURN(int worker, sessions_.WorkerFor(call.session_id(), tenant_id));

@@ -9,7 +9,9 @@
 // (NOT_FOUND / PERMISSION_DENIED), and only then relays it:
 //   GetEvidence -> GetEvidenceCall, OpenSession -> OpenSessionCall (remembers the session),
 //   UploadModel -> checks the tenant's model-memory quota, stages the ciphertext in the
-//                  BlobStore, LoadModelCall, loads the model into every other worker
+//                  BlobStore (an upload that sends nothing for upload_idle_timeout is ended
+//                  with DEADLINE_EXCEEDED, one whose session's worker restarted meanwhile with
+//                  UNAVAILABLE), LoadModelCall, loads the model into every other worker
 //                  (ReloadModelCall with the wrapped key), commits the blob and the wrapped key
 //                  only if the enclave returned one,
 //   ListModels / DeleteModel -> SealedCallMessage (a confirmed delete also removes the stored
@@ -22,7 +24,8 @@
 // enclave reports to the host (its boundary status) become the RPC status.
 //
 // Threading: handlers run on gRPC threads and return at once; completions run on the enclave
-// client's thread or on the service's SerialWorker (file work).
+// client's thread or on the service's SerialWorker (file work); the service's own upload
+// watchdog thread ends idle uploads.
 // Ownership: the registry, enclave clients, scheduler and blob store are borrowed and must
 // outlive the service; the service must outlive the grpc::Server that serves it.
 #pragma once
@@ -33,11 +36,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "cloister/api/v1/api.grpc.pb.h"
@@ -56,6 +62,9 @@ struct ServiceOptions {
   uint64_t max_sealed_message_size = uint64_t{64} << 20;  // one sealed call's ciphertext
   absl::Duration session_ttl = absl::Minutes(65);
   int max_sessions_per_tenant = 10000;
+  // An upload that sends nothing for this long while the service waits for its next message
+  // is ended (DEADLINE_EXCEEDED) and its quota and staged bytes are released.
+  absl::Duration upload_idle_timeout = absl::Seconds(60);
   Clock* clock = nullptr;  // nullptr: Clock::Real()
   // Where sessions opened and expired, models uploaded and deleted, and security refusals
   // (UNAUTHENTICATED, PERMISSION_DENIED) are recorded; nullptr: nowhere. Must outlive the service.
@@ -139,6 +148,10 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   absl::Status ReserveModelMemory(const std::string& tenant_id, const std::string& handle,
                                   uint64_t size);
   void ReleaseModelMemory(const std::string& tenant_id, uint64_t size);
+  // The upload watchdog: every uploads_scan_period_ ends the uploads that have waited longer
+  // than options_.upload_idle_timeout for their client.
+  void WatchUploads();
+  void EndIdleUploads();
   // ListModels and DeleteModel: one SealedCallMessage each.
   grpc::ServerUnaryReactor* RelaySealedCall(grpc::CallbackServerContext* context,
                                             const api::v1::SealedCall* request,
@@ -168,6 +181,13 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   absl::flat_hash_map<std::string, uint64_t> uploading_size_ ABSL_GUARDED_BY(quota_mu_);
 
   SerialWorker file_worker_;
+
+  // Uploads in progress (registered by their reactor until gRPC is done with it), for the
+  // watchdog.
+  absl::Mutex uploads_mu_;
+  absl::flat_hash_set<UploadReactor*> uploads_ ABSL_GUARDED_BY(uploads_mu_);
+  absl::Notification stop_watchdog_;
+  std::thread upload_watchdog_;  // last: starts once everything above exists
 };
 
 // grpc::Status from absl::Status (the codes are the same numbers).

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -18,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "host/server/grpc_server.h"
 #include "host/storage/file_blob_store.h"
+#include "host/supervisor/worker_supervisor.h"
 #include "host/testing/fake_enclave.h"
 #include "host/testing/fake_enclave_client.h"
 
@@ -76,6 +79,22 @@ class CloisterServiceTest : public ::testing::Test {
     scheduler_->Stop();
     service_.reset();
     fs::remove_all(root_);
+  }
+
+  // Replaces the service (and its server) with one built from `options`, in front of
+  // `worker` (nullptr: the fixture's enclave).
+  void RestartService(ServiceOptions options, EnclaveClient* worker = nullptr) {
+    server_.server->Shutdown();
+    server_.server.reset();
+    service_.reset();
+    service_ = std::make_unique<CloisterService>(registry_.get(),
+                                                 worker != nullptr ? worker : enclave_.get(),
+                                                 scheduler_.get(), blobs_.get(), options);
+    auto server = StartGrpcServer(service_.get(), "127.0.0.1:0", 8 << 20);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = Cloister::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_.port),
+                                                  grpc::InsecureChannelCredentials()));
   }
 
   static void Authorize(grpc::ClientContext& context, const std::string& tenant,
@@ -163,6 +182,7 @@ class CloisterServiceTest : public ::testing::Test {
   fs::path root_;
   std::unique_ptr<TenantRegistry> registry_;
   std::unique_ptr<testing::FakeEnclaveClient> enclave_;
+  std::unique_ptr<EnclaveClient> wrapped_enclave_;  // in front of enclave_, for some tests
   std::unique_ptr<FileBlobStore> blobs_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<CloisterService> service_;
@@ -527,6 +547,115 @@ TEST_F(CloisterServiceTest, DrainRefusesNewCallsAndWaitsForRunningOnes) {
   slow.join();
   ASSERT_TRUE(slow_status.ok()) << slow_status.error_message();
   EXPECT_EQ(slow_reply.ciphertext(), "out:sleep:300;batch=1");
+}
+
+// An upload that goes silent is ended once it has waited upload_idle_timeout for its next
+// message; its staged bytes are removed and its quota is free again. (Without the watchdog the
+// Finish below would only return at the client's 30 s deadline, with the client's own
+// DEADLINE_EXCEEDED message.)
+TEST_F(CloisterServiceTest, SilentUploadIsEndedAfterTheIdleTimeout) {
+  FakeClock clock;
+  ServiceOptions options;
+  options.max_model_size = 1 << 20;
+  options.upload_idle_timeout = absl::Seconds(2);
+  options.clock = &clock;
+  RestartService(options);
+  std::string session = OpenSession("acme");
+  grpc::ClientContext context;
+  AsAcme(context);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  api::v1::UploadModelResponse response;
+  auto writer = stub_->UploadModel(&context, &response);
+  api::v1::UploadModelRequest message;
+  message.mutable_start()->set_session_id(session);
+  message.mutable_start()->set_model_handle(kHandle);
+  message.mutable_start()->set_ciphertext_size(1000);
+  ASSERT_TRUE(writer->Write(message));
+  message.Clear();
+  message.set_data(std::string(100, 'x'));
+  ASSERT_TRUE(writer->Write(message));
+  // Time passes only on the fake clock, in steps, until the server gives up; whenever the
+  // server took the chunk, it has been silent for more than 2 s a few steps later.
+  std::atomic<bool> ended{false};
+  std::thread ticking([&] {
+    while (!ended.load()) {
+      clock.Advance(absl::Seconds(1));
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  grpc::Status status = writer->Finish();
+  ended = true;
+  ticking.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_EQ(status.error_message(),
+            "upload sent nothing for 2s (limits.upload_idle_timeout_seconds); upload again");
+  ASSERT_TRUE(service_->WaitUntilIdle(absl::Seconds(10)));
+  EXPECT_TRUE(ModelFiles("acme").empty());
+  for (const auto& call : enclave_->History()) EXPECT_FALSE(call.has_load_model());
+}
+
+// An upload that keeps sending is not ended however long it takes in all: the timeout counts
+// from its last message. (Real clock: a message every 50 ms against a 1 s timeout.)
+TEST_F(CloisterServiceTest, UploadThatKeepsSendingOutlastsTheIdleTimeout) {
+  ServiceOptions options;
+  options.max_model_size = 1 << 20;
+  options.upload_idle_timeout = absl::Seconds(1);
+  RestartService(options);
+  std::string session = OpenSession("acme");
+  grpc::ClientContext context;
+  AsAcme(context);
+  api::v1::UploadModelResponse response;
+  auto writer = stub_->UploadModel(&context, &response);
+  api::v1::UploadModelRequest message;
+  message.mutable_start()->set_session_id(session);
+  message.mutable_start()->set_model_handle(kHandle);
+  message.mutable_start()->set_ciphertext_size(400);
+  ASSERT_TRUE(writer->Write(message));
+  const absl::Time started = absl::Now();
+  for (int i = 0; i < 40; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    message.Clear();
+    message.set_data(std::string(10, static_cast<char>('a' + i % 26)));
+    ASSERT_TRUE(writer->Write(message));
+  }
+  message.Clear();
+  *message.mutable_finish() = Sealed(session, "upload-1", kHandle, "load:model");
+  ASSERT_TRUE(writer->Write(message));
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  EXPECT_GT(absl::Now() - started, absl::Seconds(1.5));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_FALSE(ModelFiles("acme").empty());
+}
+
+// The enclave worker holding the upload's session restarted while the ciphertext streamed in:
+// the supervisor refuses the dead incarnation's session at LoadModel, and the upload gets one
+// UNAVAILABLE saying nothing was stored (it used to pass the FAILED_PRECONDITION on).
+TEST_F(CloisterServiceTest, UploadWhoseWorkerRestartedIsUnavailable) {
+  class RestartedWorker : public EnclaveClient {
+   public:
+    explicit RestartedWorker(EnclaveClient* inner) : inner_(inner) {}
+    void Call(boundary::v1::HostToEnclave call, Done done) override {
+      if (call.has_load_model()) {
+        done(absl::FailedPreconditionError(kReattestMessage));
+        return;
+      }
+      inner_->Call(std::move(call), std::move(done));
+    }
+
+   private:
+    EnclaveClient* const inner_;
+  };
+  wrapped_enclave_ = std::make_unique<RestartedWorker>(enclave_.get());
+  RestartService(ServiceOptions(), wrapped_enclave_.get());
+  std::string session = OpenSession("acme");
+  api::v1::UploadModelResponse response;
+  grpc::Status status = Upload(session, kHandle, {"cipher", "text"}, response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_EQ(status.error_message(),
+            "enclave worker 0 restarted during the upload; nothing was stored: re-attest and "
+            "upload again");
+  EXPECT_TRUE(ModelFiles("acme").empty());
 }
 
 // Two enclave workers, each with its own evidence, behind one service; acme has a small

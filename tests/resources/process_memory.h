@@ -1,0 +1,71 @@
+// Test support for the resource tests: what a running process holds in memory, read from
+// /proc/PID/status (VmRSS: resident now; VmHWM: the most it was ever resident), cloisterd's
+// enclave workers found as its children in /proc, and a MemoryWatch that samples both while a
+// test drives load, so a test can assert that an attack leaves memory bounded.
+// Threading: the free functions are thread-safe; a MemoryWatch samples on its own thread and
+// its accessors may be called from any thread. Ownership: a MemoryWatch owns its thread and
+// stops it when destroyed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+
+namespace cloister::testing {
+
+struct ProcessMemory {
+  uint64_t rss_size = 0;       // VmRSS, bytes
+  uint64_t peak_rss_size = 0;  // VmHWM, bytes
+};
+
+// NotFound when the process is gone, Internal when its status lacks the fields.
+absl::StatusOr<ProcessMemory> ReadProcessMemory(pid_t pid);
+
+// The live children of `parent` whose command name (/proc/PID/comm, which the kernel cuts to
+// 15 characters) starts with `name_prefix`, in ascending pid order.
+std::vector<pid_t> ChildProcesses(pid_t parent, absl::string_view name_prefix);
+
+// cloisterd as a child of this (test) process, or -1 when there is none or more than one.
+pid_t ChildCloisterd();
+// cloisterd's enclave worker processes.
+std::vector<pid_t> EnclaveWorkers(pid_t cloisterd);
+
+// "123.4 MiB".
+std::string Mebibytes(uint64_t size);
+
+// Samples, every `period`, cloisterd's VmRSS and the summed VmRSS of its enclave workers
+// (looked up again each time, so a restarted worker is followed), keeping the largest of each.
+class MemoryWatch {
+ public:
+  MemoryWatch(pid_t cloisterd, absl::Duration period = absl::Milliseconds(20));
+  ~MemoryWatch();
+  MemoryWatch(const MemoryWatch&) = delete;
+  MemoryWatch& operator=(const MemoryWatch&) = delete;
+
+  uint64_t max_cloisterd_rss_size() const;
+  uint64_t max_workers_rss_size() const;
+  int samples() const;
+
+ private:
+  void Sample();
+
+  const pid_t cloisterd_;
+  mutable absl::Mutex mu_;
+  uint64_t max_cloisterd_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t max_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  int samples_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace cloister::testing
