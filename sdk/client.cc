@@ -445,7 +445,7 @@ absl::StatusOr<std::shared_ptr<Client::Session>> Client::OpenSession(size_t endp
 
   ASSIGN_OR_RETURN(crypto::ChannelKeys keys, crypto::DeriveChannelKeys(*setup.context));
   if (response.session_id() != StringOf(keys.session_id)) {
-    return absl::FailedPreconditionError(
+    return absl::DataLossError(
         "OpenSession: the answer names a session id other than the one derived from our keys");
   }
   auto session = std::make_shared<Session>();
@@ -458,13 +458,13 @@ absl::StatusOr<std::shared_ptr<Client::Session>> Client::OpenSession(size_t endp
   auto welcome_bytes =
       receiver->Open(response.sequence(), welcome_header, SpanOf(response.sealed_welcome()));
   if (!welcome_bytes.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return absl::DataLossError(absl::StrCat(
         "OpenSession: cannot open the enclave's welcome: ", welcome_bytes.status().message()));
   }
   api::Welcome welcome;
   if (!welcome.ParseFromArray(welcome_bytes->data(), static_cast<int>(welcome_bytes->size())) ||
       welcome.session_id() != StringOf(keys.session_id)) {
-    return absl::FailedPreconditionError("OpenSession: the enclave's welcome is malformed");
+    return absl::DataLossError("OpenSession: the enclave's welcome is malformed");
   }
   if (welcome.expires_at_unix() > 0) {
     session->expires_at = absl::FromUnixSeconds(welcome.expires_at_unix());

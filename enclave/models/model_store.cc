@@ -97,7 +97,7 @@ absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
     if (written + chunk_out.size() > size) return absl::InvalidArgumentError("model is larger than declared");
     drain();
     if (!st.ok()) {
-      return absl::InvalidArgumentError(
+      return absl::DataLossError(
           absl::StrCat("model upload does not decrypt (tampered or wrong key): ", st.message()));
     }
   }
@@ -105,7 +105,7 @@ absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
   if (written + chunk_out.size() > size) return absl::InvalidArgumentError("model is larger than declared");
   drain();
   if (!st.ok()) {
-    return absl::InvalidArgumentError(
+    return absl::DataLossError(
         absl::StrCat("model upload does not decrypt (tampered or truncated): ", st.message()));
   }
   if (written != size) {

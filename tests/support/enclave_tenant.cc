@@ -41,46 +41,66 @@ EnclaveTenant::EnclaveTenant(enclave::Enclave* enclave, std::string tenant,
   }
 }
 
-absl::Status EnclaveTenant::Open() {
+absl::Status EnclaveTenant::SignHello(api::v1::SessionHello& hello, ByteSpan enc) const {
+  hello.set_identity_public_key(ToString(identity_.public_key));
+  Bytes transcript = crypto::SessionTranscript(
+      verdict_.evidence_digest, verdict_.enclave_hpke_public_key,
+      verdict_.enclave_signing_public_key, identity_.public_key, enc,
+      AsBytes(hello.client_nonce()), hello.tenant_id());
+  ASSIGN_OR_RETURN(Bytes signature, crypto::Ed25519Sign(identity_.seed.span(), transcript));
+  hello.set_transcript_signature(ToString(signature));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EnclaveTenant::PendingOpen> EnclaveTenant::StartOpen(
+    const std::function<std::string(api::v1::SessionHello&, ByteSpan enc)>& edit) {
   RETURN_IF_ERROR(attestation_);
   ASSIGN_OR_RETURN(auto setup,
                    crypto::HpkeSetupSender(crypto::kSessionSuite, verdict_.enclave_hpke_public_key,
                                            crypto::SessionHpkeInfo(verdict_.evidence_digest)));
-  Bytes client_nonce = crypto::RandomBytes(32);
-  Bytes transcript = crypto::SessionTranscript(
-      verdict_.evidence_digest, verdict_.enclave_hpke_public_key,
-      verdict_.enclave_signing_public_key, identity_.public_key, setup.enc, client_nonce, tenant_);
   api::v1::SessionHello hello;
   hello.set_tenant_id(tenant_);
-  hello.set_identity_public_key(ToString(identity_.public_key));
-  hello.set_client_nonce(ToString(client_nonce));
-  ASSIGN_OR_RETURN(Bytes signature, crypto::Ed25519Sign(identity_.seed.span(), transcript));
-  hello.set_transcript_signature(ToString(signature));
-  ASSIGN_OR_RETURN(Bytes sealed,
-                   setup.context->Seal(AsBytes(tenant_), AsBytes(hello.SerializeAsString())));
-  HostToEnclave call;
-  auto* open = call.mutable_open_session();
+  hello.set_client_nonce(ToString(crypto::RandomBytes(32)));
+  RETURN_IF_ERROR(SignHello(hello, setup.enc));
+  const std::string plaintext = edit ? edit(hello, setup.enc) : hello.SerializeAsString();
+  ASSIGN_OR_RETURN(Bytes sealed, setup.context->Seal(AsBytes(tenant_), AsBytes(plaintext)));
+  PendingOpen pending;
+  auto* open = pending.call.mutable_open_session();
   open->set_tenant_id(tenant_);
   open->set_hpke_enc(ToString(setup.enc));
   open->set_sealed_hello(ToString(sealed));
   open->set_evidence_digest(ToString(verdict_.evidence_digest));
-  EnclaveToHost reply = enclave_->Handle(call);
+  pending.context = std::move(setup.context);
+  pending.enc = std::move(setup.enc);
+  return pending;
+}
+
+absl::Status EnclaveTenant::FinishOpen(PendingOpen& pending, const EnclaveToHost& reply) {
   if (reply.status().code() != 0) {
     return absl::Status(static_cast<absl::StatusCode>(reply.status().code()),
                         reply.status().message());
   }
-  ASSIGN_OR_RETURN(auto keys, crypto::DeriveChannelKeys(*setup.context));
-  session_id_ = keys.session_id;
-  sender_ = std::make_unique<crypto::ChannelSender>(session_id_, crypto::Direction::kClientToEnclave,
-                                                    keys.client_to_enclave_key.span(),
-                                                    keys.client_to_enclave_nonce.span());
-  receiver_ = std::make_unique<crypto::ChannelReceiver>(
-      session_id_, crypto::Direction::kEnclaveToClient, keys.enclave_to_client_key.span(),
+  ASSIGN_OR_RETURN(auto keys, crypto::DeriveChannelKeys(*pending.context));
+  auto sender = std::make_unique<crypto::ChannelSender>(
+      keys.session_id, crypto::Direction::kClientToEnclave, keys.client_to_enclave_key.span(),
+      keys.client_to_enclave_nonce.span());
+  auto receiver = std::make_unique<crypto::ChannelReceiver>(
+      keys.session_id, crypto::Direction::kEnclaveToClient, keys.enclave_to_client_key.span(),
       keys.enclave_to_client_nonce.span());
-  return receiver_
-      ->Open(reply.open_session().sequence(), {crypto::MessageKind::kWelcome, "", ""},
-             AsBytes(reply.open_session().sealed_welcome()))
-      .status();
+  RETURN_IF_ERROR(receiver
+                      ->Open(reply.open_session().sequence(),
+                             {crypto::MessageKind::kWelcome, "", ""},
+                             AsBytes(reply.open_session().sealed_welcome()))
+                      .status());
+  session_id_ = keys.session_id;
+  sender_ = std::move(sender);
+  receiver_ = std::move(receiver);
+  return absl::OkStatus();
+}
+
+absl::Status EnclaveTenant::Open() {
+  ASSIGN_OR_RETURN(PendingOpen pending, StartOpen());
+  return FinishOpen(pending, enclave_->Handle(pending.call));
 }
 
 SealedItem EnclaveTenant::Seal(crypto::MessageKind kind, const std::string& handle,

@@ -10,12 +10,15 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "attest/verifier.h"
 #include "base/bytes.h"
+#include "cloister/api/v1/api.pb.h"
 #include "cloister/attest/v1/policy.pb.h"
 #include "cloister/boundary/v1/boundary.pb.h"
 #include "crypto/channel.h"
+#include "crypto/hpke.h"
 #include "crypto/keys.h"
 #include "enclave/enclave.h"
 #include "google/protobuf/message.h"
@@ -34,6 +37,22 @@ class EnclaveTenant {
 
   // Opens a session (HPKE to the attested key, signed transcript) and checks the welcome.
   absl::Status Open();
+
+  // Open() in two halves, for tests and fuzz targets that alter the hello: StartOpen builds the
+  // OpenSessionCall; `edit`, when given, turns the genuine hello into the plaintext that is
+  // sealed instead (a hello it edits can be signed again with SignHello). FinishOpen takes
+  // the enclave's answer and, when it is a welcome that opens, makes the session current.
+  struct PendingOpen {
+    boundary::v1::HostToEnclave call;
+    std::unique_ptr<crypto::HpkeContext> context;
+    Bytes enc;
+  };
+  absl::StatusOr<PendingOpen> StartOpen(
+      const std::function<std::string(api::v1::SessionHello&, ByteSpan enc)>& edit = {});
+  absl::Status FinishOpen(PendingOpen& pending, const boundary::v1::EnclaveToHost& reply);
+  // Signs `hello`'s transcript (its nonce and tenant as they now are, with `enc`) with this
+  // tenant's identity key, which it also sets.
+  absl::Status SignHello(api::v1::SessionHello& hello, ByteSpan enc) const;
 
   // Seals `body` (or raw `plaintext`) as the next message of kind `kind` for `handle`.
   boundary::v1::SealedItem Seal(crypto::MessageKind kind, const std::string& handle,

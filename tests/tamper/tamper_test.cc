@@ -641,7 +641,7 @@ TEST_F(Boundary, FlippedLoadRequestLoadsNothing) {
 TEST_F(Boundary, FlippedModelCiphertextLoadsNothing) {
   SetBoundaryPlan("flip-model", "load");
   ExpectRefused(acme_->UploadModel(kClsModel, "tampered").status(),
-                absl::StatusCode::kInvalidArgument, kModelDoesNotDecrypt);
+                absl::StatusCode::kDataLoss, kModelDoesNotDecrypt);
   EXPECT_TRUE(BoundaryApplied());
   SetBoundaryPlan("off");
   EXPECT_FALSE(Lists(*acme_, "tampered"));
@@ -656,7 +656,7 @@ TEST_F(Boundary, FlippedHelloAndWelcome) {
   EXPECT_TRUE(BoundaryApplied());
   SetBoundaryPlan("flip-reply", "open");
   ExpectRefused(Connect("acme", kAcmeToken, *acme_identity_).status(),
-                absl::StatusCode::kFailedPrecondition, "cannot open the enclave's welcome");
+                absl::StatusCode::kDataLoss, "cannot open the enclave's welcome");
   EXPECT_TRUE(BoundaryApplied());
   SetBoundaryPlan("off");
   auto fresh = Connect("acme", kAcmeToken, *acme_identity_);
@@ -864,7 +864,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "nonce does not verify"},
         ConnectCase{GrpcMutation::kFlipEvidenceDigest, absl::StatusCode::kFailedPrecondition,
                     "evidence digest is not this enclave's current evidence"},
-        ConnectCase{GrpcMutation::kChangeSessionId, absl::StatusCode::kFailedPrecondition,
+        ConnectCase{GrpcMutation::kChangeSessionId, absl::StatusCode::kDataLoss,
                     "names a session id other than the one derived from our keys"}));
 
 TEST_F(Network, FlippedHello) {
@@ -881,7 +881,7 @@ TEST_F(Network, FlippedHello) {
 TEST_F(Network, FlippedWelcome) {
   proxy_->SetPlan(GrpcMutation::kFlipWelcome);
   ExpectRefused(Connect("acme", kAcmeToken, *acme_identity_).status(),
-                absl::StatusCode::kFailedPrecondition, "cannot open the enclave's welcome");
+                absl::StatusCode::kDataLoss, "cannot open the enclave's welcome");
   EXPECT_TRUE(proxy_->applied());
   proxy_->SetPlan(GrpcMutation::kOff);
   auto fresh = Connect("acme", kAcmeToken, *acme_identity_);
@@ -938,7 +938,7 @@ TEST_P(NetworkUpload, RefusedAndNothingStored) {
   switch (GetParam()) {
     case GrpcMutation::kFlipUploadData:
     case GrpcMutation::kReorderUploadData:
-      ExpectRefused(status, absl::StatusCode::kInvalidArgument, kModelDoesNotDecrypt);
+      ExpectRefused(status, absl::StatusCode::kDataLoss, kModelDoesNotDecrypt);
       break;
     case GrpcMutation::kTruncateUploadData:
       ExpectRefused(status, absl::StatusCode::kInvalidArgument, "of the declared");
