@@ -697,6 +697,24 @@ absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::st
 
 absl::StatusOr<api::ModelInfo> Client::UploadModel(const std::string& path, const std::string& name,
                                                    const UploadProgress& progress) {
+  // An upload is retried only when cloisterd says that nothing of it was stored (its worker
+  // died during it): otherwise a retry could meet its own first attempt.
+  absl::Duration pause = options_.retry_backoff;
+  for (int attempt = 1;; ++attempt) {
+    absl::StatusOr<api::ModelInfo> uploaded = UploadModelOnce(path, name, progress);
+    if (uploaded.ok() || attempt >= std::max(1, options_.max_attempts) ||
+        !absl::IsUnavailable(uploaded.status()) ||
+        !absl::StrContains(uploaded.status().message(), "nothing was stored")) {
+      return uploaded;
+    }
+    absl::SleepFor(pause);
+    pause *= 2;
+  }
+}
+
+absl::StatusOr<api::ModelInfo> Client::UploadModelOnce(const std::string& path,
+                                                       const std::string& name,
+                                                       const UploadProgress& progress) {
   if (name.empty()) return absl::InvalidArgumentError("the model name is empty");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

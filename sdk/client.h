@@ -148,7 +148,9 @@ class Client {
   std::string current_server() const;
 
   // Encrypts the model file at `path` with a fresh key and uploads it under `name`; the
-  // enclave decrypts, checks and loads it and answers with its description. NotFound or
+  // enclave decrypts, checks and loads it and answers with its description. When the worker
+  // dies during the upload (cloisterd answers UNAVAILABLE: nothing was stored) the upload is
+  // tried again, on a new session, up to options.max_attempts times in all. NotFound or
   // PermissionDenied when the file cannot be read, InvalidArgument for an empty name, the
   // enclave's status when it refuses the model.
   absl::StatusOr<cloister::api::v1::ModelInfo> UploadModel(const std::string& path,
@@ -188,6 +190,10 @@ class Client {
   // The current session, replaced first when it is expired or about to be. A replacement is
   // opened on the current endpoint; when that endpoint is unreachable, on the next ones.
   absl::StatusOr<std::shared_ptr<Session>> CurrentSession();
+  // One attempt of UploadModel.
+  absl::StatusOr<cloister::api::v1::ModelInfo> UploadModelOnce(const std::string& path,
+                                                              const std::string& name,
+                                                              const UploadProgress& progress);
   // Moves off `failed` (an endpoint index) to the next usable endpoint, unless another thread
   // already has. True when the current session is now on another endpoint.
   bool FailOver(size_t failed);

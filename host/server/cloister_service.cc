@@ -426,6 +426,13 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
             " restarted during the upload; nothing was stored: re-attest and upload again")));
         return;
       }
+      if (absl::IsUnavailable(reply.status())) {
+        // The worker ended while loading: the wrapped key is committed only from its answer.
+        Fail(absl::UnavailableError(absl::StrCat(
+            "enclave worker ", worker_, " ended while loading the model (", reply.status().message(),
+            "); nothing was stored: re-attest and upload again")));
+        return;
+      }
       Fail(reply.status());
       return;
     }

@@ -141,14 +141,16 @@ class ResourceLimitsTest : public ::testing::Test {
     if (HasFailure() && appliance_ != nullptr) std::cerr << appliance_->Logs();
   }
 
-  std::unique_ptr<sdk::Client> Connect(const std::string& tenant, const std::string& token) {
+  // max_attempts 1: every refusal is counted, none retried away.
+  std::unique_ptr<sdk::Client> Connect(const std::string& tenant, const std::string& token,
+                                       int max_attempts = 1) {
     sdk::ClientOptions options;
     options.server = appliance_->address();
     options.tenant_id = tenant;
     options.token = token;
     options.policy_path = appliance_->data_dir() + "/dev-policy.yaml";
     options.identity = std::make_shared<const sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
-    options.max_attempts = 1;  // every refusal is counted, none retried away
+    options.max_attempts = max_attempts;
     auto client = sdk::Client::Connect(options);
     EXPECT_TRUE(client.ok()) << tenant << ": " << client.status();
     return client.ok() ? *std::move(client) : nullptr;
@@ -555,6 +557,36 @@ TEST_P(UploadMidDeathTest, KilledWorkerGivesOneUnavailableAndNoPartialModel) {
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].name(), "acme-rec");
+}
+
+// The same kill with the SDK's retries on: cloisterd says nothing was stored, so the SDK
+// attests the new worker and uploads again; the caller sees one success and exactly one model.
+TEST_P(UploadMidDeathTest, SdkUploadsAgainWhenNothingWasStored) {
+  const bool wait_for_restart = GetParam();
+  std::unique_ptr<sdk::Client> acme = Connect("acme", kAcmeToken, /*max_attempts=*/3);
+  ASSERT_NE(acme, nullptr);
+  const pid_t victim = testing::EnclaveWorkers(cloisterd_).at(0);
+  bool killed = false;
+  auto kill_once = [&](uint64_t, uint64_t) {
+    if (killed) return;
+    killed = true;
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    if (!wait_for_restart) return;
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (CountLogLines({"\"enclave_worker_ready\""}) < 2 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  };
+  auto uploaded = acme->UploadModel(kRecModel, "acme-rec", kill_once);
+  ASSERT_TRUE(killed);
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  EXPECT_EQ(CountLogLines({"\"rpc_refused\"", "\"UploadModel\"", "\"acme\""}), 1);
+  auto listed = acme->ListModels();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name(), "acme-rec");
+  Example example = LoadExample(kRecData);
+  EXPECT_EQ(CheckOutput(acme->Infer("acme-rec", {example.input}), example.expected), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(AfterRestart, UploadMidDeathTest, ::testing::Values(true, false),
