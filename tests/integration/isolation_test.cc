@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,66 @@ class IsolationTest : public ::testing::Test {
     return stub->ListModels(&context, call, &reply);
   }
 
+  // Every RPC that names a session, as `tenant` with `token` on `session_id` with a request
+  // id and model handle of the caller's choosing: "<RPC> -> <code>: <message>" each.
+  std::vector<std::string> EveryRpcOnSession(const std::string& tenant, const std::string& token,
+                                             const Bytes& session_id,
+                                             const std::string& request_id,
+                                             const std::string& model_handle) {
+    auto stub = api::v1::Cloister::NewStub(
+        grpc::CreateChannel(appliance_->address(), grpc::InsecureChannelCredentials()));
+    api::v1::SealedCall call;
+    call.set_session_id(std::string(session_id.begin(), session_id.end()));
+    call.set_request_id(request_id);
+    call.set_model_handle(model_handle);
+    call.set_sequence(7);
+    call.set_ciphertext(std::string(64, 'c'));
+    auto context = [&](grpc::ClientContext& c) {
+      c.AddMetadata("x-cloister-tenant", tenant);
+      c.AddMetadata("authorization", "Bearer " + token);
+    };
+    auto line = [](const std::string& rpc, const grpc::Status& status) {
+      return absl::StrCat(rpc, " -> ", status.error_code(), ": ", status.error_message());
+    };
+    std::vector<std::string> lines;
+    {
+      grpc::ClientContext c;
+      context(c);
+      api::v1::SealedReply reply;
+      lines.push_back(line("Infer", stub->Infer(&c, call, &reply)));
+    }
+    {
+      grpc::ClientContext c;
+      context(c);
+      api::v1::SealedReply reply;
+      lines.push_back(line("ListModels", stub->ListModels(&c, call, &reply)));
+    }
+    {
+      grpc::ClientContext c;
+      context(c);
+      api::v1::SealedReply reply;
+      lines.push_back(line("DeleteModel", stub->DeleteModel(&c, call, &reply)));
+    }
+    {
+      grpc::ClientContext c;
+      context(c);
+      api::v1::UploadModelResponse response;
+      auto writer = stub->UploadModel(&c, &response);
+      api::v1::UploadModelRequest start;
+      start.mutable_start()->set_session_id(call.session_id());
+      start.mutable_start()->set_model_handle(model_handle);
+      start.mutable_start()->set_ciphertext_size(1024);
+      api::v1::UploadModelRequest data;
+      data.set_data(std::string(1024, 'd'));
+      api::v1::UploadModelRequest finish;
+      *finish.mutable_finish() = call;
+      if (writer->Write(start) && writer->Write(data)) writer->Write(finish);
+      writer->WritesDone();
+      lines.push_back(line("UploadModel", writer->Finish()));
+    }
+    return lines;
+  }
+
   const std::string kAcmeToken = "acme-token-0123456789abcdef";
   const std::string kGlobexToken = "globex-token-0123456789abcdef";
   std::string work_;
@@ -139,6 +200,31 @@ TEST_F(IsolationTest, AnotherTenantsSessionLooksExactlyLikeNoSession) {
   EXPECT_EQ(theirs.error_message(), nobodys.error_message());
   // acme's session still works afterwards.
   EXPECT_TRUE(acme_->ListModels().ok());
+}
+
+// The authorization matrix over every session-bearing RPC: globex calling with acme's live
+// session, acme's model handle and a request id acme has used gets, RPC by RPC, exactly what it
+// gets for a session, model and request id that never existed; and acme's session, model and
+// uploads are untouched afterwards.
+TEST_F(IsolationTest, EveryRpcWithAnotherTenantsIdsLooksExactlyLikeNonexistentIds) {
+  ASSERT_TRUE(acme_->Infer("acme-cls", {input_}).ok());
+  const std::string acme_handle = acme_->ListModels()->at(0).handle();
+  const std::vector<std::string> theirs = EveryRpcOnSession(
+      "globex", kGlobexToken, acme_->session_id(), "acme-request-1", acme_handle);
+  const std::vector<std::string> nobodys =
+      EveryRpcOnSession("globex", kGlobexToken, Bytes(16, 0x5a), "no-such-request",
+                        "00000000000000000000000000000000");
+  ASSERT_EQ(theirs.size(), 4u);
+  for (size_t i = 0; i < theirs.size(); ++i) {
+    std::cout << "  " << theirs[i] << "\n";
+    EXPECT_EQ(theirs[i], nobodys[i]);
+    EXPECT_EQ(theirs[i].find(" -> 0:"), std::string::npos) << theirs[i];  // refused
+  }
+  // Nothing of acme's changed.
+  EXPECT_TRUE(acme_->Infer("acme-cls", {input_}).ok());
+  auto listed = acme_->ListModels();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->size(), 1u);
 }
 
 TEST_F(IsolationTest, AnotherTenantsTokenLooksExactlyLikeAWrongToken) {
