@@ -85,6 +85,7 @@ absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
   std::vector<uint8_t> chunk_out;
   size_t written = 0;
   auto drain = [&]() {
+    if (chunk_out.empty()) return;  // (memcpy from an empty vector's null data is undefined)
     std::memcpy(plaintext.data() + written, chunk_out.data(), chunk_out.size());
     written += chunk_out.size();
     SecureWipe(chunk_out.data(), chunk_out.size());

@@ -167,10 +167,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       sealed_reply = &reply.delete_model().reply();
       break;
   }
-  // A sealed answer must open: its status is the enclave's verdict on the plaintext.
-  std::string body;
-  const absl::Status answer = tenant.OpenReply(kind, *item, *sealed_reply, &body);
-  if (sealed_reply->status().code() == 0 && absl::IsDataLoss(answer)) __builtin_trap();
+  // A sealed answer must open in the session; its status is the enclave's verdict on the
+  // plaintext. (An unsealed refusal is the enclave's refusal of the call before opening it.)
+  if (sealed_reply->status().code() != 0) return 0;
+  const auto envelope = tenant.OpenReplyEnvelope(kind, *item, *sealed_reply);
+  if (!envelope.ok()) __builtin_trap();
+  const absl::Status answer(static_cast<absl::StatusCode>(envelope->code()), envelope->message());
 
   // Keep the inference target in place, and the fuzzed load's name free.
   if (kind == MessageKind::kDeleteModel && answer.ok()) LoadTheModel(state);

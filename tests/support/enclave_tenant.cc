@@ -124,9 +124,9 @@ SealedItem EnclaveTenant::SealBytes(crypto::MessageKind kind, const std::string&
   return item;
 }
 
-absl::Status EnclaveTenant::OpenReply(crypto::MessageKind kind, const SealedItem& request,
-                                      const boundary::v1::SealedReplyItem& reply,
-                                      std::string* body) {
+absl::StatusOr<api::v1::ReplyEnvelope> EnclaveTenant::OpenReplyEnvelope(
+    crypto::MessageKind kind, const SealedItem& request,
+    const boundary::v1::SealedReplyItem& reply) {
   if (reply.status().code() != 0) {
     return absl::Status(static_cast<absl::StatusCode>(reply.status().code()),
                         absl::StrCat("unsealed: ", reply.status().message()));
@@ -140,6 +140,13 @@ absl::Status EnclaveTenant::OpenReply(crypto::MessageKind kind, const SealedItem
   if (!envelope.ParseFromArray(plain.data(), static_cast<int>(plain.size()))) {
     return absl::DataLossError("the reply is not a ReplyEnvelope");
   }
+  return envelope;
+}
+
+absl::Status EnclaveTenant::OpenReply(crypto::MessageKind kind, const SealedItem& request,
+                                      const boundary::v1::SealedReplyItem& reply,
+                                      std::string* body) {
+  ASSIGN_OR_RETURN(api::v1::ReplyEnvelope envelope, OpenReplyEnvelope(kind, request, reply));
   if (body) *body = envelope.body();
   return absl::Status(static_cast<absl::StatusCode>(envelope.code()), envelope.message());
 }

@@ -60,6 +60,11 @@ class EnclaveTenant {
   boundary::v1::SealedItem SealBytes(crypto::MessageKind kind, const std::string& handle,
                                      ByteSpan plaintext);
 
+  // Opens a sealed reply: the envelope, or why the reply itself is not one this session
+  // sealed (an unsealed refusal, or a reply that does not authenticate).
+  absl::StatusOr<api::v1::ReplyEnvelope> OpenReplyEnvelope(
+      crypto::MessageKind kind, const boundary::v1::SealedItem& request,
+      const boundary::v1::SealedReplyItem& reply);
   // Opens a sealed reply; returns the envelope's status, and the body through `body`.
   absl::Status OpenReply(crypto::MessageKind kind, const boundary::v1::SealedItem& request,
                          const boundary::v1::SealedReplyItem& reply, std::string* body = nullptr);
