@@ -255,7 +255,7 @@ TEST_F(EnclaveLimitsTest, TensorsDeclaringHugeShapesAreRefusedBeforeAllocation) 
   std::cout << "[memory] enclave (this process) VmRSS " << Mebibytes(before.rss_size) << " -> "
             << Mebibytes(after.rss_size) << ", VmHWM " << Mebibytes(before.peak_rss_size) << " -> "
             << Mebibytes(after.peak_rss_size) << "\n";
-  EXPECT_LT(after.peak_rss_size, before.peak_rss_size + (uint64_t{16} << 20));
+  EXPECT_LT(after.peak_rss_size, before.peak_rss_size + GrowthBound(16));
 }
 
 // A sealed load request declaring a 1 TiB model, and one declaring 256 MiB for a 0.5 MiB
@@ -285,7 +285,7 @@ TEST_F(EnclaveLimitsTest, LoadRequestDeclaringAHugeModelIsRefusedBeforeAllocatio
   const ProcessMemory after = Memory();
   std::cout << "[memory] enclave (this process) VmHWM " << Mebibytes(before.peak_rss_size) << " -> "
             << Mebibytes(after.peak_rss_size) << "\n";
-  EXPECT_LT(after.peak_rss_size, before.peak_rss_size + (uint64_t{64} << 20));
+  EXPECT_LT(after.peak_rss_size, before.peak_rss_size + GrowthBound(64));
 }
 
 }  // namespace

@@ -287,7 +287,7 @@ TEST_F(ResourceLimitsTest, HugeDeclaredUploadSizesAreRefusedBeforeAllocation) {
   Report("cloisterd_rss_before", before);
   Report("cloisterd_rss_peak", peak);
   Report("cloisterd_rss_after", CloisterdRss());
-  EXPECT_LT(peak, before + (uint64_t{16} << 20));
+  EXPECT_LT(peak, before + testing::GrowthBound(16));
   EXPECT_TRUE(AcmeStoredFiles().empty());
 }
 
@@ -327,8 +327,8 @@ TEST_F(ResourceLimitsTest, OversizedSealedCallsAreRefusedWithTheLimitNamed) {
   Report("cloisterd_rss_peak", peak);
   Report("workers_rss_before", workers_before);
   Report("workers_rss_peak", watch.max_workers_rss_size());
-  EXPECT_LT(peak, before + (uint64_t{64} << 20));
-  EXPECT_LT(watch.max_workers_rss_size(), workers_before + (uint64_t{8} << 20));
+  EXPECT_LT(peak, before + testing::GrowthBound(64));
+  EXPECT_LT(watch.max_workers_rss_size(), workers_before + testing::GrowthBound(8));
   // acme's session and the appliance are unharmed.
   EXPECT_TRUE(acme_->ListModels().ok());
 }
@@ -372,7 +372,7 @@ TEST_F(ResourceLimitsTest, EndlessUploadIsCutOffAtItsDeclaredSize) {
   const uint64_t peak = watch.max_cloisterd_rss_size();
   Report("cloisterd_rss_before", before);
   Report("cloisterd_rss_peak", peak);
-  EXPECT_LT(peak, before + (uint64_t{32} << 20));
+  EXPECT_LT(peak, before + testing::GrowthBound(32));
   EXPECT_TRUE(AcmeStoredFiles().empty());
 }
 
@@ -489,7 +489,7 @@ TEST_F(ResourceLimitsTest, FloodingTenantIsHeldToItsLimitsAndTheQuietOneSeesNoEr
   Report("cloisterd_rss_before", before);
   Report("cloisterd_rss_peak", peak);
   Report("workers_rss_peak", watch.max_workers_rss_size());
-  EXPECT_LT(peak, before + (uint64_t{64} << 20));
+  EXPECT_LT(peak, before + testing::GrowthBound(64));
   // acme, once it stops flooding, is served again.
   absl::SleepFor(absl::Seconds(1));
   EXPECT_EQ(CheckOutput(acme_->Infer("acme-cls", {example.input}), example.expected), "");
