@@ -3,6 +3,7 @@
 #include <atomic>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -80,6 +81,23 @@ std::vector<std::string> RequestIds(const HostToEnclave& call) {
   return ids;
 }
 
+// Stops `scheduler` while failing every call that `enclave` holds. The failing goes on until
+// Stop() has returned, not until batches_in_flight() reads 0: the batcher may dispatch one more
+// batch right after that read (a completion freed a slot and requests are still queued), and a
+// finisher that had already left would then leave Stop() waiting for it forever.
+void StopFailingPending(Scheduler& scheduler, FakeEnclaveClient& enclave) {
+  std::atomic<bool> stopped{false};
+  std::thread finisher([&] {
+    while (!stopped.load()) {
+      enclave.FailAll(absl::UnavailableError("test over"));
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  scheduler.Stop();
+  stopped.store(true);
+  finisher.join();
+}
+
 class SchedulerTest : public ::testing::Test {
  protected:
   void Start(int max_batch_size, absl::Duration max_queue_delay, int max_in_flight = 2,
@@ -123,14 +141,7 @@ class SchedulerTest : public ::testing::Test {
 
   void TearDown() override {
     // Answer whatever is still pending so Stop() can finish.
-    std::thread finisher([this] {
-      while (scheduler_ != nullptr && scheduler_->batches_in_flight() > 0) {
-        enclave_.FailAll(absl::UnavailableError("test over"));
-        absl::SleepFor(absl::Milliseconds(1));
-      }
-    });
-    if (scheduler_) scheduler_->Stop();
-    finisher.join();
+    if (scheduler_) StopFailingPending(*scheduler_, enclave_);
   }
 
   // Options the next Start() begins from.
@@ -688,14 +699,7 @@ std::map<std::string, absl::Duration> RunSaturated(const std::vector<std::string
   for (const std::string& tenant : tenants) {
     EXPECT_LT((*scheduler)->StatsFor(tenant).dispatched, 1000u) << tenant;
   }
-  std::thread finisher([&] {
-    while ((*scheduler)->batches_in_flight() > 0) {
-      enclave.FailAll(absl::UnavailableError("test over"));
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-  });
-  (*scheduler)->Stop();
-  finisher.join();
+  StopFailingPending(**scheduler, enclave);
   return measured;
 }
 
@@ -748,7 +752,7 @@ TEST_F(SchedulerTest, CostEstimateLearnsFromMeasuredBatches) {
   }
   ASSERT_TRUE(answers_.WaitForTotal(4));
   // The first measurement replaces the initial guess, later ones are smoothed: (4 + 2) / 2.
-  for (int i = 0; i < 100 && scheduler_->batches_in_flight() > 0; ++i) {
+  for (int i = 0; i < 1000 && scheduler_->batches_in_flight() > 0; ++i) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(scheduler_->ItemCostEstimate(kModelA), absl::Milliseconds(3));
