@@ -150,6 +150,7 @@ absl::StatusOr<BrokerEfficiencyOptions> ParseBrokerEfficiencyFlags(
                             {"--requests", IntFlag{&options.requests, 1}},
                             {"--rounds", IntFlag{&options.rounds, 1}},
                             {"--max-batch", IntFlag{&options.max_batch, 0}},
+                            {"--workers", IntFlag{&options.workers, 0}},
                             {"--warmup", IntFlag{&options.warmup, 0}}}));
   if (options.requests < options.rounds) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -164,6 +165,7 @@ std::string BrokerEfficiencyUsage() {
          "                   [--callers N (4)] [--direct-callers N (0: as --callers)]\n"
          "                   [--requests N (96)] [--rounds N (8)] [--warmup N (2)]\n"
          "                   [--max-batch N (0: cloisterd's default scheduler batch size)]\n"
+         "                   [--workers N (0: cloisterd's default of one enclave worker)]\n"
          "                   [--cloisterd PATH] [--models-dir DIR]\n";
 }
 
@@ -182,6 +184,7 @@ std::string BrokerEfficiencyJsonLine(const BrokerEfficiencyResult& result) {
   line["request"] = absl::StrCat("one tensor of ", result.batch, " rows");
   line["max_abs_diff"] = result.max_abs_diff;
   line["max_batch"] = result.max_batch;
+  line["workers"] = result.workers;
   return line.dump();
 }
 
@@ -230,10 +233,14 @@ absl::StatusOr<BrokerEfficiencyResult> RunBrokerEfficiency(const BrokerEfficienc
   const std::string data = data_dir->path() + "/data";
   std::vector<std::string> argv = {options.cloisterd, "--listen", "127.0.0.1:0", "--data-dir",
                                    data};
+  std::string config_text;
   if (options.max_batch > 0) {
+    absl::StrAppend(&config_text, "scheduler:\n  max_batch_size: ", options.max_batch, "\n");
+  }
+  if (options.workers > 0) absl::StrAppend(&config_text, "workers: ", options.workers, "\n");
+  if (!config_text.empty()) {
     const std::string config = data_dir->path() + "/cloisterd.yaml";
-    RETURN_IF_ERROR(WriteFileAtomic(
-        config, absl::StrCat("scheduler:\n  max_batch_size: ", options.max_batch, "\n"), 0600));
+    RETURN_IF_ERROR(WriteFileAtomic(config, config_text, 0600));
     argv.insert(argv.end(), {"--config", config});
   }
   if (!options.json) absl::FPrintF(log, "starting %s\n", absl::StrJoin(argv, " "));
@@ -277,6 +284,7 @@ absl::StatusOr<BrokerEfficiencyResult> RunBrokerEfficiency(const BrokerEfficienc
   result.direct_callers = direct_callers;
   result.requests = options.requests;
   result.max_batch = options.max_batch;
+  result.workers = options.workers;
   {
     ASSIGN_OR_RETURN(std::vector<api::v1::Tensor> broker_outputs,
                      clients[0]->Infer(model_name, api_inputs));

@@ -38,6 +38,9 @@ struct BrokerEfficiencyOptions {
   // The scheduler's max_batch_size (requests per enclave batch), written to a config file for
   // cloisterd; 0 leaves cloisterd's default.
   int max_batch = 0;
+  // Enclave worker processes (cloisterd's `workers:`; each stands in for a device and runs up
+  // to two batches at once); 0 leaves cloisterd's default of one.
+  int workers = 0;
   uint64_t seed = 20261130;
   bool json = false;
 };
@@ -52,6 +55,7 @@ struct BrokerEfficiencyResult {
   double direct_seconds = 0;
   double max_abs_diff = 0;  // broker output against direct output on the same input
   int max_batch = 0;        // as in the options
+  int workers = 0;          // as in the options
   double broker_rows_per_s() const { return requests * batch / broker_seconds; }
   double direct_rows_per_s() const { return requests * batch / direct_seconds; }
   double ratio() const { return broker_rows_per_s() / direct_rows_per_s(); }

@@ -1,9 +1,12 @@
 // cloisterd as a process: started the way the end-to-end tests and operators start it, with the
 // fake enclave worker from host/testing/ in place of cloister-enclave.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -273,6 +276,35 @@ TEST_F(CloisterdTest, StartsServesAndStopsOnSigterm) {
   EXPECT_NE(log.find("\"component\":\"cloisterd\""), std::string::npos);
   EXPECT_NE(log.find("\"event\":\"stopped\""), std::string::npos);
   // Every line on stderr is one JSON object.
+  for (absl::string_view line : absl::StrSplit(log, '\n', absl::SkipEmpty())) {
+    EXPECT_EQ(line.front(), '{') << line;
+    EXPECT_EQ(line.back(), '}') << line;
+  }
+}
+
+// With the default operator address already taken (by this test, or by another cloisterd on
+// the machine), cloisterd warns and serves tenants; gRPC's own complaint about the port comes
+// out as one of cloisterd's JSON lines, not as a bare line of its own.
+TEST_F(CloisterdTest, DefaultOperatorPortTakenIsAWarningInJson) {
+  int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(7701);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool held = ::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+                    ::listen(holder, 1) == 0;
+  // Not held: someone else has it, which is the case under test as well.
+  auto daemon = StartDaemon();
+  int port = daemon->WaitListening();
+  ASSERT_GT(port, 0) << Stderr();
+  daemon->Signal(SIGTERM);
+  EXPECT_EQ(daemon->WaitExit(), 0) << Stderr();
+  ::close(holder);
+  const std::string log = Stderr();
+  EXPECT_NE(log.find("\"event\":\"operator_endpoints_unavailable\""), std::string::npos)
+      << (held ? "port held by the test" : "port held elsewhere") << "\n" << log;
+  EXPECT_NE(log.find("\"event\":\"grpc\""), std::string::npos) << log;
   for (absl::string_view line : absl::StrSplit(log, '\n', absl::SkipEmpty())) {
     EXPECT_EQ(line.front(), '{') << line;
     EXPECT_EQ(line.back(), '}') << line;

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include <grpc/support/log.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/bytes.h"
@@ -78,6 +80,18 @@ class WorkerKeys {
   std::vector<Bytes> keys_ ABSL_GUARDED_BY(mu_);
 };
 
+// gRPC's own log lines (a port already taken, a failed handshake) join cloisterd's JSON lines
+// on stderr instead of breaking their format.
+void LogGrpcLine(gpr_log_func_args* args) {
+  const LogLevel level = args->severity == GPR_LOG_SEVERITY_ERROR ? LogLevel::kError
+                         : args->severity == GPR_LOG_SEVERITY_INFO ? LogLevel::kInfo
+                                                                   : LogLevel::kDebug;
+  Log(level, "grpc",
+      {{"message", args->message == nullptr ? "" : args->message},
+       {"file", args->file == nullptr ? "" : args->file},
+       {"line", args->line}});
+}
+
 int Fail(const absl::Status& status) {
   Log(LogLevel::kError, "startup_failed", {{"error", status.ToString()}});
   std::fprintf(stderr, "cloisterd: %s\n", std::string(status.message()).c_str());
@@ -98,6 +112,7 @@ int Run(const DaemonConfig& config) {
   // grpc.health.v1.Health: SERVING once it listens (the workers are ready by then), NOT_SERVING
   // while draining. Kubernetes probes and load balancers use it.
   grpc::EnableDefaultHealthCheckService(true);
+  gpr_set_log_function(LogGrpcLine);
 
   std::string enclave_binary = config.enclave_binary;
   if (enclave_binary.empty()) {
