@@ -20,6 +20,7 @@
 #include "enclave/gpu/cuda_memory.h"
 #endif
 #include "enclave/runtime/executor.h"
+#include "enclave/runtime/model.h"
 
 namespace {
 
@@ -201,7 +202,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.load_options.executor = *executor;
-  Log(LogLevel::kInfo, "executor", {{"name", std::string((*executor)->name())}});
+  // Each boundary thread runs one batch at a time; on the CPU they share the cores.
+  if ((*executor)->name() == "cpu") options.load_options.threads = runtime::BlasThreadsFor(threads);
+  Log(LogLevel::kInfo, "executor",
+      {{"name", std::string((*executor)->name())},
+       {"blas_threads", options.load_options.threads}});
 #ifdef CLOISTER_WITH_CUDA_EXECUTOR
   // The operator's statistics show the device's memory when models run on it.
   if ((*executor)->name().starts_with("cuda")) {

@@ -194,7 +194,7 @@ ByteSpan SpanOf(const std::string& s) {
   return ByteSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
-std::string StringOf(ByteSpan b) { return std::string(b.begin(), b.end()); }
+std::string StringOf(ByteSpan b) { return ToString(b); }
 
 // Wipes a std::string that held plaintext or a key.
 void WipeString(std::string& s) {

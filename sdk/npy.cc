@@ -523,7 +523,7 @@ cloister::api::v1::Tensor ToTensor(std::string name, NpyArray array) {
   tensor.set_name(std::move(name));
   tensor.set_datatype(std::move(array.datatype));
   for (int64_t dimension : array.shape) tensor.add_shape(dimension);
-  tensor.set_raw(std::string(array.data.begin(), array.data.end()));
+  tensor.set_raw(ToString(array.data));
   return tensor;
 }
 

@@ -3,7 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -50,6 +52,12 @@ void WarnAboutGenericBlasKernels() {
 }
 
 }  // namespace
+
+int BlasThreadsFor(int concurrent_runs) {
+  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return 0;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, concurrent_runs));
+}
 
 Model::~Model() = default;
 

@@ -49,6 +49,13 @@ struct LoadOptions {
   const Executor* executor = nullptr;
 };
 
+// The BLAS threads for a CPU executor that runs `concurrent_runs` models side by side: the
+// hardware threads shared out among them (at least 1). OpenBLAS runs concurrent calls from
+// several threads one after another through its one thread pool, and its idle threads spin,
+// so giving each run all the cores makes concurrent runs slower than one run per core. 0 (keep
+// the library's setting) when OPENBLAS_NUM_THREADS is set: the operator chose.
+int BlasThreadsFor(int concurrent_runs);
+
 class Model {
  public:
   // Parses and validates `onnx_bytes`. InvalidArgument for a malformed or oversized model,
