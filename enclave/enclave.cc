@@ -315,10 +315,7 @@ absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
   if (loaded.ok()) {
     api::v1::LoadModelReply body;
     *body.mutable_model() = loaded->info;
-    std::string serialized = body.SerializeAsString();
-    envelope = MakeEnvelope(absl::OkStatus(), serialized);
-    proto::WipeString(serialized);
-    proto::WipeMessage(body);
+    envelope = MakeEnvelope(absl::OkStatus(), &body);
     result.set_wrapped_model_key(ToString(loaded->wrapped_key));
     Log(LogLevel::kInfo, "model_loaded", {{"tenant", call.tenant_id()}, {"handle", item.model_handle()}});
   } else {
@@ -340,14 +337,10 @@ absl::StatusOr<boundary::v1::SealedCallResult> Enclave::ListModels(
     *body.add_models() = std::move(info);
   }
   SecureWipe(opened.plaintext.data(), opened.plaintext.size());
-  std::string serialized = body.SerializeAsString();
-  api::v1::ReplyEnvelope envelope = MakeEnvelope(absl::OkStatus(), serialized);
-  proto::WipeString(serialized);
-  proto::WipeMessage(body);  // the tenant's model names
   boundary::v1::SealedCallResult result;
-  *result.mutable_reply() = sessions_->SealReply(*opened.session, call.request(),
-                                                 crypto::MessageKind::kListModels,
-                                                 std::move(envelope));
+  *result.mutable_reply() =
+      sessions_->SealReply(*opened.session, call.request(), crypto::MessageKind::kListModels,
+                           MakeEnvelope(absl::OkStatus(), &body));
   return result;
 }
 
@@ -374,7 +367,7 @@ absl::StatusOr<boundary::v1::SealedCallResult> Enclave::DeleteModel(
   proto::WipeMessage(request);
   *result.mutable_reply() =
       sessions_->SealReply(*opened.session, call.request(), crypto::MessageKind::kDeleteModel,
-                           MakeEnvelope(status, api::v1::DeleteModelReply().SerializeAsString()));
+                           MakeEnvelope(status));  // DeleteModelReply has no fields
   return result;
 }
 
@@ -476,17 +469,14 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
 
   for (size_t i = 0; i < count; ++i) {
     if (!sessions[i]) continue;
-    std::string body;
     if (outcome[i].ok()) {
-      body = bodies[i]->SerializeAsString();
-      proto::WipeMessage(*bodies[i]);
       usage.set_requests(usage.requests() + 1);
     } else {
       usage.set_failed_requests(usage.failed_requests() + 1);
     }
-    replies[i] = sessions_->SealReply(*sessions[i], call.items(i), crypto::MessageKind::kInfer,
-                                      MakeEnvelope(outcome[i], body));
-    proto::WipeString(body);
+    replies[i] = sessions_->SealReply(
+        *sessions[i], call.items(i), crypto::MessageKind::kInfer,
+        MakeEnvelope(outcome[i], outcome[i].ok() ? &*bodies[i] : nullptr));
   }
   for (auto& reply : replies) *result.add_replies() = std::move(reply);
   result.set_execution_ns(absl::ToInt64Nanoseconds(absl::Now() - start));

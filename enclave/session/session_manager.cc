@@ -1,12 +1,11 @@
 #include "enclave/session/session_manager.h"
 
-#include "proto/wipe.h"
-
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "crypto/hpke.h"
 #include "crypto/keys.h"
+#include "proto/wipe.h"
 
 namespace cloister::enclave {
 
@@ -175,11 +174,14 @@ void SessionManager::DropExpiredLocked() {
   }
 }
 
-api::v1::ReplyEnvelope MakeEnvelope(const absl::Status& status, const std::string& body) {
+api::v1::ReplyEnvelope MakeEnvelope(const absl::Status& status, google::protobuf::Message* body) {
   api::v1::ReplyEnvelope envelope;
   envelope.set_code(static_cast<int>(status.code()));
   envelope.set_message(std::string(status.message()));
-  if (status.ok()) envelope.set_body(body);
+  if (body != nullptr) {
+    if (status.ok()) body->SerializeToString(envelope.mutable_body());
+    proto::WipeMessage(*body);
+  }
   return envelope;
 }
 

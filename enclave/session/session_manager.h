@@ -108,7 +108,10 @@ class SessionManager {
   std::map<Bytes, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };
 
-// Wraps a status or a reply body into the envelope sealed back to the client.
-api::v1::ReplyEnvelope MakeEnvelope(const absl::Status& status, const std::string& body = {});
+// Wraps a status, and with an OK status the reply `body`, into the envelope sealed back to the
+// client. The body is serialized straight into the envelope and then wiped (proto/wipe.h): its
+// plaintext lives on only in the envelope, which SealReply wipes once sealed.
+api::v1::ReplyEnvelope MakeEnvelope(const absl::Status& status,
+                                    google::protobuf::Message* body = nullptr);
 
 }  // namespace cloister::enclave
