@@ -199,13 +199,7 @@ struct Canary {
 
 std::unique_ptr<sdk::Client> Connect(const testing::Appliance& appliance,
                                      const std::string& tenant, const std::string& token) {
-  sdk::ClientOptions options;
-  options.server = appliance.address();
-  options.tenant_id = tenant;
-  options.token = token;
-  options.policy_path = appliance.data_dir() + "/dev-policy.yaml";
-  options.identity = std::make_shared<const sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
-  auto client = sdk::Client::Connect(options);
+  auto client = sdk::Client::Connect(appliance.TenantOptions(tenant, token));
   EXPECT_TRUE(client.ok()) << tenant << ": " << client.status();
   return client.ok() ? *std::move(client) : nullptr;
 }

@@ -66,12 +66,7 @@ class IsolationTest : public ::testing::Test {
   }
 
   std::unique_ptr<sdk::Client> Connect(const std::string& tenant, const std::string& token) {
-    sdk::ClientOptions options;
-    options.server = appliance_->address();
-    options.tenant_id = tenant;
-    options.token = token;
-    options.policy_path = appliance_->data_dir() + "/dev-policy.yaml";
-    options.identity = std::make_shared<const sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
+    sdk::ClientOptions options = appliance_->TenantOptions(tenant, token);
     options.max_attempts = 1;
     auto client = sdk::Client::Connect(options);
     EXPECT_TRUE(client.ok()) << tenant << ": " << client.status();

@@ -1,17 +1,16 @@
 #include "tests/resources/process_memory.h"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tests/support/process.h"
 
 namespace cloister::testing {
 namespace {
@@ -26,24 +25,6 @@ bool ParseKilobytesLine(const std::string& line, absl::string_view name, uint64_
   uint64_t kilobytes = 0;
   if (!absl::SimpleAtoi(value.substr(0, value.size() - 3), &kilobytes)) return false;
   size = kilobytes * 1024;
-  return true;
-}
-
-// The parent pid and command name from /proc/PID/stat ("pid (comm) state ppid ..."; comm may
-// hold spaces and parentheses, so it ends at the last ')').
-bool ReadStat(pid_t pid, pid_t& parent, std::string& name) {
-  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  size_t open = stat.find('(');
-  size_t close = stat.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open) return false;
-  name = stat.substr(open + 1, close - open - 1);
-  std::istringstream rest(stat.substr(close + 1));
-  std::string state;
-  long long ppid = 0;
-  if (!(rest >> state >> ppid)) return false;
-  if (state == "Z" || state == "X") return false;  // exited, not yet reaped
-  parent = static_cast<pid_t>(ppid);
   return true;
 }
 
@@ -62,32 +43,6 @@ absl::StatusOr<ProcessMemory> ReadProcessMemory(pid_t pid) {
     return absl::InternalError(absl::StrCat("/proc/", pid, "/status has no VmRSS or VmHWM"));
   }
   return memory;
-}
-
-std::vector<pid_t> ChildProcesses(pid_t parent, absl::string_view name_prefix) {
-  std::vector<pid_t> children;
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return children;
-  while (const dirent* entry = ::readdir(proc)) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(entry->d_name, &pid) || pid <= 0) continue;
-    pid_t its_parent = 0;
-    std::string name;
-    if (!ReadStat(pid, its_parent, name)) continue;
-    if (its_parent == parent && absl::StartsWith(name, name_prefix)) children.push_back(pid);
-  }
-  ::closedir(proc);
-  std::sort(children.begin(), children.end());
-  return children;
-}
-
-pid_t ChildCloisterd() {
-  std::vector<pid_t> found = ChildProcesses(::getpid(), "cloisterd");
-  return found.size() == 1 ? found[0] : -1;
-}
-
-std::vector<pid_t> EnclaveWorkers(pid_t cloisterd) {
-  return ChildProcesses(cloisterd, "cloister-enclav");  // "cloister-enclave" cut to 15
 }
 
 std::string Mebibytes(uint64_t size) {

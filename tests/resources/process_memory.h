@@ -44,14 +44,6 @@ struct ProcessMemory {
 // NotFound when the process is gone, Internal when its status lacks the fields.
 absl::StatusOr<ProcessMemory> ReadProcessMemory(pid_t pid);
 
-// The live children of `parent` whose command name (/proc/PID/comm, which the kernel cuts to
-// 15 characters) starts with `name_prefix`, in ascending pid order.
-std::vector<pid_t> ChildProcesses(pid_t parent, absl::string_view name_prefix);
-
-// cloisterd as a child of this (test) process, or -1 when there is none or more than one.
-pid_t ChildCloisterd();
-// cloisterd's enclave worker processes.
-std::vector<pid_t> EnclaveWorkers(pid_t cloisterd);
 
 // "123.4 MiB".
 std::string Mebibytes(uint64_t size);

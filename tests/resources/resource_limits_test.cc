@@ -123,8 +123,7 @@ class ResourceLimitsTest : public ::testing::Test {
                                                       std::vector<std::string>{"--config", config});
     absl::Status started = appliance_->Start();
     ASSERT_TRUE(started.ok()) << started;
-    cloisterd_ = testing::ChildCloisterd();
-    ASSERT_GT(cloisterd_, 0) << "cannot find cloisterd among this test's children";
+    cloisterd_ = appliance_->pid();
     ASSERT_EQ(testing::EnclaveWorkers(cloisterd_).size(), 1u);
     acme_ = Connect("acme", kAcmeToken);
     globex_ = Connect("globex", kGlobexToken);
@@ -144,12 +143,7 @@ class ResourceLimitsTest : public ::testing::Test {
   // max_attempts 1: every refusal is counted, none retried away.
   std::unique_ptr<sdk::Client> Connect(const std::string& tenant, const std::string& token,
                                        int max_attempts = 1) {
-    sdk::ClientOptions options;
-    options.server = appliance_->address();
-    options.tenant_id = tenant;
-    options.token = token;
-    options.policy_path = appliance_->data_dir() + "/dev-policy.yaml";
-    options.identity = std::make_shared<const sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
+    sdk::ClientOptions options = appliance_->TenantOptions(tenant, token);
     options.max_attempts = max_attempts;
     auto client = sdk::Client::Connect(options);
     EXPECT_TRUE(client.ok()) << tenant << ": " << client.status();
@@ -502,6 +496,26 @@ class UploadMidDeathTest : public ResourceLimitsTest, public ::testing::WithPara
   // The upload waits for the restart in its progress callback; the idle timeout must not end
   // it first.
   UploadMidDeathTest() { upload_idle_seconds_ = 120; }
+
+  // Waits (up to a minute) until the supervisor has brought up the restarted worker.
+  void WaitForRestart() {
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (CountLogLines({"\"enclave_worker_ready\""}) < 2 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
+  // An upload progress callback that SIGKILLs `victim` at the first progress report (after the
+  // first 1 MiB message) and sets `killed`; with the test's parameter true it then waits for
+  // the restart before the upload goes on.
+  sdk::UploadProgress KillOnFirstProgress(pid_t victim, bool& killed) {
+    return [this, victim, &killed](uint64_t, uint64_t) {
+      if (killed) return;
+      killed = true;
+      ASSERT_EQ(::kill(victim, SIGKILL), 0);
+      if (GetParam()) WaitForRestart();
+    };
+  }
 };
 
 // acme uploads the 11 MB recognition model; after its first 1 MiB message the enclave worker
@@ -511,22 +525,11 @@ class UploadMidDeathTest : public ResourceLimitsTest, public ::testing::WithPara
 // upload again succeeds and infers correctly. (Before the fix in the upload path, waiting for
 // the restart gave FAILED_PRECONDITION "re-attest" instead.)
 TEST_P(UploadMidDeathTest, KilledWorkerGivesOneUnavailableAndNoPartialModel) {
-  const bool wait_for_restart = GetParam();
   std::vector<pid_t> workers = testing::EnclaveWorkers(cloisterd_);
   ASSERT_EQ(workers.size(), 1u);
   const pid_t victim = workers[0];
   bool killed = false;
-  auto kill_once = [&](uint64_t, uint64_t) {
-    if (killed) return;
-    killed = true;
-    ASSERT_EQ(::kill(victim, SIGKILL), 0);
-    if (!wait_for_restart) return;
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (CountLogLines({"\"enclave_worker_ready\""}) < 2 && absl::Now() < give_up) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  };
-  auto uploaded = acme_->UploadModel(kRecModel, "acme-rec", kill_once);
+  auto uploaded = acme_->UploadModel(kRecModel, "acme-rec", KillOnFirstProgress(victim, killed));
   ASSERT_TRUE(killed);
   ASSERT_FALSE(uploaded.ok());
   EXPECT_EQ(uploaded.status().code(), absl::StatusCode::kUnavailable) << uploaded.status();
@@ -537,10 +540,7 @@ TEST_P(UploadMidDeathTest, KilledWorkerGivesOneUnavailableAndNoPartialModel) {
   EXPECT_EQ(CountLogLines({"\"rpc_refused\"", "\"UploadModel\"", "\"acme\""}), 1);
 
   // Wait for the new worker (the SDK's next call attests it again).
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (CountLogLines({"\"enclave_worker_ready\""}) < 2 && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  WaitForRestart();
   std::vector<pid_t> restarted = testing::EnclaveWorkers(cloisterd_);
   ASSERT_EQ(restarted.size(), 1u);
   EXPECT_NE(restarted[0], victim);
@@ -562,22 +562,11 @@ TEST_P(UploadMidDeathTest, KilledWorkerGivesOneUnavailableAndNoPartialModel) {
 // The same kill with the SDK's retries on: cloisterd says nothing was stored, so the SDK
 // attests the new worker and uploads again; the caller sees one success and exactly one model.
 TEST_P(UploadMidDeathTest, SdkUploadsAgainWhenNothingWasStored) {
-  const bool wait_for_restart = GetParam();
   std::unique_ptr<sdk::Client> acme = Connect("acme", kAcmeToken, /*max_attempts=*/3);
   ASSERT_NE(acme, nullptr);
   const pid_t victim = testing::EnclaveWorkers(cloisterd_).at(0);
   bool killed = false;
-  auto kill_once = [&](uint64_t, uint64_t) {
-    if (killed) return;
-    killed = true;
-    ASSERT_EQ(::kill(victim, SIGKILL), 0);
-    if (!wait_for_restart) return;
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (CountLogLines({"\"enclave_worker_ready\""}) < 2 && absl::Now() < give_up) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  };
-  auto uploaded = acme->UploadModel(kRecModel, "acme-rec", kill_once);
+  auto uploaded = acme->UploadModel(kRecModel, "acme-rec", KillOnFirstProgress(victim, killed));
   ASSERT_TRUE(killed);
   ASSERT_TRUE(uploaded.ok()) << uploaded.status();
   EXPECT_EQ(CountLogLines({"\"rpc_refused\"", "\"UploadModel\"", "\"acme\""}), 1);

@@ -2,12 +2,11 @@
 
 #include <signal.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
+#include <memory>
 #include <string_view>
 #include <vector>
+
+#include "sdk/identity.h"
 
 namespace cloister::testing {
 
@@ -48,24 +47,18 @@ absl::Status Appliance::Start() {
 int Appliance::Stop() { return process_ ? process_->Stop(SIGTERM) : 0; }
 
 std::vector<pid_t> Appliance::WorkerPids() const {
-  std::vector<pid_t> children;
-  if (pid() <= 0) return children;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
-    const std::string name = entry.path().filename();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    // /proc/PID/stat: "PID (COMM) STATE PPID ..."; COMM may hold spaces and parentheses.
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 1));
-    char state = 0;
-    pid_t parent = 0;
-    if (rest >> state >> parent && parent == pid()) children.push_back(std::stoi(name));
-  }
-  return children;
+  return pid() > 0 ? EnclaveWorkers(pid()) : std::vector<pid_t>();
+}
+
+sdk::ClientOptions Appliance::TenantOptions(const std::string& tenant,
+                                            const std::string& token) const {
+  sdk::ClientOptions options;
+  options.server = address_;
+  options.tenant_id = tenant;
+  options.token = token;
+  options.policy_path = data_dir_ + "/dev-policy.yaml";
+  options.identity = std::make_shared<const sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
+  return options;
 }
 
 std::string Appliance::Logs() const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "sdk/client.h"
 #include "tests/support/process.h"
 
 namespace cloister::testing {
@@ -39,8 +40,11 @@ class Appliance {
   const std::string& operator_address() const { return operator_address_; }
   const std::string& metrics_address() const { return metrics_address_; }
   std::string Logs() const;
-  // cloisterd's pid (after Start; -1 before) and the pids of its children, the enclave
-  // workers (read from /proc; empty when none is running).
+  // SDK options for `tenant` with `token` against this appliance (after Start): its address,
+  // its development policy and a fresh identity key; callers set the rest (max_attempts, ...).
+  sdk::ClientOptions TenantOptions(const std::string& tenant, const std::string& token) const;
+  // cloisterd's pid (after Start; -1 before) and the pids of its live enclave workers (read
+  // from /proc; empty when none is running).
   pid_t pid() const { return process_ ? process_->pid() : -1; }
   std::vector<pid_t> WorkerPids() const;
 

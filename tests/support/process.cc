@@ -6,8 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -64,7 +67,46 @@ int WaitFor(pid_t pid, absl::Duration timeout) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// The parent pid and command name from /proc/PID/stat ("pid (comm) state ppid ..."; comm may
+// hold spaces and parentheses, so it ends at the last ')'). False for a process that is gone
+// or exited and not yet reaped.
+bool ReadStat(pid_t pid, pid_t& parent, std::string& name) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  size_t open = stat.find('(');
+  size_t close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  name = stat.substr(open + 1, close - open - 1);
+  std::istringstream rest(stat.substr(close + 1));
+  std::string state;
+  long long ppid = 0;
+  if (!(rest >> state >> ppid)) return false;
+  if (state == "Z" || state == "X") return false;
+  parent = static_cast<pid_t>(ppid);
+  return true;
+}
+
 }  // namespace
+
+std::vector<pid_t> ChildProcesses(pid_t parent, const std::string& name_prefix) {
+  std::vector<pid_t> children;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    pid_t its_parent = 0;
+    std::string command;
+    if (!ReadStat(pid, its_parent, command)) continue;
+    if (its_parent == parent && command.rfind(name_prefix, 0) == 0) children.push_back(pid);
+  }
+  std::sort(children.begin(), children.end());
+  return children;
+}
+
+std::vector<pid_t> EnclaveWorkers(pid_t cloisterd) {
+  return ChildProcesses(cloisterd, "cloister-enclav");  // "cloister-enclave" cut to 15
+}
 
 std::string ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

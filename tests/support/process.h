@@ -50,6 +50,12 @@ class Process {
   bool exited_ = false;
 };
 
+// The live children of `parent` whose command name (/proc/PID/comm, which the kernel cuts to
+// 15 characters) starts with `name_prefix`, in ascending pid order.
+std::vector<pid_t> ChildProcesses(pid_t parent, const std::string& name_prefix);
+// cloisterd's enclave worker processes (its live cloister-enclave children).
+std::vector<pid_t> EnclaveWorkers(pid_t cloisterd);
+
 std::string MakeTempDir(const std::string& prefix);
 std::string ReadWholeFile(const std::string& path);
 
