@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/secret_bytes.h"
 #include "base/status.h"
 
 namespace cloister::crypto {
@@ -113,6 +114,25 @@ absl::StatusOr<std::pair<uint64_t, Bytes>> ChannelSender::Seal(const MessageHead
   return std::make_pair(sequence, std::move(ciphertext));
 }
 
+absl::StatusOr<uint64_t> ChannelSender::SealInPlace(const MessageHeader& header,
+                                                    std::span<uint8_t> message) {
+  if (message.size() < kAeadTagSize) {
+    return absl::InvalidArgumentError(absl::StrCat("in-place seal needs room for the ",
+                                                   kAeadTagSize, "-byte tag"));
+  }
+  if (next_sequence_ >= kSequenceLimit) {
+    return absl::ResourceExhaustedError(
+        "session channel sequence numbers are used up: open a new session");
+  }
+  const uint64_t sequence = next_sequence_;
+  const ByteSpan plaintext(message.data(), message.size() - kAeadTagSize);
+  RETURN_IF_ERROR(aead_->SealInto(SequenceNonce(nonce_base_.span(), sequence),
+                                  MessageAad(session_id_, direction_, sequence, header),
+                                  plaintext, message));
+  ++next_sequence_;
+  return sequence;
+}
+
 ChannelReceiver::ChannelReceiver(ByteSpan session_id, Direction direction, ByteSpan key,
                                  ByteSpan nonce_base)
     : session_id_(session_id.begin(), session_id.end()),
@@ -152,6 +172,28 @@ absl::StatusOr<Bytes> ChannelReceiver::Open(uint64_t sequence, const MessageHead
   ASSIGN_OR_RETURN(Bytes plaintext, Peek(sequence, header, ciphertext));
   MarkReceived(sequence);
   return plaintext;
+}
+
+absl::StatusOr<size_t> ChannelReceiver::OpenInPlace(uint64_t sequence,
+                                                    const MessageHeader& header,
+                                                    std::span<uint8_t> message) {
+  absl::Status checked = CheckSequence(sequence);
+  if (checked.ok() && message.size() < kAeadTagSize) {
+    checked = absl::InvalidArgumentError(absl::StrCat("sealed message of ", message.size(),
+                                                      " bytes is shorter than the ",
+                                                      kAeadTagSize, "-byte tag"));
+  }
+  if (!checked.ok()) {
+    SecureWipe(message.data(), message.size());
+    return checked;
+  }
+  const size_t size = message.size() - kAeadTagSize;
+  RETURN_IF_ERROR(aead_->OpenInto(SequenceNonce(nonce_base_.span(), sequence),
+                                  MessageAad(session_id_, direction_, sequence, header),
+                                  ByteSpan(message.data(), message.size()),
+                                  message.first(size)));
+  MarkReceived(sequence);
+  return size;
 }
 
 void ChannelReceiver::MarkReceived(uint64_t sequence) {

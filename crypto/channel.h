@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -78,6 +79,12 @@ class ChannelSender {
   // Returns the ciphertext and the sequence number used. ResourceExhausted once the
   // sequence space (2^63) is used up.
   absl::StatusOr<std::pair<uint64_t, Bytes>> Seal(const MessageHeader& header, ByteSpan plaintext);
+  // Seals in place, with no allocation and no second copy of the plaintext: `message` holds the
+  // plaintext in its first message.size() - kAeadTagSize bytes and room for the tag after it;
+  // on return it holds ciphertext || tag, the same bytes Seal returns. Returns the sequence
+  // number used. InvalidArgument when `message` is shorter than a tag (nothing is sealed and
+  // no sequence number is used).
+  absl::StatusOr<uint64_t> SealInPlace(const MessageHeader& header, std::span<uint8_t> message);
   uint64_t next_sequence() const { return next_sequence_; }
   void SetNextSequenceForTest(uint64_t sequence) { next_sequence_ = sequence; }
 
@@ -100,6 +107,12 @@ class ChannelReceiver {
   // records the sequence number as received. Errors: PermissionDenied for a replay,
   // InvalidArgument for a sequence number >= 2^63, DataLoss when authentication fails.
   absl::StatusOr<Bytes> Open(uint64_t sequence, const MessageHeader& header, ByteSpan ciphertext);
+  // Opens in place: on success the first message.size() - kAeadTagSize bytes of `message` hold
+  // the plaintext (the caller wipes them when done) and that size is returned. The same checks,
+  // errors and replay bookkeeping as Open; on any failure `message` is wiped and no state
+  // changes.
+  absl::StatusOr<size_t> OpenInPlace(uint64_t sequence, const MessageHeader& header,
+                                     std::span<uint8_t> message);
   // Opens without consuming the sequence number (used to check before queueing): the same
   // checks and result as Open, but no state changes, so a later Open still accepts it.
   absl::StatusOr<Bytes> Peek(uint64_t sequence, const MessageHeader& header,

@@ -1,5 +1,6 @@
 #include "crypto/channel.h"
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -106,6 +107,74 @@ TEST(Channel, RoundTripBothDirections) {
   absl::StatusOr<std::pair<uint64_t, Bytes>> b = client_out.Seal(kInferHeader, ToBytes("x"));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(a->second, b->second);
+}
+
+TEST(Channel, InPlaceSealAndOpenMatchTheCopyingOnes) {
+  Session session = MakeSession();
+  ChannelSender in_place = ClientSender(session.client);
+  ChannelSender copying = ClientSender(session.client);
+  ChannelReceiver receiver = EnclaveReceiver(session.enclave);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4096}, size_t{1} << 20}) {
+    const Bytes plaintext = RandomBytes(size);
+    Bytes message = plaintext;
+    message.resize(size + kAeadTagSize, 0xAB);  // room for the tag
+    absl::StatusOr<uint64_t> sequence = in_place.SealInPlace(kInferHeader, message);
+    ASSERT_TRUE(sequence.ok()) << sequence.status();
+    absl::StatusOr<std::pair<uint64_t, Bytes>> sealed = copying.Seal(kInferHeader, plaintext);
+    ASSERT_TRUE(sealed.ok());
+    EXPECT_EQ(*sequence, sealed->first);
+    EXPECT_EQ(message, sealed->second) << "size " << size;  // the same bytes on the wire
+
+    absl::StatusOr<size_t> opened = receiver.OpenInPlace(*sequence, kInferHeader, message);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    ASSERT_EQ(*opened, size);
+    EXPECT_TRUE(std::equal(plaintext.begin(), plaintext.end(), message.begin()));
+    EXPECT_EQ(receiver.highest_sequence(), *sequence);
+  }
+}
+
+TEST(Channel, InPlaceRefusalsWipeAndChangeNothing) {
+  Session session = MakeSession();
+  ChannelSender sender = ClientSender(session.client);
+  ChannelReceiver receiver = EnclaveReceiver(session.enclave);
+  // Too short to hold a tag: refused before any sequence number is used.
+  Bytes tiny(kAeadTagSize - 1, 1);
+  absl::StatusOr<uint64_t> refused = sender.SealInPlace(kInferHeader, tiny);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sender.next_sequence(), 0u);
+
+  Bytes message = ToBytes("secret payload");
+  message.resize(message.size() + kAeadTagSize);
+  absl::StatusOr<uint64_t> sequence = sender.SealInPlace(kInferHeader, message);
+  ASSERT_TRUE(sequence.ok());
+  const Bytes sealed = message;
+
+  // A flipped bit: DataLoss, the buffer wiped, and the genuine message still opens after.
+  Bytes tampered = sealed;
+  tampered[3] ^= 1;
+  absl::StatusOr<size_t> bad = receiver.OpenInPlace(*sequence, kInferHeader, tampered);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(std::all_of(tampered.begin(), tampered.end() - kAeadTagSize,
+                          [](uint8_t b) { return b == 0; }));
+  // The wrong header: refused the same way.
+  Bytes other = sealed;
+  const MessageHeader list{MessageKind::kListModels, "req-1", "model-a"};
+  EXPECT_EQ(receiver.OpenInPlace(*sequence, list, other).status().code(),
+            absl::StatusCode::kDataLoss);
+  // Shorter than a tag.
+  Bytes short_message(kAeadTagSize - 1, 7);
+  EXPECT_EQ(receiver.OpenInPlace(*sequence, kInferHeader, short_message).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  Bytes genuine = sealed;
+  absl::StatusOr<size_t> opened = receiver.OpenInPlace(*sequence, kInferHeader, genuine);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(Bytes(genuine.begin(), genuine.begin() + *opened), ToBytes("secret payload"));
+  // A replay of it is refused and wiped.
+  Bytes replay = sealed;
+  absl::StatusOr<size_t> replayed = receiver.OpenInPlace(*sequence, kInferHeader, replay);
+  EXPECT_EQ(replayed.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(std::all_of(replay.begin(), replay.end(), [](uint8_t b) { return b == 0; }));
 }
 
 TEST(Channel, TamperedMessagesAreRefusedAndChangeNothing) {

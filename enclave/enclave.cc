@@ -152,7 +152,7 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   return enclave;
 }
 
-EnclaveToHost Enclave::Handle(const HostToEnclave& call) {
+EnclaveToHost Enclave::Handle(HostToEnclave call) {
   EnclaveToHost reply;
   reply.set_call_id(call.call_id());
   absl::Status status;
@@ -195,7 +195,7 @@ EnclaveToHost Enclave::Handle(const HostToEnclave& call) {
       break;
     }
     case HostToEnclave::kInferBatch: {
-      auto r = InferBatch(call.infer_batch());
+      auto r = InferBatch(*call.mutable_infer_batch());
       if (r.ok()) *reply.mutable_infer_batch() = std::move(*r);
       status = r.status();
       break;
@@ -372,7 +372,7 @@ absl::StatusOr<boundary::v1::SealedCallResult> Enclave::DeleteModel(
 }
 
 absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
-    const boundary::v1::InferBatchCall& call) {
+    boundary::v1::InferBatchCall& call) {
   if (call.items_size() == 0) return absl::InvalidArgumentError("empty inference batch");
   if (static_cast<size_t>(call.items_size()) > kMaxBatchItems) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", call.items_size(),
@@ -403,8 +403,9 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
   std::shared_ptr<const StoredModel> model;
 
   for (size_t i = 0; i < count; ++i) {
-    const auto& item = call.items(i);
-    auto opened = sessions_->OpenItem(item, crypto::MessageKind::kInfer, call.tenant_id());
+    auto& item = *call.mutable_items(i);
+    // Opened in place in the item's ciphertext field, which is wiped below once parsed.
+    auto opened = sessions_->OpenItemInPlace(item, crypto::MessageKind::kInfer, call.tenant_id());
     if (!opened.ok()) {
       // Not sealed: the session or message did not authenticate, so there is no key to
       // answer under. The host relays this status.
@@ -420,6 +421,7 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
       outcome[i] = found.status();
     } else if (!payloads[i].ParseFromArray(opened->plaintext.data(),
                                            static_cast<int>(opened->plaintext.size()))) {
+      // (A partly parsed payload is wiped with the others on the way out.)
       outcome[i] = absl::InvalidArgumentError("malformed inference request");
     } else {
       model = *found;
@@ -434,7 +436,7 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
       requests[i].requested_outputs.assign(payloads[i].outputs().begin(),
                                            payloads[i].outputs().end());
     }
-    SecureWipe(opened->plaintext.data(), opened->plaintext.size());
+    proto::WipeString(*item.mutable_ciphertext());
   }
 
   // Every valid request crosses to the executor in one transfer and runs (together when their

@@ -77,7 +77,9 @@ class Enclave {
   // simulated GPU with a hardware TEE or an NVIDIA GPU with the simulated TEE.
   static absl::StatusOr<std::unique_ptr<Enclave>> Create(EnclaveOptions options);
 
-  boundary::v1::EnclaveToHost Handle(const boundary::v1::HostToEnclave& call);
+  // Takes the call by value: inference requests are opened in place in their ciphertext
+  // fields, so a caller that is done with the call moves it in.
+  boundary::v1::EnclaveToHost Handle(boundary::v1::HostToEnclave call);
 
   // The batches' transfer path (for its statistics) and the enclave's public signing key (the
   // one in its evidence bundle, which verifies its usage receipts).
@@ -92,7 +94,7 @@ class Enclave {
   absl::StatusOr<boundary::v1::LoadModelResult> LoadModel(const boundary::v1::LoadModelCall&);
   absl::StatusOr<boundary::v1::SealedCallResult> ListModels(const boundary::v1::SealedCallMessage&);
   absl::StatusOr<boundary::v1::SealedCallResult> DeleteModel(const boundary::v1::SealedCallMessage&);
-  absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(const boundary::v1::InferBatchCall&);
+  absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(boundary::v1::InferBatchCall&);
   // Signs the head of the host's audit log (a 32-byte digest and its sequence number) with the
   // evidence signing key; InvalidArgument for a digest of another size or sequence 0.
   absl::StatusOr<boundary::v1::SignAuditCheckpointResult> SignAuditCheckpoint(

@@ -14,6 +14,7 @@
 #include "attest/collectors/hardware_collector.h"
 #include "attest/measurement.h"
 #include "base/log.h"
+#include "base/malloc_tuning.h"
 #include "enclave/boundary/boundary_server.h"
 #include "enclave/enclave.h"
 #ifdef CLOISTER_WITH_CUDA_EXECUTOR
@@ -77,6 +78,7 @@ bool ParseGpu(const std::string& text, cloister::enclave::GpuMode* gpu) {
 int main(int argc, char** argv) {
   using namespace cloister;
   SetLogComponent("enclave");
+  KeepFreedBuffersForReuse();
   int fd = -1;
   int threads = 2;
   enclave::EnclaveOptions options;
@@ -231,7 +233,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::Status status = enclave::ServeBoundary(
-      fd, [&](const boundary::v1::HostToEnclave& call) { return (*worker)->Handle(call); },
+      fd, [&](boundary::v1::HostToEnclave call) { return (*worker)->Handle(std::move(call)); },
       threads);
   if (!status.ok()) {
     Log(LogLevel::kError, "boundary_failed", {{"reason", std::string(status.message())}});

@@ -549,16 +549,20 @@ std::string Client::current_server() const {
 namespace {
 
 // Opens a sealed reply to `header` and unpacks its ReplyEnvelope into `reply`.
+// The reply is opened in place, in its own ciphertext field.
 absl::Status OpenReply(crypto::ChannelReceiver& receiver, const crypto::MessageHeader& header,
-                       const api::SealedReply& sealed, google::protobuf::Message& reply) {
-  auto plaintext = receiver.Open(sealed.sequence(), header, SpanOf(sealed.ciphertext()));
-  if (!plaintext.ok()) {
+                       api::SealedReply& sealed, google::protobuf::Message& reply) {
+  std::string& buffer = *sealed.mutable_ciphertext();
+  auto* data = reinterpret_cast<uint8_t*>(buffer.data());
+  auto size = receiver.OpenInPlace(sealed.sequence(), header,
+                                   std::span<uint8_t>(data, buffer.size()));
+  if (!size.ok()) {
     return absl::DataLossError(absl::StrCat("cannot open the enclave's reply to request ",
-                                            header.request_id, ": ", plaintext.status().message()));
+                                            header.request_id, ": ", size.status().message()));
   }
   api::ReplyEnvelope envelope;
-  bool parsed = envelope.ParseFromArray(plaintext->data(), static_cast<int>(plaintext->size()));
-  SecureWipe(plaintext->data(), plaintext->size());
+  bool parsed = envelope.ParseFromArray(data, static_cast<int>(*size));
+  WipeString(buffer);
   if (!parsed) return absl::DataLossError("the enclave's reply is not a ReplyEnvelope");
   if (envelope.code() != 0) {
     int code = envelope.code();
@@ -648,15 +652,26 @@ absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::st
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, CurrentSession());
   used = session;
   crypto::MessageHeader header{kind, NewRequestId(), model_handle};
-  std::string plaintext = request.SerializeAsString();
   api::SealedCall call;
   {
+    // The request is serialized straight into the call's ciphertext field and sealed there in
+    // place: no second copy of the plaintext to allocate, fill and wipe.
+    const size_t size = request.ByteSizeLong();
+    if (size > static_cast<size_t>(INT32_MAX) - crypto::kAeadTagSize) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request of ", size, " bytes is over the 2 GiB a message can carry"));
+    }
+    std::string& buffer = *call.mutable_ciphertext();
+    buffer.resize(size + crypto::kAeadTagSize);
+    auto* data = reinterpret_cast<uint8_t*>(buffer.data());
+    request.SerializeWithCachedSizesToArray(data);
     absl::MutexLock lock(&session->mu);
-    auto sealed = session->sender->Seal(header, SpanOf(plaintext));
-    WipeString(plaintext);
-    if (!sealed.ok()) return sealed.status();
-    call.set_sequence(sealed->first);
-    call.set_ciphertext(StringOf(sealed->second));
+    auto sequence = session->sender->SealInPlace(header, std::span<uint8_t>(data, buffer.size()));
+    if (!sequence.ok()) {
+      WipeString(buffer);
+      return sequence.status();
+    }
+    call.set_sequence(*sequence);
   }
   call.set_session_id(StringOf(session->id));
   call.set_request_id(header.request_id);
@@ -847,7 +862,7 @@ absl::StatusOr<api::ModelInfo> Client::UploadModelOnce(const std::string& path,
   api::LoadModelReply reply;
   {
     absl::MutexLock lock(&session->mu);
-    RETURN_IF_ERROR(OpenReply(*session->receiver, header, response.reply(), reply));
+    RETURN_IF_ERROR(OpenReply(*session->receiver, header, *response.mutable_reply(), reply));
   }
   return std::move(*reply.mutable_model());
 }

@@ -51,7 +51,7 @@ absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
           call = std::move(queue.front());
           queue.pop_front();
         }
-        reply(handler(call));
+        reply(handler(std::move(call)));
         // The handler opened sealed requests and models on this thread's stack.
         ScrubStack(kStackScrubSize);
       }

@@ -15,8 +15,8 @@
 
 namespace cloister::enclave {
 
-using CallHandler =
-    std::function<boundary::v1::EnclaveToHost(const boundary::v1::HostToEnclave&)>;
+// Takes each call by value (the handler may open sealed requests in place in it).
+using CallHandler = std::function<boundary::v1::EnclaveToHost(boundary::v1::HostToEnclave)>;
 
 // Parses one frame from the host. InvalidArgument for bytes that are not a HostToEnclave.
 absl::StatusOr<boundary::v1::HostToEnclave> ParseHostFrame(const std::string& frame);

@@ -25,19 +25,27 @@ Session::Session(crypto::ChannelKeys keys, std::string tenant_id, Bytes identity
 
 absl::StatusOr<Bytes> Session::Open(uint64_t sequence, const crypto::MessageHeader& header,
                                     ByteSpan ciphertext, uint64_t max_messages) {
+  Bytes message(ciphertext.begin(), ciphertext.end());
+  ASSIGN_OR_RETURN(size_t size, OpenInPlace(sequence, header, message, max_messages));
+  message.resize(size);
+  return message;
+}
+
+absl::StatusOr<size_t> Session::OpenInPlace(uint64_t sequence, const crypto::MessageHeader& header,
+                                            std::span<uint8_t> message, uint64_t max_messages) {
   std::lock_guard<std::mutex> lock(mu_);
   if (received_ >= max_messages) {
     return absl::FailedPreconditionError("session message limit reached; open a new session");
   }
-  ASSIGN_OR_RETURN(Bytes plaintext, receiver_.Open(sequence, header, ciphertext));
+  ASSIGN_OR_RETURN(size_t size, receiver_.OpenInPlace(sequence, header, message));
   ++received_;
-  return plaintext;
+  return size;
 }
 
-absl::StatusOr<std::pair<uint64_t, Bytes>> Session::Seal(const crypto::MessageHeader& header,
-                                                         ByteSpan plaintext) {
+absl::StatusOr<uint64_t> Session::SealInPlace(const crypto::MessageHeader& header,
+                                              std::span<uint8_t> message) {
   std::lock_guard<std::mutex> lock(mu_);
-  return sender_.Seal(header, plaintext);
+  return sender_.SealInPlace(header, message);
 }
 
 SessionManager::SessionManager(const EnclaveKeys* keys, Clock* clock, SessionLimits limits)
@@ -103,12 +111,16 @@ absl::StatusOr<boundary::v1::OpenSessionResult> SessionManager::Open(
   welcome.set_expires_at_unix(absl::ToUnixSeconds(expires));
   welcome.set_max_messages(limits_.max_messages);
   crypto::MessageHeader header{crypto::MessageKind::kWelcome, "", ""};
-  ASSIGN_OR_RETURN(auto sealed, session->Seal(header, AsBytes(welcome.SerializeAsString())));
-
   boundary::v1::OpenSessionResult result;
+  std::string& sealed = *result.mutable_sealed_welcome();
+  sealed.resize(welcome.ByteSizeLong() + crypto::kAeadTagSize);
+  welcome.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(sealed.data()));
+  ASSIGN_OR_RETURN(uint64_t sequence,
+                   session->SealInPlace(header, std::span<uint8_t>(
+                                                    reinterpret_cast<uint8_t*>(sealed.data()),
+                                                    sealed.size())));
   result.set_session_id(ToString(session->id()));
-  result.set_sequence(sealed.first);
-  result.set_sealed_welcome(ToString(sealed.second));
+  result.set_sequence(sequence);
   Log(LogLevel::kInfo, "session_opened",
       {{"tenant", tenant_id}, {"session", HexEncode(session->id()).substr(0, 8)}});
   return result;
@@ -124,18 +136,37 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(ByteSpan session_i
   return it->second;
 }
 
-absl::StatusOr<SessionManager::Opened> SessionManager::OpenItem(const SealedItem& item,
-                                                                crypto::MessageKind kind,
-                                                                const std::string& tenant_id) {
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::ItemSession(
+    const SealedItem& item, const std::string& tenant_id) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(AsBytes(item.session_id())));
   if (session->tenant_id() != tenant_id) {
     // The host vouched for another tenant: refuse exactly as an unknown session.
     return absl::NotFoundError("unknown or expired session; open a new session");
   }
+  return session;
+}
+
+absl::StatusOr<SessionManager::Opened> SessionManager::OpenItem(const SealedItem& item,
+                                                                crypto::MessageKind kind,
+                                                                const std::string& tenant_id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, ItemSession(item, tenant_id));
   crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
   ASSIGN_OR_RETURN(Bytes plaintext, session->Open(item.sequence(), header,
                                                   AsBytes(item.ciphertext()), limits_.max_messages));
   return Opened{std::move(session), std::move(plaintext)};
+}
+
+absl::StatusOr<SessionManager::OpenedInPlace> SessionManager::OpenItemInPlace(
+    SealedItem& item, crypto::MessageKind kind, const std::string& tenant_id) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, ItemSession(item, tenant_id));
+  crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
+  std::string& buffer = *item.mutable_ciphertext();
+  auto* data = reinterpret_cast<uint8_t*>(buffer.data());
+  ASSIGN_OR_RETURN(size_t size,
+                   session->OpenInPlace(item.sequence(), header,
+                                        std::span<uint8_t>(data, buffer.size()),
+                                        limits_.max_messages));
+  return OpenedInPlace{std::move(session), ByteSpan(data, size)};
 }
 
 SealedReplyItem SessionManager::SealReply(Session& session, const SealedItem& item,
@@ -144,17 +175,21 @@ SealedReplyItem SessionManager::SealReply(Session& session, const SealedItem& it
   SealedReplyItem reply;
   reply.set_request_id(item.request_id());
   crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
-  std::string serialized = envelope.SerializeAsString();
-  auto sealed = session.Seal(header, AsBytes(serialized));
-  proto::WipeString(serialized);
+  // Serialized straight into the reply's ciphertext field and sealed there in place.
+  std::string& buffer = *reply.mutable_ciphertext();
+  buffer.resize(envelope.ByteSizeLong() + crypto::kAeadTagSize);
+  auto* data = reinterpret_cast<uint8_t*>(buffer.data());
+  envelope.SerializeWithCachedSizesToArray(data);
   proto::WipeMessage(envelope);
-  if (!sealed.ok()) {
-    reply.mutable_status()->set_code(static_cast<int>(sealed.status().code()));
-    reply.mutable_status()->set_message(std::string(sealed.status().message()));
+  auto sequence = session.SealInPlace(header, std::span<uint8_t>(data, buffer.size()));
+  if (!sequence.ok()) {
+    proto::WipeString(buffer);
+    reply.clear_ciphertext();
+    reply.mutable_status()->set_code(static_cast<int>(sequence.status().code()));
+    reply.mutable_status()->set_message(std::string(sequence.status().message()));
     return reply;
   }
-  reply.set_sequence(sealed->first);
-  reply.set_ciphertext(ToString(sealed->second));
+  reply.set_sequence(*sequence);
   return reply;
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -43,9 +44,14 @@ class Session {
   // that fails authentication changes nothing.
   absl::StatusOr<Bytes> Open(uint64_t sequence, const crypto::MessageHeader& header,
                              ByteSpan ciphertext, uint64_t max_messages);
-  // Seals an enclave-to-client message; returns (sequence, ciphertext).
-  absl::StatusOr<std::pair<uint64_t, Bytes>> Seal(const crypto::MessageHeader& header,
-                                                  ByteSpan plaintext);
+  // The same, in place (crypto::ChannelReceiver::OpenInPlace): returns the plaintext's size at
+  // the start of `message`; on failure `message` is wiped.
+  absl::StatusOr<size_t> OpenInPlace(uint64_t sequence, const crypto::MessageHeader& header,
+                                     std::span<uint8_t> message, uint64_t max_messages);
+  // Seals an enclave-to-client message in place (crypto::ChannelSender::SealInPlace); returns
+  // the sequence number.
+  absl::StatusOr<uint64_t> SealInPlace(const crypto::MessageHeader& header,
+                                       std::span<uint8_t> message);
 
  private:
   const Bytes id_;
@@ -88,6 +94,16 @@ class SessionManager {
   // tenant, and the message must authenticate and not be a replay.
   absl::StatusOr<Opened> OpenItem(const boundary::v1::SealedItem& item, crypto::MessageKind kind,
                                   const std::string& tenant_id);
+  // The same, opened in place in the item's ciphertext field, for large requests: `plaintext`
+  // views the start of that field, which the caller wipes (proto::WipeString) when done. On
+  // failure the field is wiped when it was opened at all.
+  struct OpenedInPlace {
+    std::shared_ptr<Session> session;
+    ByteSpan plaintext;
+  };
+  absl::StatusOr<OpenedInPlace> OpenItemInPlace(boundary::v1::SealedItem& item,
+                                                crypto::MessageKind kind,
+                                                const std::string& tenant_id);
 
   // Seals a ReplyEnvelope for `item` (same request id and model handle, kind of the call).
   // Takes the envelope and wipes it, and its serialized copy, once sealed: the reply's
@@ -100,6 +116,10 @@ class SessionManager {
 
  private:
   void DropExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The item's session when it belongs to `tenant_id`; NotFound (as for an unknown session)
+  // otherwise.
+  absl::StatusOr<std::shared_ptr<Session>> ItemSession(const boundary::v1::SealedItem& item,
+                                                       const std::string& tenant_id);
 
   const EnclaveKeys* keys_;
   Clock* clock_;
