@@ -1,8 +1,12 @@
+#include <sys/resource.h>
+
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "base/bytes.h"
 #include "base/log.h"
+#include "base/malloc_tuning.h"
 #include "base/secret_bytes.h"
 #include "gtest/gtest.h"
 
@@ -60,6 +64,44 @@ TEST(LogTest, LinesHaveTheFixedFieldsOnceAndInOrder) {
   EXPECT_NE(line.find("\"field_event\":\"forged\""), std::string::npos) << line;
   EXPECT_NE(line.find("\"field_level\":\"debug\""), std::string::npos) << line;
   EXPECT_EQ(line.back(), '\n');
+}
+
+// Minor page faults this process has taken so far.
+long MinorFaults() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Allocates, touches and frees `size` bytes twice; returns the page faults of the second round.
+long FaultsOfASecondBuffer(size_t size) {
+  auto touch = [size] {
+    auto* buffer = static_cast<volatile char*>(std::malloc(size));
+    for (size_t i = 0; i < size; i += 4096) buffer[i] = 1;
+    std::free(const_cast<char*>(buffer));
+  };
+  touch();
+  const long before = MinorFaults();
+  touch();
+  return MinorFaults() - before;
+}
+
+TEST(MallocTuningTest, FreedRequestSizedBuffersAreReusedWithoutPageFaults) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator ignores mallopt";
+#endif
+  if (std::getenv("GLIBC_TUNABLES") != nullptr) {
+    EXPECT_FALSE(KeepFreedBuffersForReuse()) << "environment settings must win";
+    GTEST_SKIP() << "GLIBC_TUNABLES is set for this test";
+  }
+  constexpr size_t kSize = size_t{8} << 20;  // 2048 pages
+  // glibc's default maps a buffer this size afresh (or trims it away) each time.
+  const long untuned = FaultsOfASecondBuffer(kSize);
+  ASSERT_TRUE(KeepFreedBuffersForReuse());
+  FaultsOfASecondBuffer(kSize);  // the first buffer from the heap grows it once
+  const long tuned = FaultsOfASecondBuffer(kSize);
+  EXPECT_GT(untuned, 1000) << "the untuned allocator already reused the buffer";
+  EXPECT_LT(tuned, 100) << "freed buffers went back to the kernel";
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include "base/bytes.h"
 #include "base/file.h"
 #include "base/log.h"
+#include "base/malloc_tuning.h"
 #include "base/status.h"
 #include "crypto/hash.h"
 #include "crypto/random.h"
@@ -390,6 +391,7 @@ int Run(const DaemonConfig& config) {
 int main(int argc, char** argv) {
   using namespace cloister::host;
   cloister::SetLogComponent("cloisterd");
+  cloister::KeepFreedBuffersForReuse();
   absl::StatusOr<CommandLine> command_line = ParseCommandLine(argc, argv);
   if (!command_line.ok()) {
     std::fprintf(stderr, "cloisterd: %s (%s)\n",
