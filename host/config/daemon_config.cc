@@ -218,6 +218,19 @@ absl::Status ParseTenantDefaults(const ConfigErrors& errors, const YAML::Node& n
 }
 
 // `section` is the key the map was found under: scheduler, or its older name batching.
+absl::StatusOr<bool> ReadBool(const ConfigErrors& errors, const YAML::Node& node,
+                              absl::string_view field) {
+  if (node.IsScalar()) {
+    const std::string& text = node.Scalar();
+    if (text == "true") return true;
+    if (text == "false") return false;
+  }
+  return errors.At(node, field,
+                   absl::StrCat("expected true or false, got ",
+                                node.IsScalar() ? absl::StrCat("'", node.Scalar(), "'")
+                                                : std::string(TypeName(node))));
+}
+
 absl::Status ParseScheduler(const ConfigErrors& errors, const YAML::Node& node,
                             const std::string& section, SchedulerOptions& options) {
   if (!node.IsMap()) {
@@ -248,6 +261,8 @@ absl::Status ParseScheduler(const ConfigErrors& errors, const YAML::Node& node,
       }
     } else if (key == "max_queue_delay_ms") {
       ASSIGN_OR_RETURN(options.max_queue_delay, ReadMilliseconds(errors, value, field, 0, 10000));
+    } else if (key == "adaptive_queue_delay") {
+      ASSIGN_OR_RETURN(options.adaptive_queue_delay, ReadBool(errors, value, field));
     } else if (key == "max_batches_in_flight") {
       ASSIGN_OR_RETURN(int64_t count, ReadInteger(errors, value, field, 1, 64));
       options.max_batches_in_flight = static_cast<int>(count);
@@ -294,19 +309,6 @@ absl::Status ParseScheduler(const ConfigErrors& errors, const YAML::Node& node,
                                   " is larger than max_batch_size (", options.max_batch_size, ")"));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<bool> ReadBool(const ConfigErrors& errors, const YAML::Node& node,
-                              absl::string_view field) {
-  if (node.IsScalar()) {
-    const std::string& text = node.Scalar();
-    if (text == "true") return true;
-    if (text == "false") return false;
-  }
-  return errors.At(node, field,
-                   absl::StrCat("expected true or false, got ",
-                                node.IsScalar() ? absl::StrCat("'", node.Scalar(), "'")
-                                                : std::string(TypeName(node))));
 }
 
 // A word from a fixed set.

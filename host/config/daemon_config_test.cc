@@ -110,6 +110,7 @@ TEST(DaemonConfigTest, SchedulerAndTenantLimits) {
       "  max_batch_size: 16\n"
       "  preferred_batch_sizes: [4, 8, 16]\n"
       "  max_queue_delay_ms: 1.5\n"
+      "  adaptive_queue_delay: false\n"
       "  max_batches_in_flight: 3\n"
       "  best_effort_max_batch_size: 4\n"
       "  best_effort_max_batch_time_ms: 10\n"
@@ -143,6 +144,7 @@ TEST(DaemonConfigTest, SchedulerAndTenantLimits) {
   EXPECT_EQ(scheduler.max_batch_size, 16);
   EXPECT_EQ(scheduler.preferred_batch_sizes, (std::vector<int>{4, 8, 16}));
   EXPECT_EQ(scheduler.max_queue_delay, absl::Microseconds(1500));
+  EXPECT_FALSE(scheduler.adaptive_queue_delay);
   EXPECT_EQ(scheduler.max_batches_in_flight, 3);
   EXPECT_EQ(scheduler.best_effort_max_batch_size, 4);
   EXPECT_EQ(scheduler.best_effort_max_batch_time, absl::Milliseconds(10));
@@ -190,6 +192,8 @@ TEST(DaemonConfigTest, SchedulerAndLimitErrorsNameLineAndField) {
   EXPECT_EQ(ErrorOf("scheduler:\n  max_batches_in_flight: 2\n  realtime_reserved_slots: 2\n"),
             "test.yaml:2: scheduler: realtime_reserved_slots (2) must be less than "
             "max_batches_in_flight (2)");
+  EXPECT_EQ(ErrorOf("scheduler:\n  adaptive_queue_delay: sometimes\n"),
+            "test.yaml:2: scheduler.adaptive_queue_delay: expected true or false, got 'sometimes'");
   EXPECT_EQ(ErrorOf("scheduler:\n  realtime_arrival_guard_ms: 5000\n"),
             "test.yaml:2: scheduler.realtime_arrival_guard_ms: 5000 is outside 0..1000");
   EXPECT_EQ(ErrorOf("scheduler:\n  workers: 2\n"),

@@ -274,6 +274,7 @@ Scheduler::Ticket Scheduler::Submit(InferRequest request, Done done) {
       tenant.queued_size += request.item.ciphertext().size();
       ++tenant.stats.admitted;
       ++queued_count_;
+      RecordAdmittedLocked(tenant, now);
       if (tenant.limits->priority == PriorityClass::kRealtime) {
         ++realtime_queued_;
         last_realtime_arrival_ = now;
@@ -397,8 +398,39 @@ void Scheduler::ExpireLocked(absl::Time now, std::vector<Answer>& answers) {
 bool Scheduler::IsReadyLocked(const Queue& queue, absl::Time now) const {
   int count = static_cast<int>(queue.requests.size());
   return count >= options_.max_batch_size ||
-         (largest_preferred_ > 0 && count >= largest_preferred_) ||
-         now - queue.requests.front().enqueued >= options_.max_queue_delay;
+         (largest_preferred_ > 0 && count >= largest_preferred_) || now >= FlushTimeLocked(queue);
+}
+
+namespace {
+// Arrivals a tenant needs before adaptive_queue_delay trusts its share of close arrivals, and
+// the weight of each new one in that share (about the last eight count).
+constexpr int kCompanionWarmup = 4;
+constexpr double kCompanionSmoothing = 0.125;
+// Below this share of close arrivals a queue does not wait for company.
+constexpr double kCompanionShare = 0.25;
+}  // namespace
+
+void Scheduler::RecordAdmittedLocked(Tenant& tenant, absl::Time now) {
+  if (tenant.admitted_seen > 0) {
+    const double close = now - tenant.last_admitted < options_.max_queue_delay ? 1.0 : 0.0;
+    if (tenant.admitted_seen == 1) {
+      tenant.close_share = close;  // the first gap seeds the share
+    } else {
+      tenant.close_share += (close - tenant.close_share) * kCompanionSmoothing;
+    }
+  }
+  tenant.last_admitted = now;
+  tenant.admitted_seen = std::min(tenant.admitted_seen + 1, kCompanionWarmup);
+}
+
+absl::Time Scheduler::FlushTimeLocked(const Queue& queue) const {
+  const absl::Time oldest = queue.requests.front().enqueued;
+  const Tenant& tenant = *queue.tenant;
+  if (options_.adaptive_queue_delay && tenant.admitted_seen >= kCompanionWarmup &&
+      tenant.close_share < kCompanionShare) {
+    return oldest;
+  }
+  return oldest + options_.max_queue_delay;
 }
 
 Scheduler::Queue* Scheduler::ReadyQueueLocked(const Tenant& tenant, int worker, absl::Time now,
@@ -616,7 +648,7 @@ absl::Time Scheduler::NextWakeLocked() const {
           has_slot = in_flight_[queue->worker] < slots;
         }
         if (!has_slot) continue;
-        absl::Time ready_at = queue->requests.front().enqueued + options_.max_queue_delay;
+        absl::Time ready_at = FlushTimeLocked(*queue);
         // Held back for a realtime request: look again when the hold ends (or when woken).
         if (tenant->limits->priority != PriorityClass::kRealtime && holdback_until_ > now) {
           ready_at = std::max(ready_at, holdback_until_);

@@ -101,6 +101,12 @@ struct SchedulerOptions {
   int max_batch_size = 8;                                  // 1..1024 requests
   std::vector<int> preferred_batch_sizes;                  // ascending, each 1..max_batch_size
   absl::Duration max_queue_delay = absl::Milliseconds(2);  // 0..10 s
+  // Waiting for a batch to fill only pays when company comes. With this on, a queue is sent at
+  // once, without waiting out max_queue_delay, while its tenant's requests rarely arrive within
+  // max_queue_delay of each other (fewer than one in four, smoothed over the last few): a
+  // closed-loop client that sends its next request after the last answer, or a slow steady
+  // stream, then pays no queue delay at all, while bursts and busy tenants still batch.
+  bool adaptive_queue_delay = true;
   int max_batches_in_flight = 2;                           // per enclave worker, 1..64
   // While realtime requests wait, a batch-class batch holds at most this many requests (and
   // never more than max_batch_size) and at most `best_effort_max_batch_time` of estimated
@@ -257,6 +263,11 @@ class Scheduler {
     int64_t gap_ns = 0;     // smoothed gap between arrivals
     int64_t jitter_ns = 0;  // smoothed distance of a gap from gap_ns
     int arrivals = 0;
+    // Every tenant: the smoothed share of its arrivals that came within max_queue_delay of the
+    // one before (adaptive_queue_delay), and how many it has had, up to kCompanionWarmup.
+    absl::Time last_admitted = absl::InfinitePast();
+    double close_share = 0;
+    int admitted_seen = 0;
   };
   struct Ring {
     std::vector<Tenant*> tenants;
@@ -297,6 +308,11 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the next batch for `worker` by priority and deficit round robin (from the realtime
   // class alone when `realtime_only`); false if none.
+  // Notes any admitted request's arrival for adaptive_queue_delay.
+  void RecordAdmittedLocked(Tenant& tenant, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When `queue` is ready by time alone: its oldest request's arrival plus max_queue_delay, or
+  // that arrival itself when its tenant's requests rarely come in company.
+  absl::Time FlushTimeLocked(const Queue& queue) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool TakeBatchLocked(int worker, absl::Time now, bool realtime_only, Batch& batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes a realtime request's arrival for the tenant's period estimate.

@@ -211,6 +211,65 @@ TEST_F(SchedulerTest, PartialBatchFlushesAfterTheQueueDelay) {
   EXPECT_EQ(RequestIds(enclave_.Pending()[0]), (std::vector<std::string>{"r0", "r1", "r2"}));
 }
 
+TEST_F(SchedulerTest, LoneArrivalsStopWaitingForCompanyAndBurstsBatchAgain) {
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Milliseconds(2), /*max_in_flight=*/8);
+  // A closed-loop client: each request comes 30 ms after the last, so none has company. The
+  // first three wait out the delay (not enough history yet); after that they go at once.
+  int sent = 0;
+  for (; sent < 3; ++sent) {
+    Submit("acme", kModelA, absl::StrCat("r", sent));
+    absl::SleepFor(absl::Milliseconds(20));
+    EXPECT_TRUE(enclave_.Pending().empty()) << "request " << sent << " went without waiting";
+    Advance(absl::Milliseconds(2));
+    ASSERT_TRUE(enclave_.WaitForPending(1));
+    CompleteOldest();
+    Advance(absl::Milliseconds(28));
+  }
+  for (; sent < 12; ++sent) {
+    Submit("acme", kModelA, absl::StrCat("r", sent));
+    ASSERT_TRUE(enclave_.WaitForPending(1)) << "request " << sent << " waited for company";
+    EXPECT_EQ(RequestIds(CompleteOldest()).size(), 1u);
+    Advance(absl::Milliseconds(30));
+  }
+  // Another tenant's history is its own: globex's first request waits.
+  Submit("globex", kModelA, "g0");
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_TRUE(enclave_.Pending().empty()) << "globex inherited acme's history";
+  Advance(absl::Milliseconds(2));
+  CompleteOldest();
+  ASSERT_TRUE(answers_.WaitForTotal(13));
+
+  // acme turns bursty: three requests at a time, 30 ms apart. Its share of close arrivals
+  // climbs back over a quarter, and then a burst waits for its company and goes as one batch.
+  std::vector<size_t> first_batch;
+  int answered = 13;
+  for (int burst = 0; burst < 6; ++burst) {
+    Advance(absl::Milliseconds(30));
+    for (int i = 0; i < 3; ++i) Submit("acme", kModelA, absl::StrCat("b", burst, "-", i));
+    absl::SleepFor(absl::Milliseconds(10));
+    Advance(absl::Milliseconds(2));
+    ASSERT_TRUE(enclave_.WaitForPending(1));
+    first_batch.push_back(RequestIds(CompleteOldest()).size());
+    answered += 3;
+    while (!answers_.WaitForTotal(answered, absl::Milliseconds(200))) CompleteOldest();
+  }
+  EXPECT_EQ(first_batch.front(), 1u) << "the first burst after lone requests did not go at once";
+  EXPECT_EQ(first_batch.back(), 3u) << "bursts never batched again";
+}
+
+TEST_F(SchedulerTest, AdaptiveQueueDelayCanBeTurnedOff) {
+  options_.adaptive_queue_delay = false;
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Milliseconds(2), /*max_in_flight=*/8);
+  for (int sent = 0; sent < 8; ++sent) {
+    Submit("acme", kModelA, absl::StrCat("r", sent));
+    absl::SleepFor(absl::Milliseconds(5));
+    EXPECT_TRUE(enclave_.Pending().empty()) << "request " << sent << " went without waiting";
+    Advance(absl::Milliseconds(2));
+    CompleteOldest();
+    Advance(absl::Milliseconds(28));
+  }
+}
+
 TEST_F(SchedulerTest, ABatchHoldsOneTenantAndOneModel) {
   Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Milliseconds(1), /*max_in_flight=*/8);
   Submit("acme", kModelA, "acme-a-0");
