@@ -50,4 +50,12 @@ void SecureWipe(void* data, size_t size);
 void ScrubStack(size_t size);
 inline constexpr size_t kStackScrubSize = 64 * 1024;
 
+// Zeroes the calling thread's vector registers (x86-64: xmm/ymm/zmm 0-31 and the AVX-512 mask
+// registers, as far as the CPU has them). Copies and wipes leave the last bytes they moved in
+// these registers, and glibc's AVX-512 memcpy works in zmm16-31, which little other code touches
+// and which a core dump or a later context on the same thread would show: a tenant's plaintext
+// can sit there long after its buffers are wiped. Call with ScrubStack when a thread that
+// handled plaintext goes back to waiting. A no-op on other architectures.
+void ScrubVectorRegisters();
+
 }  // namespace cloister

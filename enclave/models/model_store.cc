@@ -92,6 +92,9 @@ absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
     chunk_out.clear();
   };
   constexpr size_t kStep = crypto::kChunkedCipherChunkSize * 64;
+  // Room for a whole step's plaintext up front: a vector that grows frees its old buffer,
+  // plaintext and all, without wiping it.
+  chunk_out.reserve(std::min<size_t>(size, kStep) + crypto::kChunkedCipherChunkSize);
   for (size_t pos = 0; pos < ciphertext.size(); pos += kStep) {
     size_t n = std::min(kStep, ciphertext.size() - pos);
     absl::Status st = decryptor->Update(ciphertext.subspan(pos, n), chunk_out);
