@@ -1,26 +1,40 @@
 #include "proto/frame.h"
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 
 namespace cloister::boundary {
 namespace {
 
-absl::Status WriteAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
-    if (n < 0 && errno == ENOTSOCK) n = ::write(fd, data, size);
+// Writes every byte of `parts` (consumed as it goes); retries partial writes and EINTR.
+absl::Status WriteAll(int fd, iovec* parts, int count) {
+  while (count > 0) {
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = static_cast<size_t>(count);
+    ssize_t n = ::sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (n < 0 && errno == ENOTSOCK) n = ::writev(fd, parts, count);
     if (n < 0) {
       if (errno == EINTR) continue;
       return absl::UnavailableError(absl::StrCat("boundary write failed: ", std::strerror(errno)));
     }
-    data += n;
-    size -= n;
+    size_t written = static_cast<size_t>(n);
+    while (count > 0 && written >= parts->iov_len) {
+      written -= parts->iov_len;
+      ++parts;
+      --count;
+    }
+    if (count > 0) {
+      parts->iov_base = static_cast<char*>(parts->iov_base) + written;
+      parts->iov_len -= written;
+    }
   }
   return absl::OkStatus();
 }
@@ -50,14 +64,12 @@ absl::Status WriteFrame(int fd, const std::string& payload) {
   uint32_t size = static_cast<uint32_t>(payload.size());
   char header[4] = {static_cast<char>(size), static_cast<char>(size >> 8),
                     static_cast<char>(size >> 16), static_cast<char>(size >> 24)};
-  std::string frame;
-  frame.reserve(4 + payload.size());
-  frame.append(header, 4);
-  frame.append(payload);
-  return WriteAll(fd, frame.data(), frame.size());
+  iovec parts[2] = {{header, sizeof(header)},
+                    {const_cast<char*>(payload.data()), payload.size()}};
+  return WriteAll(fd, parts, payload.empty() ? 1 : 2);
 }
 
-absl::StatusOr<std::string> ReadFrame(int fd, uint32_t max_size) {
+absl::StatusOr<absl::string_view> ReadFrameInto(int fd, std::string& buffer, uint32_t max_size) {
   unsigned char header[4];
   auto got = ReadAll(fd, reinterpret_cast<char*>(header), 4);
   if (!got.ok()) return got.status();
@@ -68,11 +80,22 @@ absl::StatusOr<std::string> ReadFrame(int fd, uint32_t max_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("boundary frame of ", size, " bytes exceeds the limit of ", max_size));
   }
-  std::string payload(size, '\0');
-  got = ReadAll(fd, payload.data(), size);
+  // A buffer left over-large by a big frame (a model upload) is not kept for small ones.
+  if (buffer.size() > kFrameBufferKeepLimit && size <= kFrameBufferKeepLimit) {
+    std::string().swap(buffer);
+  }
+  if (buffer.size() < size) buffer.resize(size);
+  got = ReadAll(fd, buffer.data(), size);
   if (!got.ok()) return got.status();
   if (*got < size) return absl::DataLossError("truncated boundary frame");
-  return payload;
+  return absl::string_view(buffer.data(), size);
+}
+
+absl::StatusOr<std::string> ReadFrame(int fd, uint32_t max_size) {
+  std::string buffer;
+  ASSIGN_OR_RETURN(absl::string_view frame, ReadFrameInto(fd, buffer, max_size));
+  buffer.resize(frame.size());
+  return buffer;
 }
 
 }  // namespace cloister::boundary

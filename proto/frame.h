@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace cloister::boundary {
 
@@ -15,8 +16,16 @@ inline constexpr uint32_t kMaxFrameSize = 512u << 20;  // 512 MiB: the largest m
 
 // Writes one frame; handles partial writes and EINTR. Unavailable if the peer is gone.
 absl::Status WriteFrame(int fd, const std::string& payload);
+// Writes the 4-byte length and the payload with one gather write (no copy of the payload).
 // Reads one frame. OutOfRange("connection closed") on a clean end of stream between frames,
 // DataLoss on a truncated frame, InvalidArgument for a frame over `max_size`.
 absl::StatusOr<std::string> ReadFrame(int fd, uint32_t max_size = kMaxFrameSize);
+// The same into `buffer`, which a reader keeps from frame to frame: the result views the
+// frame's bytes at its start (valid until the next call). The buffer grows to the largest frame
+// and is reused, so a stream of large frames costs no allocation, page faults or zeroing per
+// frame; after a frame over kFrameBufferKeepLimit it is given back. Same errors as ReadFrame.
+inline constexpr size_t kFrameBufferKeepLimit = size_t{16} << 20;
+absl::StatusOr<absl::string_view> ReadFrameInto(int fd, std::string& buffer,
+                                                uint32_t max_size = kMaxFrameSize);
 
 }  // namespace cloister::boundary

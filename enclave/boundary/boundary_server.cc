@@ -16,9 +16,10 @@ namespace cloister::enclave {
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
 
-absl::StatusOr<HostToEnclave> ParseHostFrame(const std::string& frame) {
+absl::StatusOr<HostToEnclave> ParseHostFrame(absl::string_view frame) {
   HostToEnclave call;
-  if (!call.ParseFromString(frame)) {
+  if (frame.size() > static_cast<size_t>(INT32_MAX) ||
+      !call.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
     return absl::InvalidArgumentError(
         absl::StrCat("boundary frame of ", frame.size(), " bytes is not a HostToEnclave message"));
   }
@@ -52,15 +53,18 @@ absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
           queue.pop_front();
         }
         reply(handler(std::move(call)));
-        // The handler opened sealed requests and models on this thread's stack.
+        // The handler opened sealed requests and models on this thread's stack, and its
+        // copies left their last bytes in the vector registers.
         ScrubStack(kStackScrubSize);
+        ScrubVectorRegisters();
       }
     });
   }
 
   absl::Status status;
+  std::string buffer;  // reused from frame to frame
   while (true) {
-    auto frame = boundary::ReadFrame(fd);
+    auto frame = boundary::ReadFrameInto(fd, buffer);
     if (!frame.ok()) {
       if (!absl::IsOutOfRange(frame.status())) status = frame.status();
       break;

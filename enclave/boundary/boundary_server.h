@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "cloister/boundary/v1/boundary.pb.h"
 
 namespace cloister::enclave {
@@ -19,7 +20,7 @@ namespace cloister::enclave {
 using CallHandler = std::function<boundary::v1::EnclaveToHost(boundary::v1::HostToEnclave)>;
 
 // Parses one frame from the host. InvalidArgument for bytes that are not a HostToEnclave.
-absl::StatusOr<boundary::v1::HostToEnclave> ParseHostFrame(const std::string& frame);
+absl::StatusOr<boundary::v1::HostToEnclave> ParseHostFrame(absl::string_view frame);
 
 // Serves calls on `fd` until the host closes it (returns OK) or the socket fails.
 absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads);

@@ -224,14 +224,15 @@ void ProcessEnclaveClient::WriterLoop() {
 
 void ProcessEnclaveClient::ReaderLoop() {
   absl::Status reason;
+  std::string buffer;  // reused from frame to frame
   while (true) {
-    absl::StatusOr<std::string> frame = boundary::ReadFrame(socket_fd_);
+    absl::StatusOr<absl::string_view> frame = boundary::ReadFrameInto(socket_fd_, buffer);
     if (!frame.ok()) {
       reason = frame.status();
       break;
     }
     EnclaveToHost reply;
-    if (!reply.ParseFromString(*frame)) {
+    if (!reply.ParseFromArray(frame->data(), static_cast<int>(frame->size()))) {
       reason = absl::DataLossError("enclave worker sent a frame that is not an EnclaveToHost");
       break;
     }
