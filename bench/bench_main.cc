@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/malloc_tuning.h"
 #include "bench/broker_efficiency.h"
 #include "bench/case_flags.h"
 #include "bench/cc_tax.h"
@@ -276,6 +277,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? cloister::bench::kExitFailure : 0;
   }
   cloister::bench::ChooseBlasKernels(argv);
+  // The allocator settings of cloisterd and cloister-enclave (base/malloc_tuning.h), for both
+  // sides of every comparison: the runtime called directly, and the SDK callers standing in for
+  // a tenant's client, which on this machine share the CPUs with the appliance.
+  cloister::KeepFreedBuffersForReuse();
   const std::string subcommand = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (subcommand == "runtime-vs-ort") return cloister::bench::RuntimeVsOrtMain(args);
