@@ -110,15 +110,36 @@ class AesGcmAead final : public AeadBase {
                         std::span<uint8_t> out) const override {
     RETURN_IF_ERROR(CheckSealSizes(alg_, nonce, plaintext, out));
     return WithContext([&](EVP_CIPHER_CTX* ctx) {
-      return Crypt(ctx, /*encrypt=*/true, nonce, aad, plaintext, out);
+      return Crypt(ctx, /*encrypt=*/true, nonce, aad, plaintext, out, kMaxPiece, nullptr);
     });
+  }
+
+  absl::Status SealIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext,
+                                std::span<uint8_t> out, size_t piece,
+                                const PieceHook& ready) const override {
+    RETURN_IF_ERROR(CheckSealSizes(alg_, nonce, plaintext, out));
+    ASSIGN_OR_RETURN(EvpCipherCtxPtr ctx, NewKeyedContext());
+    return Crypt(ctx.get(), /*encrypt=*/true, nonce, aad, plaintext, out,
+                 std::clamp<size_t>(piece, 1, kMaxPiece), &ready);
+  }
+
+  absl::Status OpenIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan ciphertext,
+                                std::span<uint8_t> out, size_t piece,
+                                const PieceHook& wait) const override {
+    RETURN_IF_ERROR(CheckOpenSizes(alg_, nonce, ciphertext, out));
+    absl::StatusOr<EvpCipherCtxPtr> ctx = NewKeyedContext();
+    absl::Status status = ctx.ok() ? Crypt(ctx->get(), /*encrypt=*/false, nonce, aad, ciphertext,
+                                           out, std::clamp<size_t>(piece, 1, kMaxPiece), &wait)
+                                   : ctx.status();
+    if (!status.ok()) SecureWipe(out.data(), out.size());
+    return status;
   }
 
   absl::Status OpenInto(ByteSpan nonce, ByteSpan aad, ByteSpan ciphertext,
                         std::span<uint8_t> out) const override {
     RETURN_IF_ERROR(CheckOpenSizes(alg_, nonce, ciphertext, out));
     absl::Status status = WithContext([&](EVP_CIPHER_CTX* ctx) {
-      return Crypt(ctx, /*encrypt=*/false, nonce, aad, ciphertext, out);
+      return Crypt(ctx, /*encrypt=*/false, nonce, aad, ciphertext, out, kMaxPiece, nullptr);
     });
     if (!status.ok()) SecureWipe(out.data(), out.size());
     return status;
@@ -162,9 +183,11 @@ class AesGcmAead final : public AeadBase {
   }
 
   // Encrypts `in` into out[0, in.size()) and writes the tag after it, or decrypts in without
-  // its last 16 bytes into `out` and checks that tag. `out` may be `in` itself.
+  // its last 16 bytes into `out` and checks that tag. `out` may be `in` itself. Works in pieces
+  // of `piece` bytes; with a hook, calls it after each piece is written (encrypting) or before
+  // each piece and the tag are read (decrypting), as Aead::SealIntoInPieces/OpenIntoInPieces.
   absl::Status Crypt(EVP_CIPHER_CTX* ctx, bool encrypt, ByteSpan nonce, ByteSpan aad, ByteSpan in,
-                     std::span<uint8_t> out) const {
+                     std::span<uint8_t> out, size_t piece_size, const PieceHook* hook) const {
     // No ClearOpenSslErrors here: this is the hot path, and every failure below drains the
     // queue (OpenSslError) or clears it (a failed tag check).
     const size_t body_size = encrypt ? in.size() : in.size() - kAeadTagSize;
@@ -180,15 +203,21 @@ class AesGcmAead final : public AeadBase {
         return OpenSslError(absl::StatusCode::kInternal, "EVP_CipherUpdate(associated data)");
       }
     }
-    for (size_t offset = 0; offset < body_size; offset += kMaxPiece) {
-      const size_t piece = std::min(kMaxPiece, body_size - offset);
+    for (size_t offset = 0; offset < body_size; offset += piece_size) {
+      const size_t piece = std::min(piece_size, body_size - offset);
+      if (hook != nullptr && !encrypt) RETURN_IF_ERROR((*hook)(offset + piece));
       if (EVP_CipherUpdate(ctx, out.data() + offset, &written, in.data() + offset,
                            static_cast<int>(piece)) != 1 ||
           static_cast<size_t>(written) != piece) {
         return OpenSslError(absl::StatusCode::kInternal, "EVP_CipherUpdate(data)");
       }
+      // (The last piece is announced with the tag.)
+      if (hook != nullptr && encrypt && offset + piece < body_size) {
+        RETURN_IF_ERROR((*hook)(offset + piece));
+      }
     }
     uint8_t tag[kAeadTagSize];
+    if (hook != nullptr && !encrypt) RETURN_IF_ERROR((*hook)(in.size()));
     if (!encrypt) {
       std::memcpy(tag, in.data() + body_size, kAeadTagSize);
       OSSL_PARAM params[] = {
@@ -214,6 +243,7 @@ class AesGcmAead final : public AeadBase {
         return OpenSslError(absl::StatusCode::kInternal, "EVP_CIPHER_CTX_get_params(tag)");
       }
       std::memcpy(out.data() + body_size, tag, kAeadTagSize);
+      if (hook != nullptr) RETURN_IF_ERROR((*hook)(out.size()));
     }
     return absl::OkStatus();
   }
@@ -269,6 +299,24 @@ const EVP_CIPHER* FetchCipher(AeadAlg alg) {
 }
 
 }  // namespace
+
+absl::Status Aead::SealIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext,
+                                    std::span<uint8_t> out, size_t /*piece*/,
+                                    const PieceHook& ready) const {
+  RETURN_IF_ERROR(SealInto(nonce, aad, plaintext, out));
+  return ready(out.size());
+}
+
+absl::Status Aead::OpenIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan ciphertext,
+                                    std::span<uint8_t> out, size_t /*piece*/,
+                                    const PieceHook& wait) const {
+  absl::Status waited = wait(ciphertext.size());
+  if (!waited.ok()) {
+    SecureWipe(out.data(), out.size());
+    return waited;
+  }
+  return OpenInto(nonce, aad, ciphertext, out);
+}
 
 size_t AeadKeySize(AeadAlg alg) {
   switch (alg) {

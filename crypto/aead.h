@@ -6,6 +6,7 @@
 // reuses it, so one owner sealing many chunks pays no allocation or key setup per call.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -42,6 +43,22 @@ class Aead {
   virtual absl::Status OpenInto(ByteSpan nonce, ByteSpan aad, ByteSpan ciphertext,
                                 std::span<uint8_t> out) const = 0;
   virtual AeadAlg alg() const = 0;
+
+  // For a pipeline in which one thread seals a large message while another opens it right
+  // behind (the emulated PCIe path's single-chunk transfers): the same results and refusals
+  // as SealInto and OpenInto, worked in pieces of `piece` bytes. SealIntoInPieces calls
+  // `ready(n)` each time out[0, n) is final (n = the whole output, tag included, last).
+  // OpenIntoInPieces calls `wait(n)` before it reads ciphertext[0, n), and the tag last, so it
+  // can follow a sealer; the tag covers exactly the bytes it read. A hook returning an error
+  // stops the call with that error (OpenIntoInPieces then wipes `out`). AES-GCM works
+  // incrementally; other algorithms do the whole message in one step between hooks.
+  using PieceHook = std::function<absl::Status(size_t bytes)>;
+  virtual absl::Status SealIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext,
+                                        std::span<uint8_t> out, size_t piece,
+                                        const PieceHook& ready) const;
+  virtual absl::Status OpenIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan ciphertext,
+                                        std::span<uint8_t> out, size_t piece,
+                                        const PieceHook& wait) const;
 };
 
 }  // namespace cloister::crypto

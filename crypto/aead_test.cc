@@ -1,5 +1,7 @@
 #include "crypto/aead.h"
 
+#include <algorithm>
+
 #include <thread>
 #include <vector>
 
@@ -228,6 +230,55 @@ TEST_P(AeadTest, InPlaceAndFailedOpenIntoWipesOutput) {
   Bytes out(msg.size(), 0xAA);
   EXPECT_EQ(aead->OpenInto(nonce, {}, tampered, out).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(out, Bytes(msg.size(), 0));
+}
+
+TEST_P(AeadTest, InPiecesMatchesTheOneStepFormsAndReportsProgress) {
+  auto aead = MakeAead();
+  const Bytes nonce = RandomBytes(kAeadNonceSize);
+  const Bytes aad = ToBytes("header");
+  for (size_t size : {size_t{0}, size_t{1}, size_t{1000}, size_t{300000}}) {
+    SCOPED_TRACE(size);
+    const Bytes msg = RandomBytes(size);
+    absl::StatusOr<Bytes> reference = aead->Seal(nonce, aad, msg);
+    ASSERT_TRUE(reference.ok());
+    Bytes sealed(size + kAeadTagSize);
+    std::vector<size_t> ready;
+    ASSERT_TRUE(aead->SealIntoInPieces(nonce, aad, msg, sealed, 65536, [&](size_t n) {
+                      ready.push_back(n);
+                      return absl::OkStatus();
+                    }).ok());
+    EXPECT_EQ(sealed, *reference);
+    ASSERT_FALSE(ready.empty());
+    EXPECT_TRUE(std::is_sorted(ready.begin(), ready.end()));
+    EXPECT_EQ(ready.back(), sealed.size()) << "the tag was not announced last";
+
+    Bytes opened(size, 0xAA);
+    std::vector<size_t> waits;
+    ASSERT_TRUE(aead->OpenIntoInPieces(nonce, aad, sealed, opened, 65536, [&](size_t n) {
+                      waits.push_back(n);
+                      return absl::OkStatus();
+                    }).ok());
+    EXPECT_EQ(opened, msg);
+    EXPECT_TRUE(std::is_sorted(waits.begin(), waits.end()));
+    EXPECT_EQ(waits.back(), sealed.size()) << "the tag was read before it was waited for";
+
+    // A modified byte: refused, and the output wiped.
+    Bytes tampered = sealed;
+    tampered[tampered.size() / 2] ^= 1;
+    Bytes out(size, 0xAA);
+    EXPECT_EQ(aead->OpenIntoInPieces(nonce, aad, tampered, out, 65536,
+                                     [](size_t) { return absl::OkStatus(); })
+                  .code(),
+              absl::StatusCode::kDataLoss);
+    EXPECT_EQ(out, Bytes(size, 0));
+    // A hook that fails stops the call with its error, the output wiped.
+    Bytes stopped(size, 0xAA);
+    EXPECT_EQ(aead->OpenIntoInPieces(nonce, aad, sealed, stopped, 65536,
+                                     [](size_t) { return absl::CancelledError("sealer failed"); })
+                  .code(),
+              absl::StatusCode::kCancelled);
+    EXPECT_EQ(stopped, Bytes(size, 0));
+  }
 }
 
 TEST_P(AeadTest, ConcurrentCallsOnOneObject) {

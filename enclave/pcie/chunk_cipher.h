@@ -37,6 +37,8 @@ inline constexpr size_t kMaxChunkSize = size_t{64} << 20;
 inline constexpr size_t kChunkTagSize = 16;
 inline constexpr size_t kChunkNonceSize = 12;
 inline constexpr size_t kTransferAadSize = kTransferAadLabel.size() + 8 + 4;
+// SealThenOpen's pipeline step: an opener follows its chunk's sealer this many bytes at a time.
+inline constexpr size_t kPipelinePiece = size_t{256} << 10;
 
 // Chunks of a transfer of `size` bytes: at least one.
 size_t ChunkCount(size_t size, size_t chunk_size);
@@ -79,10 +81,13 @@ class ChunkCipher {
   // must be discarded by the caller.
   absl::Status Open(uint8_t direction, uint64_t counter, ByteSpan sealed,
                     std::span<uint8_t> destination, std::string_view what) const;
-  // Seal into `sealed`, then Open into `destination`, chunk by chunk: each chunk is opened by
-  // the thread that sealed it, right after, while it is still in that core's cache, and no
-  // thread waits for the whole transfer between the two halves (a pipelined bus). Errors as
-  // for Open.
+  // Seal into `sealed`, then Open into `destination`, chunk by chunk, with no thread waiting for
+  // the whole transfer between the two halves (a pipelined bus). With enough chunks for every
+  // thread, each chunk is opened by the thread that sealed it, right after, while it is still in
+  // that core's cache. With fewer (a transfer of one or two 2 MiB chunks on a machine with more
+  // threads), each chunk's opener runs on a second thread kPipelinePiece bytes behind its sealer,
+  // so a one-chunk transfer costs about one pass over its bytes in time, not two. The bytes
+  // sealed are the same either way. Errors as for Open.
   absl::Status SealThenOpen(uint8_t direction, uint64_t counter, ByteSpan source,
                             std::span<uint8_t> sealed, std::span<uint8_t> destination,
                             std::string_view what) const;
