@@ -304,6 +304,7 @@ int Run(const DaemonConfig& config) {
   service_options.session_ttl = config.limits.session_ttl;
   service_options.max_sessions_per_tenant = config.limits.max_sessions_per_tenant;
   service_options.upload_idle_timeout = config.limits.upload_idle_timeout;
+  service_options.upload_timeout = config.limits.upload_timeout;
   if (identities != nullptr) {
     service_options.admit_by_certificate = [identities](absl::string_view tenant_id,
                                                         const grpc::AuthContext& peer) {

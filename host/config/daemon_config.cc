@@ -639,6 +639,9 @@ absl::Status ParseApiLimits(const ConfigErrors& errors, const YAML::Node& node, 
     } else if (key == "upload_idle_timeout_seconds") {
       ASSIGN_OR_RETURN(double seconds, ReadNumber(errors, entry.second, field, 1, 3600));
       limits.upload_idle_timeout = absl::Milliseconds(static_cast<int64_t>(seconds * 1000));
+    } else if (key == "upload_timeout_seconds") {
+      ASSIGN_OR_RETURN(double seconds, ReadNumber(errors, entry.second, field, 1, 86400));
+      limits.upload_timeout = absl::Milliseconds(static_cast<int64_t>(seconds * 1000));
     } else {
       return UnknownField(errors, entry.first, "limits");
     }

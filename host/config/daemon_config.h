@@ -57,6 +57,7 @@
 //     session_ttl_seconds: 3900
 //     max_sessions_per_tenant: 10000
 //     upload_idle_timeout_seconds: 60  # an upload silent this long is ended; 1..3600
+//     upload_timeout_seconds: 1800     # an upload still incomplete this long is ended; 1..86400
 //   attestation_policies:
 //     - name: production
 //       file: ../attestation/sev-snp-h100.yaml
@@ -124,6 +125,7 @@ struct ApiLimits {
   absl::Duration session_ttl = absl::Minutes(65);
   int max_sessions_per_tenant = 10000;
   absl::Duration upload_idle_timeout = absl::Seconds(60);
+  absl::Duration upload_timeout = absl::Minutes(30);
 };
 
 struct AttestationPolicyConfig {

@@ -404,6 +404,7 @@ TEST(DaemonConfigTest, OperatorSections) {
       "  session_ttl_seconds: 600\n"
       "  max_sessions_per_tenant: 50\n"
       "  upload_idle_timeout_seconds: 2.5\n"
+      "  upload_timeout_seconds: 120\n"
       "attestation_policies:\n"
       "  - name: production\n"
       "    file: policies/prod.yaml\n"
@@ -442,6 +443,7 @@ TEST(DaemonConfigTest, OperatorSections) {
   EXPECT_EQ(config->limits.session_ttl, absl::Seconds(600));
   EXPECT_EQ(config->limits.max_sessions_per_tenant, 50);
   EXPECT_EQ(config->limits.upload_idle_timeout, absl::Milliseconds(2500));
+  EXPECT_EQ(config->limits.upload_timeout, absl::Seconds(120));
   ASSERT_EQ(config->attestation_policies.size(), 2u);
   EXPECT_EQ(config->attestation_policies[0].file, dir + "/policies/prod.yaml");
   ASSERT_EQ(config->tenants.size(), 3u);
@@ -508,6 +510,9 @@ TEST(DaemonConfigTest, OperatorSectionErrorsNameLineAndField) {
   EXPECT_EQ(ErrorOf("limits:\n  upload_idle_timeout_seconds: 0\n"),
             "test.yaml:2: limits.upload_idle_timeout_seconds: 0 is outside 1..3600");
   EXPECT_EQ(ParseDaemonConfig("", "test.yaml")->limits.upload_idle_timeout, absl::Seconds(60));
+  EXPECT_EQ(ParseDaemonConfig("", "test.yaml")->limits.upload_timeout, absl::Minutes(30));
+  EXPECT_EQ(ErrorOf("limits:\n  upload_timeout_seconds: 100000\n"),
+            "test.yaml:2: limits.upload_timeout_seconds: 100000 is outside 1..86400");
   EXPECT_EQ(
       ErrorOf("limits:\n  max_sealed_message_bytes: 2GiB\n"),
       "test.yaml:2: limits.max_sealed_message_bytes: must be at most 1GiB (one gRPC message)");

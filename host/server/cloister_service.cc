@@ -212,19 +212,30 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
   }
 
   // Called by the watchdog: ends the upload with DEADLINE_EXCEEDED when it has waited longer
-  // than the idle timeout for the client's next message.
+  // than the idle timeout for the client's next message, or is still waiting for its client
+  // after the overall upload timeout.
   void EndIfIdle(absl::Time now) {
-    const absl::Duration timeout = service_->options_.upload_idle_timeout;
+    const absl::Duration idle = service_->options_.upload_idle_timeout;
+    const absl::Duration overall = service_->options_.upload_timeout;
+    absl::Status status;
     {
       // Checked and marked finished in one step: once OnReadDone has taken the message, the
       // handlers own the upload and the watchdog must not finish it under them.
       absl::MutexLock lock(&mu_);
-      if (finished_ || !awaiting_client_ || now - awaiting_since_ < timeout) return;
+      if (finished_ || !awaiting_client_) return;
+      if (now - awaiting_since_ >= idle) {
+        status = absl::DeadlineExceededError(
+            absl::StrCat("upload sent nothing for ", absl::FormatDuration(idle),
+                         " (limits.upload_idle_timeout_seconds); upload again"));
+      } else if (now - started_ >= overall) {
+        status = absl::DeadlineExceededError(absl::StrCat(
+            "upload still incomplete after ", absl::FormatDuration(overall),
+            " (limits.upload_timeout_seconds); nothing was stored"));
+      } else {
+        return;
+      }
       MarkFinishedLocked();
     }
-    absl::Status status = absl::DeadlineExceededError(
-        absl::StrCat("upload sent nothing for ", absl::FormatDuration(timeout),
-                     " (limits.upload_idle_timeout_seconds); upload again"));
     service_->Refused("UploadModel", tenant_id_, status);
     Finish(ToGrpcStatus(status));
   }
@@ -547,6 +558,7 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool awaiting_client_ ABSL_GUARDED_BY(mu_) = false;  // a read of the client's next message
   absl::Time awaiting_since_ ABSL_GUARDED_BY(mu_);
+  const absl::Time started_ = service_->clock_->Now();
   // Of the tenant's model-memory quota; released when the RPC finishes.
   uint64_t reserved_size_ ABSL_GUARDED_BY(mu_) = 0;
 };

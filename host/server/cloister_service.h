@@ -65,6 +65,10 @@ struct ServiceOptions {
   // An upload that sends nothing for this long while the service waits for its next message
   // is ended (DEADLINE_EXCEEDED) and its quota and staged bytes are released.
   absl::Duration upload_idle_timeout = absl::Seconds(60);
+  // An upload still receiving from its client this long after it started is ended the same
+  // way, however steadily it sends: a trickle just inside the idle timeout cannot hold its
+  // quota reservation and staged bytes for hours.
+  absl::Duration upload_timeout = absl::Minutes(30);
   Clock* clock = nullptr;  // nullptr: Clock::Real()
   // Where sessions opened and expired, models uploaded and deleted, and security refusals
   // (UNAUTHENTICATED, PERMISSION_DENIED) are recorded; nullptr: nowhere. Must outlive the service.

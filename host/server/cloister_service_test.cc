@@ -628,6 +628,42 @@ TEST_F(CloisterServiceTest, UploadThatKeepsSendingOutlastsTheIdleTimeout) {
   EXPECT_FALSE(ModelFiles("acme").empty());
 }
 
+// An upload that keeps sending, but too slowly to finish, is ended once it has run for
+// upload_timeout in all: DEADLINE_EXCEEDED naming the limit, and nothing stored or loaded.
+TEST_F(CloisterServiceTest, TricklingUploadIsEndedAfterTheOverallTimeout) {
+  ServiceOptions options;
+  options.max_model_size = 1 << 20;
+  options.upload_idle_timeout = absl::Seconds(1);
+  options.upload_timeout = absl::Milliseconds(600);
+  RestartService(options);
+  std::string session = OpenSession("acme");
+  grpc::ClientContext context;
+  AsAcme(context);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  api::v1::UploadModelResponse response;
+  auto writer = stub_->UploadModel(&context, &response);
+  api::v1::UploadModelRequest message;
+  message.mutable_start()->set_session_id(session);
+  message.mutable_start()->set_model_handle(kHandle);
+  message.mutable_start()->set_ciphertext_size(100000);
+  ASSERT_TRUE(writer->Write(message));
+  // A byte every 50 ms: never idle for the 1 s idle timeout, never done.
+  for (int i = 0; i < 200; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    message.Clear();
+    message.set_data("x");
+    if (!writer->Write(message)) break;  // the server ended the stream
+  }
+  grpc::Status status = writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_EQ(status.error_message(),
+            "upload still incomplete after 600ms (limits.upload_timeout_seconds); nothing was "
+            "stored");
+  ASSERT_TRUE(service_->WaitUntilIdle(absl::Seconds(10)));
+  EXPECT_TRUE(ModelFiles("acme").empty());
+  for (const auto& call : enclave_->History()) EXPECT_FALSE(call.has_load_model());
+}
+
 // The enclave worker holding the upload's session restarted while the ciphertext streamed in:
 // the supervisor refuses the dead incarnation's session at LoadModel, and the upload gets one
 // UNAVAILABLE saying nothing was stored (it used to pass the FAILED_PRECONDITION on).
