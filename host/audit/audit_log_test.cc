@@ -18,6 +18,7 @@
 #include "crypto/receipt.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::host {
 namespace {
@@ -26,9 +27,8 @@ using boundary::v1::AuditCheckpoint;
 using boundary::v1::SignedAuditCheckpoint;
 
 std::string TempDir() {
-  char pattern[] = "/tmp/audit-test-XXXXXX";
-  char* dir = ::mkdtemp(pattern);
-  EXPECT_NE(dir, nullptr);
+  std::string dir = cloister::testing::MakeTempDir("audit-test");
+  EXPECT_FALSE(dir.empty());
   return dir;
 }
 

@@ -10,6 +10,7 @@
 #include "crypto/keys.h"
 #include "crypto/receipt.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::host {
 namespace {
@@ -19,10 +20,9 @@ using boundary::v1::UsageCounters;
 using boundary::v1::UsageReceipt;
 
 std::string TempDir() {
-  std::string pattern = ::testing::TempDir() + "receipts-XXXXXX";
-  char* made = ::mkdtemp(pattern.data());
-  EXPECT_NE(made, nullptr);
-  return pattern;
+  std::string dir = cloister::testing::MakeTempDir("receipts");
+  EXPECT_FALSE(dir.empty());
+  return dir;
 }
 
 // Plays the enclave: numbers receipts and keeps cumulative counters, as the enclave's ledger does.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::testing {
 
@@ -56,10 +57,6 @@ std::vector<pid_t> ChildProcesses(pid_t parent, const std::string& name_prefix);
 // cloisterd's enclave worker processes (its live cloister-enclave children).
 std::vector<pid_t> EnclaveWorkers(pid_t cloisterd);
 
-// A fresh folder "$TMPDIR/PREFIX-XXXXXX" (/tmp without TMPDIR), removed with its contents when
-// the process exits (kept when CLOISTER_TEST_KEEP_TMP or CLOISTER_TEST_KEEP_CORE is set); "" if
-// it cannot be made.
-std::string MakeTempDir(const std::string& prefix);
 std::string ReadWholeFile(const std::string& path);
 
 }  // namespace cloister::testing
