@@ -1,6 +1,9 @@
 // Unit tests for the coalescing, cc-tax and broker-efficiency cases: flag parsing (and its
 // refusals), the JSON lines and tables, and a tiny run of the coalescing case through the real
 // PCIe path.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -216,6 +219,39 @@ TEST(BrokerEfficiencyOutput, RatioIsBrokerOverDirect) {
   EXPECT_DOUBLE_EQ(line["ratio"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(line["broker_rows_per_s"].get<double>(), 80.0);
   EXPECT_EQ(line["request"], "one tensor of 16 rows");
+}
+
+TEST(BrokerEfficiencyOutput, CpuPerRequestByProcess) {
+  BrokerEfficiencyResult result;
+  result.model = "cls";
+  result.batch = 16;
+  result.requests = 10;
+  result.broker_seconds = 2;
+  result.direct_seconds = 1;
+  result.broker_enclave_cpu_seconds = 0.25;
+  result.broker_cloisterd_cpu_seconds = 0.05;
+  result.broker_client_cpu_seconds = 0.04;
+  result.direct_cpu_seconds = 0.2;
+  const auto line = nlohmann::json::parse(BrokerEfficiencyJsonLine(result));
+  EXPECT_DOUBLE_EQ(line["enclave_cpu_ms"].get<double>(), 25.0);
+  EXPECT_DOUBLE_EQ(line["cloisterd_cpu_ms"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(line["client_cpu_ms"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(line["direct_cpu_ms"].get<double>(), 20.0);
+  EXPECT_NE(BrokerEfficiencyTable(result).find(
+                "CPU per request: enclave 25.0 ms, cloisterd 5.0 ms, SDK callers 4.0 ms (broker); "
+                "runtime 20.0 ms (direct)"),
+            std::string::npos)
+      << BrokerEfficiencyTable(result);
+}
+
+TEST(BrokerEfficiencyOutput, ProcessCpuSecondsCountsThisProcessAndNotAMissingOne) {
+  const double before = ProcessCpuSeconds(::getpid());
+  // Spin for 100 ms of CPU (a few clock ticks).
+  const auto start = std::chrono::steady_clock::now();
+  volatile uint64_t sink = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(100)) sink = sink + 1;
+  EXPECT_GE(ProcessCpuSeconds(::getpid()) - before, 0.05);
+  EXPECT_EQ(ProcessCpuSeconds(999999999), 0.0);
 }
 
 TEST(Coalescing, RunsThroughTheRealPath) {

@@ -10,13 +10,16 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/file.h"
 #include "base/status.h"
@@ -193,6 +196,11 @@ std::string BrokerEfficiencyJsonLine(const BrokerEfficiencyResult& result) {
   line["max_abs_diff"] = result.max_abs_diff;
   line["max_batch"] = result.max_batch;
   line["workers"] = result.workers;
+  const double per_request = 1e3 / result.requests;
+  line["enclave_cpu_ms"] = result.broker_enclave_cpu_seconds * per_request;
+  line["cloisterd_cpu_ms"] = result.broker_cloisterd_cpu_seconds * per_request;
+  line["client_cpu_ms"] = result.broker_client_cpu_seconds * per_request;
+  line["direct_cpu_ms"] = result.direct_cpu_seconds * per_request;
   return line.dump();
 }
 
@@ -204,11 +212,53 @@ std::string BrokerEfficiencyTable(const BrokerEfficiencyResult& result) {
                         result.batch, result.callers, result.direct_callers, result.requests,
                         result.broker_rows_per_s(), result.direct_rows_per_s(), result.ratio(),
                         result.max_abs_diff);
+  const double per_request = 1e3 / result.requests;
+  absl::StrAppendFormat(&table,
+                        "CPU per request: enclave %.1f ms, cloisterd %.1f ms, SDK callers %.1f ms "
+                        "(broker); runtime %.1f ms (direct)\n",
+                        result.broker_enclave_cpu_seconds * per_request,
+                        result.broker_cloisterd_cpu_seconds * per_request,
+                        result.broker_client_cpu_seconds * per_request,
+                        result.direct_cpu_seconds * per_request);
   absl::StrAppendFormat(&table, "ratio %.3f (target at least %.2f: %s)\n", result.ratio(),
                         kBrokerTargetRatio,
                         result.ratio() >= kBrokerTargetRatio ? "met" : "missed");
   return table;
 }
+
+double ProcessCpuSeconds(pid_t pid) {
+  // (Read as a stream: /proc files report a size of 0.)
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(file, stat)) return 0;
+  // The command name in parentheses may hold spaces: the fields count from after its ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+  // Fields 14 and 15 of proc(5), utime and stime, in clock ticks: 12th and 13th from here.
+  uint64_t user = 0, system = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &user) ||
+      !absl::SimpleAtoi(fields[12], &system)) {
+    return 0;
+  }
+  return static_cast<double>(user + system) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+namespace {
+
+// CPU seconds used so far by this process, cloisterd and its enclave workers.
+struct CpuUse {
+  double self = 0, cloisterd = 0, enclave = 0;
+};
+CpuUse CpuOf(pid_t cloisterd) {
+  CpuUse use;
+  use.self = ProcessCpuSeconds(::getpid());
+  use.cloisterd = ProcessCpuSeconds(cloisterd);
+  for (pid_t worker : testing::EnclaveWorkers(cloisterd)) use.enclave += ProcessCpuSeconds(worker);
+  return use;
+}
+
+}  // namespace
 
 absl::StatusOr<BrokerEfficiencyResult> RunBrokerEfficiency(const BrokerEfficiencyOptions& options,
                                                            std::FILE* out, std::FILE* log) {
@@ -314,10 +364,19 @@ absl::StatusOr<BrokerEfficiencyResult> RunBrokerEfficiency(const BrokerEfficienc
             : options.requests - (options.rounds - 1) * (options.requests / options.rounds);
     for (int side = 0; side < 2; ++side) {
       const bool broker = (side + round) % 2 == 0;
+      const CpuUse before = CpuOf(cloisterd.pid());
       ASSIGN_OR_RETURN(double seconds,
                        broker ? RunConcurrently(options.callers, share, broker_request)
                               : RunConcurrently(direct_callers, share, direct_request));
+      const CpuUse after = CpuOf(cloisterd.pid());
       (broker ? result.broker_seconds : result.direct_seconds) += seconds;
+      if (broker) {
+        result.broker_enclave_cpu_seconds += after.enclave - before.enclave;
+        result.broker_cloisterd_cpu_seconds += after.cloisterd - before.cloisterd;
+        result.broker_client_cpu_seconds += after.self - before.self;
+      } else {
+        result.direct_cpu_seconds += after.self - before.self;
+      }
       if (!options.json) {
         absl::FPrintF(log, "round %d %s: %d requests in %.3f s\n", round + 1,
                       broker ? "broker" : "direct", share, seconds);

@@ -16,6 +16,8 @@
 // and are removed at its end.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -56,6 +58,13 @@ struct BrokerEfficiencyResult {
   double max_abs_diff = 0;  // broker output against direct output on the same input
   int max_batch = 0;        // as in the options
   int workers = 0;          // as in the options
+  // CPU time (user + system, from /proc) used during the timed phases: by the enclave workers,
+  // cloisterd and this process (the SDK callers) during the broker's, and by this process (the
+  // runtime) during the direct ones. Resolution: the kernel's clock tick (10 ms).
+  double broker_enclave_cpu_seconds = 0;
+  double broker_cloisterd_cpu_seconds = 0;
+  double broker_client_cpu_seconds = 0;
+  double direct_cpu_seconds = 0;
   double broker_rows_per_s() const { return requests * batch / broker_seconds; }
   double direct_rows_per_s() const { return requests * batch / direct_seconds; }
   double ratio() const { return broker_rows_per_s() / direct_rows_per_s(); }
@@ -72,9 +81,15 @@ std::string BrokerEfficiencyUsage();
 
 // One JSON object on one line: ratio, and the extras model, batch, callers, direct_callers,
 // requests, broker_rows_per_s, direct_rows_per_s, broker_ms_per_request, direct_ms_per_request,
-// max_abs_diff, max_batch, request ("one tensor of `batch` rows").
+// max_abs_diff, max_batch, request ("one tensor of `batch` rows"), and CPU milliseconds per
+// request: enclave_cpu_ms, cloisterd_cpu_ms and client_cpu_ms (the broker's phases) and
+// direct_cpu_ms.
 std::string BrokerEfficiencyJsonLine(const BrokerEfficiencyResult& result);
 std::string BrokerEfficiencyTable(const BrokerEfficiencyResult& result);
+
+// CPU time (user + system) process `pid` has used so far, in seconds, from /proc/PID/stat; 0
+// when there is no such process.
+double ProcessCpuSeconds(pid_t pid);
 
 // Errors: cloisterd does not start (with its stderr), attestation, upload or inference fails, or
 // the outputs of the two sides differ by more than 1e-3.
