@@ -162,6 +162,29 @@ class CloisterServiceTest : public ::testing::Test {
     return writer->Finish();
   }
 
+  // Opens an upload stream as acme and sends its start for `declared_size` bytes of kHandle,
+  // for tests that pace the rest themselves.
+  std::unique_ptr<grpc::ClientWriter<api::v1::UploadModelRequest>> StartUpload(
+      grpc::ClientContext& context, const std::string& session, uint64_t declared_size,
+      api::v1::UploadModelResponse& response) {
+    AsAcme(context);
+    auto writer = stub_->UploadModel(&context, &response);
+    api::v1::UploadModelRequest message;
+    message.mutable_start()->set_session_id(session);
+    message.mutable_start()->set_model_handle(kHandle);
+    message.mutable_start()->set_ciphertext_size(declared_size);
+    EXPECT_TRUE(writer->Write(message));
+    return writer;
+  }
+
+  // Once the service is idle: acme has no stored model and the enclave was never asked to load
+  // one.
+  void ExpectNothingStoredOrLoaded() {
+    ASSERT_TRUE(service_->WaitUntilIdle(absl::Seconds(10)));
+    EXPECT_TRUE(ModelFiles("acme").empty());
+    for (const auto& call : enclave_->History()) EXPECT_FALSE(call.has_load_model());
+  }
+
   grpc::Status Infer(const api::v1::SealedCall& call, api::v1::SealedReply& reply,
                      const std::string& tenant = "acme") {
     grpc::ClientContext context;
@@ -562,16 +585,10 @@ TEST_F(CloisterServiceTest, SilentUploadIsEndedAfterTheIdleTimeout) {
   RestartService(options);
   std::string session = OpenSession("acme");
   grpc::ClientContext context;
-  AsAcme(context);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   api::v1::UploadModelResponse response;
-  auto writer = stub_->UploadModel(&context, &response);
+  auto writer = StartUpload(context, session, 1000, response);
   api::v1::UploadModelRequest message;
-  message.mutable_start()->set_session_id(session);
-  message.mutable_start()->set_model_handle(kHandle);
-  message.mutable_start()->set_ciphertext_size(1000);
-  ASSERT_TRUE(writer->Write(message));
-  message.Clear();
   message.set_data(std::string(100, 'x'));
   ASSERT_TRUE(writer->Write(message));
   // Time passes only on the fake clock, in steps, until the server gives up; whenever the
@@ -589,9 +606,7 @@ TEST_F(CloisterServiceTest, SilentUploadIsEndedAfterTheIdleTimeout) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
   EXPECT_EQ(status.error_message(),
             "upload sent nothing for 2s (limits.upload_idle_timeout_seconds); upload again");
-  ASSERT_TRUE(service_->WaitUntilIdle(absl::Seconds(10)));
-  EXPECT_TRUE(ModelFiles("acme").empty());
-  for (const auto& call : enclave_->History()) EXPECT_FALSE(call.has_load_model());
+  ExpectNothingStoredOrLoaded();
 }
 
 // An upload that keeps sending is not ended however long it takes in all: the timeout counts
@@ -603,14 +618,9 @@ TEST_F(CloisterServiceTest, UploadThatKeepsSendingOutlastsTheIdleTimeout) {
   RestartService(options);
   std::string session = OpenSession("acme");
   grpc::ClientContext context;
-  AsAcme(context);
   api::v1::UploadModelResponse response;
-  auto writer = stub_->UploadModel(&context, &response);
+  auto writer = StartUpload(context, session, 400, response);
   api::v1::UploadModelRequest message;
-  message.mutable_start()->set_session_id(session);
-  message.mutable_start()->set_model_handle(kHandle);
-  message.mutable_start()->set_ciphertext_size(400);
-  ASSERT_TRUE(writer->Write(message));
   const absl::Time started = absl::Now();
   for (int i = 0; i < 40; ++i) {
     absl::SleepFor(absl::Milliseconds(50));
@@ -638,15 +648,10 @@ TEST_F(CloisterServiceTest, TricklingUploadIsEndedAfterTheOverallTimeout) {
   RestartService(options);
   std::string session = OpenSession("acme");
   grpc::ClientContext context;
-  AsAcme(context);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   api::v1::UploadModelResponse response;
-  auto writer = stub_->UploadModel(&context, &response);
+  auto writer = StartUpload(context, session, 100000, response);
   api::v1::UploadModelRequest message;
-  message.mutable_start()->set_session_id(session);
-  message.mutable_start()->set_model_handle(kHandle);
-  message.mutable_start()->set_ciphertext_size(100000);
-  ASSERT_TRUE(writer->Write(message));
   // A byte every 50 ms: never idle for the 1 s idle timeout, never done.
   for (int i = 0; i < 200; ++i) {
     absl::SleepFor(absl::Milliseconds(50));
@@ -659,9 +664,7 @@ TEST_F(CloisterServiceTest, TricklingUploadIsEndedAfterTheOverallTimeout) {
   EXPECT_EQ(status.error_message(),
             "upload still incomplete after 600ms (limits.upload_timeout_seconds); nothing was "
             "stored");
-  ASSERT_TRUE(service_->WaitUntilIdle(absl::Seconds(10)));
-  EXPECT_TRUE(ModelFiles("acme").empty());
-  for (const auto& call : enclave_->History()) EXPECT_FALSE(call.has_load_model());
+  ExpectNothingStoredOrLoaded();
 }
 
 // The enclave worker holding the upload's session restarted while the ciphertext streamed in:
