@@ -15,6 +15,7 @@
 #include "bench/coalescing.h"
 #include "bench/tenant_isolation.h"
 #include "gtest/gtest.h"
+#include "tests/support/process.h"
 #include "nlohmann/json.hpp"
 
 namespace cloister::bench {
@@ -248,13 +249,13 @@ TEST(BrokerEfficiencyOutput, CpuPerRequestByProcess) {
 }
 
 TEST(BrokerEfficiencyOutput, ProcessCpuSecondsCountsThisProcessAndNotAMissingOne) {
-  const double before = ProcessCpuSeconds(::getpid());
+  const double before = testing::ProcessCpuSeconds(::getpid());
   // Spin for 100 ms of CPU (a few clock ticks).
   const auto start = std::chrono::steady_clock::now();
   volatile uint64_t sink = 0;
   while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(100)) sink = sink + 1;
-  EXPECT_GE(ProcessCpuSeconds(::getpid()) - before, 0.05);
-  EXPECT_EQ(ProcessCpuSeconds(999999999), 0.0);
+  EXPECT_GE(testing::ProcessCpuSeconds(::getpid()) - before, 0.05);
+  EXPECT_EQ(testing::ProcessCpuSeconds(999999999), 0.0);
 }
 
 TEST(Coalescing, RunsThroughTheRealPath) {

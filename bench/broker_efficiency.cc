@@ -10,16 +10,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/file.h"
 #include "base/status.h"
@@ -226,24 +223,6 @@ std::string BrokerEfficiencyTable(const BrokerEfficiencyResult& result) {
   return table;
 }
 
-double ProcessCpuSeconds(pid_t pid) {
-  // (Read as a stream: /proc files report a size of 0.)
-  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat;
-  if (!std::getline(file, stat)) return 0;
-  // The command name in parentheses may hold spaces: the fields count from after its ')'.
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
-  // Fields 14 and 15 of proc(5), utime and stime, in clock ticks: 12th and 13th from here.
-  uint64_t user = 0, system = 0;
-  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &user) ||
-      !absl::SimpleAtoi(fields[12], &system)) {
-    return 0;
-  }
-  return static_cast<double>(user + system) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 namespace {
 
 // CPU seconds used so far by this process, cloisterd and its enclave workers.
@@ -252,9 +231,11 @@ struct CpuUse {
 };
 CpuUse CpuOf(pid_t cloisterd) {
   CpuUse use;
-  use.self = ProcessCpuSeconds(::getpid());
-  use.cloisterd = ProcessCpuSeconds(cloisterd);
-  for (pid_t worker : testing::EnclaveWorkers(cloisterd)) use.enclave += ProcessCpuSeconds(worker);
+  use.self = testing::ProcessCpuSeconds(::getpid());
+  use.cloisterd = testing::ProcessCpuSeconds(cloisterd);
+  for (pid_t worker : testing::EnclaveWorkers(cloisterd)) {
+    use.enclave += testing::ProcessCpuSeconds(worker);
+  }
   return use;
 }
 

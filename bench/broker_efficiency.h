@@ -16,8 +16,6 @@
 // and are removed at its end.
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -86,10 +84,6 @@ std::string BrokerEfficiencyUsage();
 // direct_cpu_ms.
 std::string BrokerEfficiencyJsonLine(const BrokerEfficiencyResult& result);
 std::string BrokerEfficiencyTable(const BrokerEfficiencyResult& result);
-
-// CPU time (user + system) process `pid` has used so far, in seconds, from /proc/PID/stat; 0
-// when there is no such process.
-double ProcessCpuSeconds(pid_t pid);
 
 // Errors: cloisterd does not start (with its stderr), attestation, upload or inference fails, or
 // the outputs of the two sides differ by more than 1e-3.

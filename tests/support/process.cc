@@ -69,10 +69,10 @@ int WaitFor(pid_t pid, absl::Duration timeout) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// The parent pid and command name from /proc/PID/stat ("pid (comm) state ppid ..."; comm may
-// hold spaces and parentheses, so it ends at the last ')'). False for a process that is gone
-// or exited and not yet reaped.
-bool ReadStat(pid_t pid, pid_t& parent, std::string& name) {
+// /proc/PID/stat ("pid (comm) state ppid ..."): the command name, and the fields after it,
+// from field 3 (state) on. comm may hold spaces and parentheses, so it ends at the last ')'.
+// False for a process that is gone.
+bool ReadStat(pid_t pid, std::string& name, std::vector<std::string>& fields) {
   std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   size_t open = stat.find('(');
@@ -80,11 +80,18 @@ bool ReadStat(pid_t pid, pid_t& parent, std::string& name) {
   if (open == std::string::npos || close == std::string::npos || close < open) return false;
   name = stat.substr(open + 1, close - open - 1);
   std::istringstream rest(stat.substr(close + 1));
-  std::string state;
-  long long ppid = 0;
-  if (!(rest >> state >> ppid)) return false;
-  if (state == "Z" || state == "X") return false;
-  parent = static_cast<pid_t>(ppid);
+  fields.clear();
+  for (std::string field; rest >> field;) fields.push_back(std::move(field));
+  return !fields.empty();
+}
+
+// The parent pid and command name. False for a process that is gone or exited and not yet
+// reaped.
+bool ReadParent(pid_t pid, pid_t& parent, std::string& name) {
+  std::vector<std::string> fields;
+  if (!ReadStat(pid, name, fields) || fields.size() < 2) return false;
+  if (fields[0] == "Z" || fields[0] == "X") return false;
+  parent = static_cast<pid_t>(std::stoll(fields[1]));
   return true;
 }
 
@@ -99,11 +106,20 @@ std::vector<pid_t> ChildProcesses(pid_t parent, const std::string& name_prefix) 
     const pid_t pid = static_cast<pid_t>(std::stol(name));
     pid_t its_parent = 0;
     std::string command;
-    if (!ReadStat(pid, its_parent, command)) continue;
+    if (!ReadParent(pid, its_parent, command)) continue;
     if (its_parent == parent && command.rfind(name_prefix, 0) == 0) children.push_back(pid);
   }
   std::sort(children.begin(), children.end());
   return children;
+}
+
+double ProcessCpuSeconds(pid_t pid) {
+  std::string name;
+  std::vector<std::string> fields;
+  // utime and stime, fields 14 and 15 of proc(5), in clock ticks.
+  if (!ReadStat(pid, name, fields) || fields.size() < 13) return 0;
+  const double ticks = std::stod(fields[11]) + std::stod(fields[12]);
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 std::vector<pid_t> EnclaveWorkers(pid_t cloisterd) {

@@ -56,6 +56,9 @@ class Process {
 std::vector<pid_t> ChildProcesses(pid_t parent, const std::string& name_prefix);
 // cloisterd's enclave worker processes (its live cloister-enclave children).
 std::vector<pid_t> EnclaveWorkers(pid_t cloisterd);
+// CPU time (user + system) process `pid` has used so far, in seconds, from /proc/PID/stat, at
+// the kernel's clock tick (10 ms); 0 when there is no such process.
+double ProcessCpuSeconds(pid_t pid);
 
 std::string ReadWholeFile(const std::string& path);
 
