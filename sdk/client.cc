@@ -30,6 +30,7 @@
 #include "crypto/hpke.h"
 #include "crypto/model_handle.h"
 #include "crypto/random.h"
+#include "proto/sealing.h"
 #include "sdk/npy.h"
 
 namespace cloister::sdk {
@@ -656,17 +657,10 @@ absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::st
   {
     // The request is serialized straight into the call's ciphertext field and sealed there in
     // place: no second copy of the plaintext to allocate, fill and wipe.
-    const size_t size = request.ByteSizeLong();
-    if (size > static_cast<size_t>(INT32_MAX) - crypto::kAeadTagSize) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("request of ", size, " bytes is over the 2 GiB a message can carry"));
-    }
     std::string& buffer = *call.mutable_ciphertext();
-    buffer.resize(size + crypto::kAeadTagSize);
-    auto* data = reinterpret_cast<uint8_t*>(buffer.data());
-    request.SerializeWithCachedSizesToArray(data);
+    ASSIGN_OR_RETURN(std::span<uint8_t> message, proto::SerializeForSealing(request, buffer));
     absl::MutexLock lock(&session->mu);
-    auto sequence = session->sender->SealInPlace(header, std::span<uint8_t>(data, buffer.size()));
+    auto sequence = session->sender->SealInPlace(header, message);
     if (!sequence.ok()) {
       WipeString(buffer);
       return sequence.status();

@@ -5,6 +5,7 @@
 #include "base/status.h"
 #include "crypto/hpke.h"
 #include "crypto/keys.h"
+#include "proto/sealing.h"
 #include "proto/wipe.h"
 
 namespace cloister::enclave {
@@ -112,13 +113,9 @@ absl::StatusOr<boundary::v1::OpenSessionResult> SessionManager::Open(
   welcome.set_max_messages(limits_.max_messages);
   crypto::MessageHeader header{crypto::MessageKind::kWelcome, "", ""};
   boundary::v1::OpenSessionResult result;
-  std::string& sealed = *result.mutable_sealed_welcome();
-  sealed.resize(welcome.ByteSizeLong() + crypto::kAeadTagSize);
-  welcome.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(sealed.data()));
-  ASSIGN_OR_RETURN(uint64_t sequence,
-                   session->SealInPlace(header, std::span<uint8_t>(
-                                                    reinterpret_cast<uint8_t*>(sealed.data()),
-                                                    sealed.size())));
+  ASSIGN_OR_RETURN(std::span<uint8_t> message,
+                   proto::SerializeForSealing(welcome, *result.mutable_sealed_welcome()));
+  ASSIGN_OR_RETURN(uint64_t sequence, session->SealInPlace(header, message));
   result.set_session_id(ToString(session->id()));
   result.set_sequence(sequence);
   Log(LogLevel::kInfo, "session_opened",
@@ -177,11 +174,10 @@ SealedReplyItem SessionManager::SealReply(Session& session, const SealedItem& it
   crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
   // Serialized straight into the reply's ciphertext field and sealed there in place.
   std::string& buffer = *reply.mutable_ciphertext();
-  buffer.resize(envelope.ByteSizeLong() + crypto::kAeadTagSize);
-  auto* data = reinterpret_cast<uint8_t*>(buffer.data());
-  envelope.SerializeWithCachedSizesToArray(data);
+  absl::StatusOr<std::span<uint8_t>> message = proto::SerializeForSealing(envelope, buffer);
   proto::WipeMessage(envelope);
-  auto sequence = session.SealInPlace(header, std::span<uint8_t>(data, buffer.size()));
+  absl::StatusOr<uint64_t> sequence =
+      message.ok() ? session.SealInPlace(header, *message) : message.status();
   if (!sequence.ok()) {
     proto::WipeString(buffer);
     reply.clear_ciphertext();
