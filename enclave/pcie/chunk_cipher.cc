@@ -36,6 +36,21 @@ absl::Status AuthenticationFailure(std::string_view what, size_t index, size_t c
                    chunks, " failed authentication (the bounce buffer was modified in flight)"));
 }
 
+// Chunk i of a transfer laid out in `chunk_size` pieces: of the plaintext (`plain_size` bytes
+// in all), and of its sealed form, where each chunk's ciphertext is followed by its tag.
+template <typename Byte>
+std::span<Byte> PlainChunk(std::span<Byte> plain, size_t i, size_t chunk_size) {
+  const size_t begin = i * chunk_size;
+  return plain.subspan(begin, std::min(chunk_size, plain.size() - begin));
+}
+template <typename Byte>
+std::span<Byte> SealedChunk(std::span<Byte> sealed, size_t i, size_t chunk_size,
+                            size_t plain_size) {
+  const size_t begin = i * chunk_size;
+  return sealed.subspan(begin + i * kChunkTagSize,
+                        std::min(chunk_size, plain_size - begin) + kChunkTagSize);
+}
+
 }  // namespace
 
 size_t ChunkCount(size_t size, size_t chunk_size) {
@@ -204,11 +219,9 @@ absl::Status ChunkCipher::Seal(uint8_t direction, uint64_t counter, ByteSpan sou
   }
   const auto aad = TransferAad(source.size(), chunks);
   return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) {
-    const size_t begin = i * chunk_size_;
-    const size_t length = std::min(chunk_size_, source.size() - begin);
     const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
-    return aead.SealInto(nonce, aad, source.subspan(begin, length),
-                         sealed.subspan(begin + i * kChunkTagSize, length + kChunkTagSize));
+    return aead.SealInto(nonce, aad, PlainChunk(source, i, chunk_size_),
+                         SealedChunk(sealed, i, chunk_size_, source.size()));
   });
 }
 
@@ -220,12 +233,10 @@ absl::Status ChunkCipher::Open(uint8_t direction, uint64_t counter, ByteSpan sea
   }
   const auto aad = TransferAad(destination.size(), chunks);
   return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) -> absl::Status {
-    const size_t begin = i * chunk_size_;
-    const size_t length = std::min(chunk_size_, destination.size() - begin);
     const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
     absl::Status opened =
-        aead.OpenInto(nonce, aad, sealed.subspan(begin + i * kChunkTagSize, length + kChunkTagSize),
-                      destination.subspan(begin, length));
+        aead.OpenInto(nonce, aad, SealedChunk(sealed, i, chunk_size_, destination.size()),
+                      PlainChunk(destination, i, chunk_size_));
     return opened.ok() ? absl::OkStatus() : AuthenticationFailure(what, i, chunks);
   });
 }
@@ -271,19 +282,9 @@ absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, Byte
     return absl::InvalidArgumentError("sealed or destination size does not match the transfer");
   }
   const auto aad = TransferAad(source.size(), chunks);
-  auto bounce_of = [&](size_t i) {
-    const size_t begin = i * chunk_size_;
-    const size_t length = std::min(chunk_size_, source.size() - begin);
-    return sealed.subspan(begin + i * kChunkTagSize, length + kChunkTagSize);
-  };
-  auto source_of = [&](size_t i) {
-    const size_t begin = i * chunk_size_;
-    return source.subspan(begin, std::min(chunk_size_, source.size() - begin));
-  };
-  auto destination_of = [&](size_t i) {
-    const size_t begin = i * chunk_size_;
-    return destination.subspan(begin, std::min(chunk_size_, destination.size() - begin));
-  };
+  auto bounce_of = [&](size_t i) { return SealedChunk(sealed, i, chunk_size_, source.size()); };
+  auto source_of = [&](size_t i) { return PlainChunk(source, i, chunk_size_); };
+  auto destination_of = [&](size_t i) { return PlainChunk(destination, i, chunk_size_); };
   if (2 * chunks > static_cast<size_t>(workers_->size()) || source.size() < 2 * kPipelinePiece) {
     // Enough chunks to keep every thread busy (or too little to split): each chunk is sealed
     // and then opened by one thread.
