@@ -102,16 +102,14 @@ ChannelSender::ChannelSender(ByteSpan session_id, Direction direction, ByteSpan 
 
 absl::StatusOr<std::pair<uint64_t, Bytes>> ChannelSender::Seal(const MessageHeader& header,
                                                                ByteSpan plaintext) {
-  if (next_sequence_ >= kSequenceLimit) {
-    return absl::ResourceExhaustedError(
-        "session channel sequence numbers are used up: open a new session");
+  Bytes message(plaintext.size() + kAeadTagSize);
+  std::copy(plaintext.begin(), plaintext.end(), message.begin());
+  absl::StatusOr<uint64_t> sequence = SealInPlace(header, message);
+  if (!sequence.ok()) {
+    SecureWipe(message.data(), message.size());  // still the plaintext
+    return sequence.status();
   }
-  const uint64_t sequence = next_sequence_;
-  ASSIGN_OR_RETURN(Bytes ciphertext,
-                   aead_->Seal(SequenceNonce(nonce_base_.span(), sequence),
-                               MessageAad(session_id_, direction_, sequence, header), plaintext));
-  ++next_sequence_;
-  return std::make_pair(sequence, std::move(ciphertext));
+  return std::make_pair(*sequence, std::move(message));
 }
 
 absl::StatusOr<uint64_t> ChannelSender::SealInPlace(const MessageHeader& header,
