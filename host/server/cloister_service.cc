@@ -214,7 +214,7 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
   // Called by the watchdog: ends the upload with DEADLINE_EXCEEDED when it has waited longer
   // than the idle timeout for the client's next message, or is still waiting for its client
   // after the overall upload timeout.
-  void EndIfIdle(absl::Time now) {
+  void EndIfOverdue(absl::Time now) {
     const absl::Duration idle = service_->options_.upload_idle_timeout;
     const absl::Duration overall = service_->options_.upload_timeout;
     absl::Status status;
@@ -581,7 +581,8 @@ CloisterService::CloisterService(TenantRegistry* tenants, std::vector<EnclaveCli
       sessions_(clock_, options.session_ttl, options.max_sessions_per_tenant) {
   CLOISTER_CHECK(!workers_.empty());
   for (EnclaveClient* worker : workers_) CLOISTER_CHECK(worker != nullptr);
-  CLOISTER_CHECK(options_.upload_idle_timeout > absl::ZeroDuration());
+  CLOISTER_CHECK(options_.upload_idle_timeout > absl::ZeroDuration() &&
+                 options_.upload_timeout > absl::ZeroDuration());
   upload_watchdog_ = std::thread([this] { WatchUploads(); });
   if (options_.audit != nullptr) {
     sessions_.SetOnExpiredForAudit([audit = options_.audit](const std::string& tenant_id,
@@ -663,13 +664,14 @@ CloisterService::~CloisterService() {
 }
 
 void CloisterService::WatchUploads() {
-  // A quarter of the timeout: an idle upload ends at most 25% late (and within a second).
-  const absl::Duration period = std::clamp(options_.upload_idle_timeout / 4,
-                                           absl::Milliseconds(10), absl::Seconds(1));
-  while (!stop_watchdog_.WaitForNotificationWithTimeout(period)) EndIdleUploads();
+  // A quarter of the shorter timeout: an upload ends at most 25% late (and within a second).
+  const absl::Duration period =
+      std::clamp(std::min(options_.upload_idle_timeout, options_.upload_timeout) / 4,
+                 absl::Milliseconds(10), absl::Seconds(1));
+  while (!stop_watchdog_.WaitForNotificationWithTimeout(period)) EndOverdueUploads();
 }
 
-void CloisterService::EndIdleUploads() {
+void CloisterService::EndOverdueUploads() {
   std::vector<UploadReactor*> uploads;
   {
     absl::MutexLock lock(&uploads_mu_);
@@ -681,7 +683,7 @@ void CloisterService::EndIdleUploads() {
   }
   const absl::Time now = clock_->Now();
   for (UploadReactor* upload : uploads) {
-    upload->EndIfIdle(now);
+    upload->EndIfOverdue(now);
     upload->Unref();
   }
 }

@@ -152,10 +152,11 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   absl::Status ReserveModelMemory(const std::string& tenant_id, const std::string& handle,
                                   uint64_t size);
   void ReleaseModelMemory(const std::string& tenant_id, uint64_t size);
-  // The upload watchdog: every uploads_scan_period_ ends the uploads that have waited longer
-  // than options_.upload_idle_timeout for their client.
+  // The upload watchdog: ends the uploads that have waited longer than
+  // options_.upload_idle_timeout for their client, or are still receiving after
+  // options_.upload_timeout.
   void WatchUploads();
-  void EndIdleUploads();
+  void EndOverdueUploads();
   // ListModels and DeleteModel: one SealedCallMessage each.
   grpc::ServerUnaryReactor* RelaySealedCall(grpc::CallbackServerContext* context,
                                             const api::v1::SealedCall* request,
