@@ -170,7 +170,7 @@ EnclaveToHost Enclave::Handle(HostToEnclave call) {
       break;
     }
     case HostToEnclave::kLoadModel: {
-      auto r = LoadModel(call.load_model());
+      auto r = LoadModel(*call.mutable_load_model());
       if (r.ok()) *reply.mutable_load_model() = std::move(*r);
       status = r.status();
       break;
@@ -183,13 +183,13 @@ EnclaveToHost Enclave::Handle(HostToEnclave call) {
       break;
     }
     case HostToEnclave::kListModels: {
-      auto r = ListModels(call.list_models());
+      auto r = ListModels(*call.mutable_list_models());
       if (r.ok()) *reply.mutable_list_models() = std::move(*r);
       status = r.status();
       break;
     }
     case HostToEnclave::kDeleteModel: {
-      auto r = DeleteModel(call.delete_model());
+      auto r = DeleteModel(*call.mutable_delete_model());
       if (r.ok()) *reply.mutable_delete_model() = std::move(*r);
       status = r.status();
       break;
@@ -297,8 +297,8 @@ absl::StatusOr<boundary::v1::OpenSessionResult> Enclave::OpenSession(
 }
 
 absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
-    const boundary::v1::LoadModelCall& call) {
-  const auto& item = call.request();
+    boundary::v1::LoadModelCall& call) {
+  auto& item = *call.mutable_request();
   ASSIGN_OR_RETURN(auto opened,
                    sessions_->OpenItem(item, crypto::MessageKind::kLoadModel, call.tenant_id()));
   boundary::v1::LoadModelResult result;
@@ -309,7 +309,7 @@ absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
     loaded = models_->Load(opened.session->identity_public_key(), item.model_handle(), request,
                            AsBytes(call.model_ciphertext()));
   }
-  SecureWipe(opened.plaintext.data(), opened.plaintext.size());
+  proto::WipeString(*item.mutable_ciphertext());
   proto::WipeMessage(request);  // the model key and the model's name
   api::v1::ReplyEnvelope envelope;
   if (loaded.ok()) {
@@ -329,14 +329,15 @@ absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
 }
 
 absl::StatusOr<boundary::v1::SealedCallResult> Enclave::ListModels(
-    const boundary::v1::SealedCallMessage& call) {
-  ASSIGN_OR_RETURN(auto opened, sessions_->OpenItem(call.request(), crypto::MessageKind::kListModels,
+    boundary::v1::SealedCallMessage& call) {
+  ASSIGN_OR_RETURN(auto opened, sessions_->OpenItem(*call.mutable_request(),
+                                                    crypto::MessageKind::kListModels,
                                                     call.tenant_id()));
   api::v1::ListModelsReply body;
   for (auto& info : models_->List(opened.session->identity_public_key())) {
     *body.add_models() = std::move(info);
   }
-  SecureWipe(opened.plaintext.data(), opened.plaintext.size());
+  proto::WipeString(*call.mutable_request()->mutable_ciphertext());
   boundary::v1::SealedCallResult result;
   *result.mutable_reply() =
       sessions_->SealReply(*opened.session, call.request(), crypto::MessageKind::kListModels,
@@ -345,8 +346,8 @@ absl::StatusOr<boundary::v1::SealedCallResult> Enclave::ListModels(
 }
 
 absl::StatusOr<boundary::v1::SealedCallResult> Enclave::DeleteModel(
-    const boundary::v1::SealedCallMessage& call) {
-  ASSIGN_OR_RETURN(auto opened, sessions_->OpenItem(call.request(),
+    boundary::v1::SealedCallMessage& call) {
+  ASSIGN_OR_RETURN(auto opened, sessions_->OpenItem(*call.mutable_request(),
                                                     crypto::MessageKind::kDeleteModel,
                                                     call.tenant_id()));
   api::v1::DeleteModelRequest request;
@@ -363,7 +364,7 @@ absl::StatusOr<boundary::v1::SealedCallResult> Enclave::DeleteModel(
       Log(LogLevel::kInfo, "model_deleted", {{"tenant", call.tenant_id()}, {"handle", *handle}});
     }
   }
-  SecureWipe(opened.plaintext.data(), opened.plaintext.size());
+  proto::WipeString(*call.mutable_request()->mutable_ciphertext());
   proto::WipeMessage(request);
   *result.mutable_reply() =
       sessions_->SealReply(*opened.session, call.request(), crypto::MessageKind::kDeleteModel,
@@ -405,7 +406,7 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
   for (size_t i = 0; i < count; ++i) {
     auto& item = *call.mutable_items(i);
     // Opened in place in the item's ciphertext field, which is wiped below once parsed.
-    auto opened = sessions_->OpenItemInPlace(item, crypto::MessageKind::kInfer, call.tenant_id());
+    auto opened = sessions_->OpenItem(item, crypto::MessageKind::kInfer, call.tenant_id());
     if (!opened.ok()) {
       // Not sealed: the session or message did not authenticate, so there is no key to
       // answer under. The host relays this status.

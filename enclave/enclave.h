@@ -91,9 +91,10 @@ class Enclave {
 
   absl::StatusOr<boundary::v1::GetEvidenceResult> GetEvidence(const boundary::v1::GetEvidenceCall&);
   absl::StatusOr<boundary::v1::OpenSessionResult> OpenSession(const boundary::v1::OpenSessionCall&);
-  absl::StatusOr<boundary::v1::LoadModelResult> LoadModel(const boundary::v1::LoadModelCall&);
-  absl::StatusOr<boundary::v1::SealedCallResult> ListModels(const boundary::v1::SealedCallMessage&);
-  absl::StatusOr<boundary::v1::SealedCallResult> DeleteModel(const boundary::v1::SealedCallMessage&);
+  // The sealed calls take their message mutable: each opens its request in place.
+  absl::StatusOr<boundary::v1::LoadModelResult> LoadModel(boundary::v1::LoadModelCall&);
+  absl::StatusOr<boundary::v1::SealedCallResult> ListModels(boundary::v1::SealedCallMessage&);
+  absl::StatusOr<boundary::v1::SealedCallResult> DeleteModel(boundary::v1::SealedCallMessage&);
   absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(boundary::v1::InferBatchCall&);
   // Signs the head of the host's audit log (a 32-byte digest and its sequence number) with the
   // evidence signing key; InvalidArgument for a digest of another size or sequence 0.

@@ -24,14 +24,6 @@ Session::Session(crypto::ChannelKeys keys, std::string tenant_id, Bytes identity
       sender_(keys.session_id, crypto::Direction::kEnclaveToClient,
               keys.enclave_to_client_key.span(), keys.enclave_to_client_nonce.span()) {}
 
-absl::StatusOr<Bytes> Session::Open(uint64_t sequence, const crypto::MessageHeader& header,
-                                    ByteSpan ciphertext, uint64_t max_messages) {
-  Bytes message(ciphertext.begin(), ciphertext.end());
-  ASSIGN_OR_RETURN(size_t size, OpenInPlace(sequence, header, message, max_messages));
-  message.resize(size);
-  return message;
-}
-
 absl::StatusOr<size_t> Session::OpenInPlace(uint64_t sequence, const crypto::MessageHeader& header,
                                             std::span<uint8_t> message, uint64_t max_messages) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -143,18 +135,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::ItemSession(
   return session;
 }
 
-absl::StatusOr<SessionManager::Opened> SessionManager::OpenItem(const SealedItem& item,
+absl::StatusOr<SessionManager::Opened> SessionManager::OpenItem(SealedItem& item,
                                                                 crypto::MessageKind kind,
                                                                 const std::string& tenant_id) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> session, ItemSession(item, tenant_id));
-  crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
-  ASSIGN_OR_RETURN(Bytes plaintext, session->Open(item.sequence(), header,
-                                                  AsBytes(item.ciphertext()), limits_.max_messages));
-  return Opened{std::move(session), std::move(plaintext)};
-}
-
-absl::StatusOr<SessionManager::OpenedInPlace> SessionManager::OpenItemInPlace(
-    SealedItem& item, crypto::MessageKind kind, const std::string& tenant_id) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, ItemSession(item, tenant_id));
   crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
   std::string& buffer = *item.mutable_ciphertext();
@@ -163,7 +146,7 @@ absl::StatusOr<SessionManager::OpenedInPlace> SessionManager::OpenItemInPlace(
                    session->OpenInPlace(item.sequence(), header,
                                         std::span<uint8_t>(data, buffer.size()),
                                         limits_.max_messages));
-  return OpenedInPlace{std::move(session), ByteSpan(data, size)};
+  return Opened{std::move(session), ByteSpan(data, size)};
 }
 
 SealedReplyItem SessionManager::SealReply(Session& session, const SealedItem& item,

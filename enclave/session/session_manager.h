@@ -40,12 +40,9 @@ class Session {
   const Bytes& identity_public_key() const { return identity_public_key_; }
   absl::Time expires_at() const { return expires_at_; }
 
-  // Opens a client-to-enclave message. PermissionDenied for replays, DataLoss-free: a message
-  // that fails authentication changes nothing.
-  absl::StatusOr<Bytes> Open(uint64_t sequence, const crypto::MessageHeader& header,
-                             ByteSpan ciphertext, uint64_t max_messages);
-  // The same, in place (crypto::ChannelReceiver::OpenInPlace): returns the plaintext's size at
-  // the start of `message`; on failure `message` is wiped.
+  // Opens a client-to-enclave message in place (crypto::ChannelReceiver::OpenInPlace): returns
+  // the plaintext's size at the start of `message`. PermissionDenied for replays; a message that
+  // fails authentication changes no state. On failure `message` is wiped.
   absl::StatusOr<size_t> OpenInPlace(uint64_t sequence, const crypto::MessageHeader& header,
                                      std::span<uint8_t> message, uint64_t max_messages);
   // Seals an enclave-to-client message in place (crypto::ChannelSender::SealInPlace); returns
@@ -86,24 +83,16 @@ class SessionManager {
   // Finds a live session. NotFound("unknown or expired session; open a new session") otherwise.
   absl::StatusOr<std::shared_ptr<Session>> Find(ByteSpan session_id);
 
-  struct Opened {
-    std::shared_ptr<Session> session;
-    Bytes plaintext;
-  };
   // Opens one sealed item of `kind` for `tenant_id`: the session must exist, belong to that
-  // tenant, and the message must authenticate and not be a replay.
-  absl::StatusOr<Opened> OpenItem(const boundary::v1::SealedItem& item, crypto::MessageKind kind,
-                                  const std::string& tenant_id);
-  // The same, opened in place in the item's ciphertext field, for large requests: `plaintext`
-  // views the start of that field, which the caller wipes (proto::WipeString) when done. On
-  // failure the field is wiped when it was opened at all.
-  struct OpenedInPlace {
+  // tenant, and the message must authenticate and not be a replay. Opened in place in the
+  // item's ciphertext field: `plaintext` views the start of that field, which the caller wipes
+  // (proto::WipeString) when done. On failure the field is wiped when it was opened at all.
+  struct Opened {
     std::shared_ptr<Session> session;
     ByteSpan plaintext;
   };
-  absl::StatusOr<OpenedInPlace> OpenItemInPlace(boundary::v1::SealedItem& item,
-                                                crypto::MessageKind kind,
-                                                const std::string& tenant_id);
+  absl::StatusOr<Opened> OpenItem(boundary::v1::SealedItem& item, crypto::MessageKind kind,
+                                  const std::string& tenant_id);
 
   // Seals a ReplyEnvelope for `item` (same request id and model handle, kind of the call).
   // Takes the envelope and wipes it, and its serialized copy, once sealed: the reply's
