@@ -91,7 +91,7 @@ bool ReadParent(pid_t pid, pid_t& parent, std::string& name) {
   std::vector<std::string> fields;
   if (!ReadStat(pid, name, fields) || fields.size() < 2) return false;
   if (fields[0] == "Z" || fields[0] == "X") return false;
-  parent = static_cast<pid_t>(std::stoll(fields[1]));
+  parent = static_cast<pid_t>(std::strtoll(fields[1].c_str(), nullptr, 10));
   return true;
 }
 
@@ -118,7 +118,8 @@ double ProcessCpuSeconds(pid_t pid) {
   std::vector<std::string> fields;
   // utime and stime, fields 14 and 15 of proc(5), in clock ticks.
   if (!ReadStat(pid, name, fields) || fields.size() < 13) return 0;
-  const double ticks = std::stod(fields[11]) + std::stod(fields[12]);
+  const double ticks =
+      std::strtod(fields[11].c_str(), nullptr) + std::strtod(fields[12].c_str(), nullptr);
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
