@@ -14,6 +14,7 @@
 #include "base/bytes.h"
 #include "enclave/enclave.h"
 #include "onnx/onnx_pb.h"
+#include "tests/support/neg_add_model.h"
 
 namespace cloister::fuzzing {
 
@@ -51,39 +52,11 @@ inline FuzzEnclave& TheFuzzEnclave() {
   return *made;
 }
 
-// The serialized tiny model; the same bytes every time.
+// The serialized tiny model (tests/support/neg_add_model.h, weights 1 2 3 4); the same bytes
+// every time.
 inline std::string TinyModel() {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(17);
-  onnx::GraphProto* graph = model.mutable_graph();
-  graph->set_name("tiny");
-  auto add_value = [](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
-                      const char* name) {
-    auto* tensor = list->Add();
-    tensor->set_name(name);
-    auto* type = tensor->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(onnx::TensorProto::FLOAT);
-    type->mutable_shape()->add_dim()->set_dim_param("n");
-    type->mutable_shape()->add_dim()->set_dim_value(4);
-  };
-  add_value(graph->mutable_input(), "x");
-  add_value(graph->mutable_output(), "y");
-  add_value(graph->mutable_output(), "z");
-  onnx::TensorProto* w = graph->add_initializer();
-  w->set_name("w");
-  w->set_data_type(onnx::TensorProto::FLOAT);
-  w->add_dims(4);
-  for (float value : {1.0f, 2.0f, 3.0f, 4.0f}) w->add_float_data(value);
-  onnx::NodeProto* neg = graph->add_node();
-  neg->set_op_type("Neg");
-  neg->add_input("x");
-  neg->add_output("y");
-  onnx::NodeProto* add = graph->add_node();
-  add->set_op_type("Add");
-  add->add_input("x");
-  add->add_input("w");
-  add->add_output("z");
+  onnx::ModelProto model = testing::NegAndAddModel({1.0f, 2.0f, 3.0f, 4.0f});
+  model.mutable_graph()->set_name("tiny");
   return model.SerializeAsString();
 }
 

@@ -29,6 +29,7 @@
 #include "sdk/identity.h"
 #include "sdk/npy.h"
 #include "tests/support/appliance.h"
+#include "tests/support/neg_add_model.h"
 #include "tests/support/http.h"
 #include "tests/support/process.h"
 
@@ -50,45 +51,17 @@ std::string BytesOf(const std::vector<float>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
 }
 
-// Y = Neg(X), Z = Add(X, W) over float[1, kWidth], with W the model's marker weights and the
-// model's text marker in its doc string, metadata and the names of its graph.
+// Y = Neg(X), Z = Add(X, W) (tests/support/neg_add_model.h) over float[n, kWidth], with W the
+// model's marker weights and the model's text marker in its doc string, metadata and the name
+// of its graph.
 std::string WriteCanaryModel(const std::string& path, const std::vector<float>& weights,
                              const std::string& text_marker) {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(17);
+  onnx::ModelProto model = testing::NegAndAddModel(weights);
   model.set_doc_string(absl::StrCat("confidential: ", text_marker));
   auto* property = model.add_metadata_props();
   property->set_key("owner-note");
   property->set_value(text_marker);
-  onnx::GraphProto* graph = model.mutable_graph();
-  graph->set_name(text_marker);
-  auto add_value = [](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
-                      const std::string& name) {
-    onnx::ValueInfoProto* value = list->Add();
-    value->set_name(name);
-    auto* tensor = value->mutable_type()->mutable_tensor_type();
-    tensor->set_elem_type(onnx::TensorProto::FLOAT);
-    tensor->mutable_shape()->add_dim()->set_dim_value(1);
-    tensor->mutable_shape()->add_dim()->set_dim_value(kWidth);
-  };
-  add_value(graph->mutable_input(), "x");
-  add_value(graph->mutable_output(), "y");
-  add_value(graph->mutable_output(), "z");
-  onnx::TensorProto* w = graph->add_initializer();
-  w->set_name("w");
-  w->set_data_type(onnx::TensorProto::FLOAT);
-  w->add_dims(kWidth);
-  w->set_raw_data(BytesOf(weights));
-  onnx::NodeProto* neg = graph->add_node();
-  neg->set_op_type("Neg");
-  neg->add_input("x");
-  neg->add_output("y");
-  onnx::NodeProto* add = graph->add_node();
-  add->set_op_type("Add");
-  add->add_input("x");
-  add->add_input("w");
-  add->add_output("z");
+  model.mutable_graph()->set_name(text_marker);
   std::ofstream out(path, std::ios::binary);
   EXPECT_TRUE(model.SerializeToOstream(&out));
   return path;
