@@ -112,23 +112,18 @@ class IsolationTest : public ::testing::Test {
       return absl::StrCat(rpc, " -> ", status.error_code(), ": ", status.error_message());
     };
     std::vector<std::string> lines;
-    {
+    // The three unary RPCs that take a SealedCall.
+    using Unary = grpc::Status (api::v1::Cloister::Stub::*)(
+        grpc::ClientContext*, const api::v1::SealedCall&, api::v1::SealedReply*);
+    const std::pair<const char*, Unary> unary_rpcs[] = {
+        {"Infer", &api::v1::Cloister::Stub::Infer},
+        {"ListModels", &api::v1::Cloister::Stub::ListModels},
+        {"DeleteModel", &api::v1::Cloister::Stub::DeleteModel}};
+    for (const auto& [rpc, method] : unary_rpcs) {
       grpc::ClientContext c;
       context(c);
       api::v1::SealedReply reply;
-      lines.push_back(line("Infer", stub->Infer(&c, call, &reply)));
-    }
-    {
-      grpc::ClientContext c;
-      context(c);
-      api::v1::SealedReply reply;
-      lines.push_back(line("ListModels", stub->ListModels(&c, call, &reply)));
-    }
-    {
-      grpc::ClientContext c;
-      context(c);
-      api::v1::SealedReply reply;
-      lines.push_back(line("DeleteModel", stub->DeleteModel(&c, call, &reply)));
+      lines.push_back(line(rpc, ((*stub).*method)(&c, call, &reply)));
     }
     {
       grpc::ClientContext c;
