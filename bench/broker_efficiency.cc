@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "bench/case_flags.h"
 #include "bench/runtime_vs_ort.h"
+#include "enclave/batch_runner.h"
 #include "enclave/runtime/model.h"
 #include "nlohmann/json.hpp"
 #include "sdk/client.h"
@@ -84,7 +85,9 @@ absl::StatusOr<std::vector<api::v1::Tensor>> ToApiTensors(const NamedTensors& in
 // threads shared out among the two batches a worker runs at once.
 runtime::LoadOptions DirectLoadOptions() {
   runtime::LoadOptions options;
-  options.threads = runtime::BlasThreadsFor(2);
+  // As cloister-enclave sets them on the CPU executor: two boundary threads, each batch in up to
+  // DefaultRunThreads() runs side by side.
+  options.threads = runtime::BlasThreadsFor(2 * enclave::DefaultRunThreads());
   return options;
 }
 

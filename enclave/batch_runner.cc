@@ -1,8 +1,10 @@
 #include "enclave/batch_runner.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "base/secret_bytes.h"
@@ -54,7 +56,57 @@ bool Coalescible(const std::vector<BatchRequest>& requests) {
       }
     }
   }
+  // Every input of a request has the same number of rows.
+  for (const auto& request : requests) {
+    for (const auto& input : request.inputs) {
+      if (input.shape[0] != request.inputs[0].shape[0]) return false;
+    }
+  }
   return true;
+}
+
+// Consecutive requests that run as one: [begin, end).
+struct Group {
+  size_t begin;
+  size_t end;
+};
+
+// Coalesced requests: up to `parallel` groups of about equal rows (one group when `parallel` is
+// 1); otherwise one group per request.
+std::vector<Group> PlanGroups(const std::vector<BatchRequest>& requests, bool coalesce,
+                              int parallel) {
+  const size_t count = requests.size();
+  std::vector<Group> groups;
+  if (!coalesce) {
+    for (size_t r = 0; r < count; ++r) groups.push_back({r, r + 1});
+    return groups;
+  }
+  std::vector<int64_t> rows;
+  int64_t total_rows = 0;
+  for (const auto& request : requests) {
+    rows.push_back(request.inputs.empty() ? 0 : request.inputs[0].shape[0]);
+    total_rows += rows.back();
+  }
+  const size_t wanted = std::min(count, static_cast<size_t>(std::max(parallel, 1)));
+  size_t begin = 0;
+  int64_t rows_before = 0;  // rows of the groups planned so far
+  for (size_t g = 0; g < wanted; ++g) {
+    size_t end = count;
+    if (g + 1 < wanted) {
+      // Take requests while that brings the rows so far nearer to this group's share, leaving
+      // at least one request for each group still to come.
+      const int64_t target = total_rows * static_cast<int64_t>(g + 1) / wanted;
+      end = begin + 1;
+      int64_t taken = rows_before + rows[begin];
+      while (end < count - (wanted - g - 1) && 2 * taken + rows[end] <= 2 * target) {
+        taken += rows[end++];
+      }
+      rows_before = taken;
+    }
+    groups.push_back({begin, end});
+    begin = end;
+  }
+  return groups;
 }
 
 // One output slice on its way back: `size` bytes at `source_offset` in `tensor`, to be sent to
@@ -72,8 +124,12 @@ struct OutputSlice {
 
 }  // namespace
 
+int DefaultRunThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
+}
+
 absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::TransferPath& path,
-                                      const std::vector<BatchRequest>& requests) {
+                                      const std::vector<BatchRequest>& requests, TaskPool* runs) {
   BatchOutcome outcome;
   const size_t count = requests.size();
   outcome.replies.assign(count, absl::UnknownError("not run"));
@@ -128,67 +184,69 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
         device->data() + offset, size, runtime::internal::MemoryKind::kHost, releaser);
     return runtime::Tensor(dtype, std::move(shape), std::move(buffer));
   };
-  auto timed_run = [&](const NamedTensors& inputs, const std::vector<std::string>& wanted) {
-    absl::Time start = absl::Now();
-    auto run = model.Run(inputs, wanted);
-    outcome.execution_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
-    return run;
+  // Each group's runs, on the pool's threads when there is a pool. A coalesced group whose run
+  // fails, or whose outputs cannot be cut back into its requests' rows, runs again request by
+  // request, so each request gets its own result or error.
+  const std::vector<Group> groups = PlanGroups(requests, coalesce, runs ? runs->size() : 1);
+  struct GroupOutcome {
+    std::vector<OutputSlice> slices;
+    uint64_t execution_ns = 0;
+    int model_runs = 0;
+    bool coalesced = false;
   };
-
-  std::vector<OutputSlice> slices;
-  bool done = false;
-  if (coalesce) {
-    std::vector<int64_t> rows;
-    int64_t total_rows = 0;
-    for (const auto& request : requests) {
-      rows.push_back(request.inputs.empty() ? 0 : request.inputs[0].shape[0]);
-      total_rows += rows.back();
-    }
-    bool rows_agree = true;  // every input of a request has the same number of rows
-    for (const auto& request : requests) {
-      for (const auto& input : request.inputs)
-        rows_agree &= input.shape[0] == request.inputs[0].shape[0];
-    }
-    NamedTensors merged;
-    for (size_t k = 0; k < input_count && rows_agree; ++k) {
-      const BatchInput& first = requests[0].inputs[k];
-      std::vector<int64_t> shape = first.shape;
-      shape[0] = total_rows;
-      size_t size = 0;
-      for (const auto& request : requests) size += request.inputs[k].raw.size();
-      merged.emplace_back(first.name, view(offsets[0][k], first.dtype, shape, size));
-    }
-    if (rows_agree) {
-      auto run = timed_run(merged, requests[0].requested_outputs);
+  std::vector<GroupOutcome> group_outcomes(groups.size());
+  auto run_group = [&](size_t g) {
+    const Group& group = groups[g];
+    GroupOutcome& out = group_outcomes[g];
+    auto timed_run = [&](const NamedTensors& inputs, const std::vector<std::string>& wanted) {
+      absl::Time start = absl::Now();
+      auto run = model.Run(inputs, wanted);
+      out.execution_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+      ++out.model_runs;
+      return run;
+    };
+    if (group.end - group.begin > 1) {
+      int64_t group_rows = 0;
+      for (size_t r = group.begin; r < group.end; ++r) group_rows += requests[r].inputs[0].shape[0];
+      NamedTensors merged;
+      for (size_t k = 0; k < input_count; ++k) {
+        const BatchInput& first = requests[group.begin].inputs[k];
+        std::vector<int64_t> shape = first.shape;
+        shape[0] = group_rows;
+        size_t size = 0;
+        for (size_t r = group.begin; r < group.end; ++r) size += requests[r].inputs[k].raw.size();
+        merged.emplace_back(first.name, view(offsets[group.begin][k], first.dtype, shape, size));
+      }
+      auto run = timed_run(merged, requests[group.begin].requested_outputs);
       bool splittable = run.ok();
       if (run.ok()) {
         for (const auto& [name, tensor] : *run) {
-          splittable &= tensor.rank() > 0 && tensor.dim(0) == total_rows;
+          splittable &= tensor.rank() > 0 && tensor.dim(0) == group_rows;
         }
       }
       if (splittable) {
         int64_t begin = 0;
-        for (size_t r = 0; r < count; ++r) {
+        for (size_t r = group.begin; r < group.end; ++r) {
+          const int64_t rows = requests[r].inputs[0].shape[0];
           for (const auto& [name, tensor] : *run) {
-            const size_t row_size = total_rows == 0 ? 0 : tensor.size() / total_rows;
+            const size_t row_size = group_rows == 0 ? 0 : tensor.size() / group_rows;
             std::vector<int64_t> shape = tensor.shape();
-            shape[0] = rows[r];
-            slices.push_back(
-                {r, name, tensor.dtype(), shape, tensor, begin * row_size, rows[r] * row_size});
+            shape[0] = rows;
+            out.slices.push_back(
+                {r, name, tensor.dtype(), shape, tensor, begin * row_size, rows * row_size});
           }
-          begin += rows[r];
+          begin += rows;
           outcome.replies[r] = api::v1::InferReplyPayload();
         }
-        outcome.coalesced = true;
-        done = true;
-      } else if (run.ok()) {
+        out.coalesced = true;
+        return absl::OkStatus();
+      }
+      if (run.ok()) {
         for (auto& [name, tensor] : *run) SecureWipe(tensor.raw_data(), tensor.size());
       }
     }
-  }
-  if (!done) {
     // One run per request, over views of the same device-side buffer.
-    for (size_t r = 0; r < count; ++r) {
+    for (size_t r = group.begin; r < group.end; ++r) {
       NamedTensors inputs;
       for (size_t k = 0; k < requests[r].inputs.size(); ++k) {
         const BatchInput& input = requests[r].inputs[k];
@@ -201,10 +259,24 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
         continue;
       }
       for (const auto& [name, tensor] : *run) {
-        slices.push_back({r, name, tensor.dtype(), tensor.shape(), tensor, 0, tensor.size()});
+        out.slices.push_back({r, name, tensor.dtype(), tensor.shape(), tensor, 0, tensor.size()});
       }
       outcome.replies[r] = api::v1::InferReplyPayload();
     }
+    return absl::OkStatus();
+  };
+  if (runs != nullptr && groups.size() > 1) {
+    RETURN_IF_ERROR(runs->Run(groups.size(), [&](size_t g, int) { return run_group(g); }));
+  } else {
+    for (size_t g = 0; g < groups.size(); ++g) RETURN_IF_ERROR(run_group(g));
+  }
+  std::vector<OutputSlice> slices;
+  outcome.coalesced = coalesce;
+  for (auto& group : group_outcomes) {
+    for (auto& slice : group.slices) slices.push_back(std::move(slice));
+    outcome.execution_ns += group.execution_ns;
+    outcome.model_runs += group.model_runs;
+    outcome.coalesced &= group.coalesced;
   }
   releaser.reset();
   device.reset();  // the inputs' device-side buffer goes back zeroed once no view is left

@@ -2,13 +2,16 @@
 // Enclave) through the PCIe path: every request's input tensors are gathered into one host
 // staging buffer and moved to the executor's side in one transfer (pcie/transfer_path.h); the
 // model runs once over the concatenated rows when the requests' shapes allow it, else once per
-// request on views of the same device-side buffer; all outputs are gathered into one
+// request on views of the same device-side buffer. With a pool of run threads (the CPU
+// executor, whose runs are single-threaded) the concatenated rows run as up to one model run
+// per pool thread side by side, each over a contiguous group of requests of about equal rows;
+// a device executor gets no pool and runs the batch at once. All outputs are gathered into one
 // device-side buffer and moved back in one transfer, then cut into one reply per request.
 // Staging buffers are pooled and zeroed when released; the runtime's output tensors are wiped
 // once copied.
 //
-// Threading: RunBatch may run on several threads at once (Model::Run and TransferPath are
-// thread-safe). Ownership: the inputs' bytes are borrowed for the call.
+// Threading: RunBatch may run on several threads at once (Model::Run, TransferPath and TaskPool
+// are thread-safe). Ownership: the inputs' bytes are borrowed for the call.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/bytes.h"
+#include "base/task_pool.h"
 #include "cloister/api/v1/api.pb.h"
 #include "enclave/pcie/transfer_path.h"
 #include "enclave/runtime/model.h"
@@ -39,7 +43,10 @@ struct BatchRequest {
 struct BatchOutcome {
   // One per request, in order: the outputs, or why the model refused that request.
   std::vector<absl::StatusOr<api::v1::InferReplyPayload>> replies;
-  bool coalesced = false;     // the model ran once over all requests' rows
+  // Every request ran in a model run shared with other requests of the batch (over their
+  // concatenated rows); without a pool, that is one run over all of them.
+  bool coalesced = false;
+  int model_runs = 0;         // calls to Model::Run (a failed shared run included)
   uint64_t input_size = 0;    // bytes moved to the executor
   uint64_t output_size = 0;   // bytes of outputs moved back
   uint64_t execution_ns = 0;  // time inside Model::Run
@@ -48,7 +55,12 @@ struct BatchOutcome {
 
 // Errors from the transfers: then no reply is produced (DataLoss when the emulated path finds
 // the inputs modified in flight, and the model did not run at all).
+// cloister-enclave's run threads on the CPU executor: the hardware threads, up to 8.
+int DefaultRunThreads();
+
+// `runs`: the threads that run the groups (nullptr: the calling thread alone, one group).
 absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::TransferPath& path,
-                                      const std::vector<BatchRequest>& requests);
+                                      const std::vector<BatchRequest>& requests,
+                                      TaskPool* runs = nullptr);
 
 }  // namespace cloister::enclave

@@ -76,6 +76,10 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   enclave->options_ = std::move(options);
   EnclaveOptions& opts = enclave->options_;
   if (opts.measurement.size() != 48) return absl::InvalidArgumentError("measurement must be 48 bytes");
+  if (opts.run_threads < 1 || opts.run_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run threads must be from 1 to 64, not ", opts.run_threads));
+  }
 
   const bool sim_tee = opts.tee == TeeMode::kSim;
   if (sim_tee && opts.gpu == GpuMode::kNvidiaCc) {
@@ -139,6 +143,7 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   enclave->models_ = std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options,
                                                   opts.model_limits);
   ASSIGN_OR_RETURN(enclave->transfer_, pcie::TransferPath::Create(opts.pcie_mode, opts.pcie_options));
+  if (opts.run_threads > 1) enclave->runs_ = std::make_unique<TaskPool>(opts.run_threads);
   enclave->usage_ = std::make_unique<UsageLedger>(
       enclave->keys_.signing_public_key, std::string(pcie::PcieModeName(opts.pcie_mode)), opts.clock);
   Log(opts.pcie_mode == pcie::PcieMode::kOff && !sim_tee ? LogLevel::kWarning : LogLevel::kInfo,
@@ -453,7 +458,7 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
   boundary::v1::UsageCounters usage;
   std::vector<absl::StatusOr<api::v1::InferReplyPayload>> bodies(count);
   if (!runnable.empty()) {
-    auto ran = RunBatch(*model->model, *transfer_, batch);
+    auto ran = RunBatch(*model->model, *transfer_, batch, runs_.get());
     if (!ran.ok()) {
       Log(LogLevel::kError, "batch_transfer_refused",
           {{"tenant", call.tenant_id()}, {"requests", static_cast<int>(runnable.size())},

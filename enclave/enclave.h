@@ -21,6 +21,7 @@
 #include "attest/collector.h"
 #include "attest/collectors/hardware_collector.h"
 #include "base/clock.h"
+#include "base/task_pool.h"
 #include "cloister/boundary/v1/boundary.pb.h"
 #include "enclave/accounting/usage_ledger.h"
 #include "enclave/models/model_store.h"
@@ -63,6 +64,9 @@ struct EnclaveOptions {
   // GPU's driver encrypts) or emulated (our AES-256-GCM chunks).
   pcie::PcieMode pcie_mode = pcie::PcieMode::kOff;
   pcie::TransferOptions pcie_options;
+  // Model runs a batch may split into, side by side, one group of requests each (RunBatch):
+  // for the CPU executor, whose runs are single-threaded; 1 runs each batch at once (a device).
+  int run_threads = 1;
   Clock* clock = Clock::Real();
   // Reads the executor's device memory for the operator's statistics (GetStatsCall); empty when
   // models run on the CPU (the statistics then carry no device memory).
@@ -123,6 +127,7 @@ class Enclave {
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<ModelStore> models_;
   std::unique_ptr<pcie::TransferPath> transfer_;
+  std::unique_ptr<TaskPool> runs_;  // nullptr when run_threads is 1
   std::unique_ptr<UsageLedger> usage_;
 };
 

@@ -15,6 +15,7 @@
 #include "attest/measurement.h"
 #include "base/log.h"
 #include "base/malloc_tuning.h"
+#include "enclave/batch_runner.h"
 #include "enclave/boundary/boundary_server.h"
 #include "enclave/enclave.h"
 #ifdef CLOISTER_WITH_CUDA_EXECUTOR
@@ -26,25 +27,29 @@
 namespace {
 
 void Usage() {
-  std::fprintf(stderr,
-               "usage: cloister-enclave --fd N [--tee sim|sev-snp|tdx] [--gpu sim|nvidia-cc|none]\n"
-               "                        [--sim-dir DIR] [--dev-policy-out FILE] [--threads N]\n"
-               "                        [--tsm-root DIR] [--sev-guest PATH] [--nvml-library NAME]\n"
-               "                        [--executor auto|cpu|cuda] [--pcie-mode driver|emulated|off]\n"
-               "  Serves the host<->enclave boundary protocol on file descriptor N.\n"
-               "  --tee      where evidence and the sealing key come from (default sim; sim needs\n"
-               "             --sim-dir)\n"
-               "  --gpu      GPU evidence: sim (default with --tee sim), nvidia-cc (NVML, in a\n"
-               "             confidential VM) or none (default with a hardware TEE)\n"
-               "  --tsm-root, --sev-guest, --nvml-library  the hardware interfaces (defaults\n"
-               "             /sys/kernel/config/tsm/report, /dev/sev-guest, libnvidia-ml.so.1)\n"
-               "  --executor where models run: auto (default: the GPU when one is present, else\n"
-               "             the CPU; --gpu nvidia-cc makes it cuda), cpu, or cuda (fails without\n"
-               "             a device)\n"
-               "  --pcie-mode how batches cross to the executor: driver (the CC GPU driver encrypts;\n"
-               "             default with --gpu nvidia-cc), emulated (AES-256-GCM in 2 MiB chunks by\n"
-               "             CPU threads, decrypted on the executor side) or off (plaintext; the\n"
-               "             default otherwise)\n");
+  std::fprintf(
+      stderr,
+      "usage: cloister-enclave --fd N [--tee sim|sev-snp|tdx] [--gpu sim|nvidia-cc|none]\n"
+      "                        [--sim-dir DIR] [--dev-policy-out FILE] [--threads N]\n"
+      "                        [--tsm-root DIR] [--sev-guest PATH] [--nvml-library NAME]\n"
+      "                        [--executor auto|cpu|cuda] [--pcie-mode driver|emulated|off]\n"
+      "                        [--run-threads N]\n"
+      "  Serves the host<->enclave boundary protocol on file descriptor N.\n"
+      "  --tee      where evidence and the sealing key come from (default sim; sim needs\n"
+      "             --sim-dir)\n"
+      "  --gpu      GPU evidence: sim (default with --tee sim), nvidia-cc (NVML, in a\n"
+      "             confidential VM) or none (default with a hardware TEE)\n"
+      "  --tsm-root, --sev-guest, --nvml-library  the hardware interfaces (defaults\n"
+      "             /sys/kernel/config/tsm/report, /dev/sev-guest, libnvidia-ml.so.1)\n"
+      "  --executor where models run: auto (default: the GPU when one is present, else\n"
+      "             the CPU; --gpu nvidia-cc makes it cuda), cpu, or cuda (fails without\n"
+      "             a device)\n"
+      "  --pcie-mode how batches cross to the executor: driver (the CC GPU driver encrypts;\n"
+      "             default with --gpu nvidia-cc), emulated (AES-256-GCM in 2 MiB chunks by\n"
+      "             CPU threads, decrypted on the executor side) or off (plaintext; the\n"
+      "             default otherwise)\n"
+      "  --run-threads model runs one batch may split into on the CPU executor, side by\n"
+      "             side (default: the hardware threads, up to 8; 1: one run per batch)\n");
 }
 
 bool ParseTee(const std::string& text, cloister::enclave::TeeMode* tee) {
@@ -81,6 +86,7 @@ int main(int argc, char** argv) {
   KeepFreedBuffersForReuse();
   int fd = -1;
   int threads = 2;
+  int run_threads = 0;  // 0: the CPU executor's default
   enclave::EnclaveOptions options;
   bool gpu_given = false;
   std::string executor_name = "auto";
@@ -144,6 +150,12 @@ int main(int argc, char** argv) {
     } else if (arg == "--data-dir") {
       value(
           "--data-dir");  // Accepted for symmetry with cloisterd; the enclave keeps no files there.
+    } else if (arg == "--run-threads") {
+      if (!absl::SimpleAtoi(value("--run-threads"), &run_threads) || run_threads < 1 ||
+          run_threads > 64) {
+        std::fprintf(stderr, "cloister-enclave: --run-threads needs a number from 1 to 64\n");
+        return 2;
+      }
     } else if (arg == "--threads") {
       if (!absl::SimpleAtoi(value("--threads"), &threads) || threads < 1 || threads > 64) {
         std::fprintf(stderr, "cloister-enclave: --threads needs a number from 1 to 64\n");
@@ -204,11 +216,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.load_options.executor = *executor;
-  // Each boundary thread runs one batch at a time; on the CPU they share the cores.
-  if ((*executor)->name() == "cpu") options.load_options.threads = runtime::BlasThreadsFor(threads);
+  // Each boundary thread runs one batch at a time, which on the CPU may split into run_threads
+  // single-threaded runs side by side; they all share the cores. A device runs a batch at once.
+  if ((*executor)->name() == "cpu") {
+    options.run_threads = run_threads > 0 ? run_threads : enclave::DefaultRunThreads();
+    options.load_options.threads = runtime::BlasThreadsFor(threads * options.run_threads);
+  }
   Log(LogLevel::kInfo, "executor",
       {{"name", std::string((*executor)->name())},
-       {"blas_threads", options.load_options.threads}});
+       {"blas_threads", options.load_options.threads},
+       {"run_threads", options.run_threads}});
 #ifdef CLOISTER_WITH_CUDA_EXECUTOR
   // The operator's statistics show the device's memory when models run on it.
   if ((*executor)->name().starts_with("cuda")) {

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -13,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/secret_bytes.h"
 #include "base/status.h"
+#include "base/task_pool.h"
 #include "crypto/aead.h"
 
 namespace cloister::enclave::pcie {
@@ -87,7 +86,7 @@ std::array<uint8_t, kTransferAadSize> TransferAad(size_t size, size_t chunks) {
   return aad;
 }
 
-// A fixed pool of threads that seal or open the chunks of transfers. Each thread has its own
+// The threads that seal or open the chunks of transfers (base/task_pool.h), each with its own
 // keyed AES-GCM context; callers join in on their own transfer with a shared one (which falls
 // back to a fresh context when busy, crypto/aead.h). Several transfers may be in progress at
 // once: threads work on the oldest first.
@@ -96,104 +95,28 @@ class ChunkCipher::Workers {
   using ChunkFn = std::function<absl::Status(size_t chunk, const crypto::Aead& aead)>;
 
   static absl::StatusOr<std::unique_ptr<Workers>> Create(int threads, ByteSpan key) {
-    std::unique_ptr<Workers> workers(new Workers());
-    ASSIGN_OR_RETURN(workers->caller_aead_, crypto::Aead::Create(crypto::AeadAlg::kAes256Gcm, key));
-    for (int i = 1; i < threads; ++i) {
+    std::vector<std::unique_ptr<crypto::Aead>> aeads;  // [0]: the callers' shared context
+    for (int i = 0; i < threads; ++i) {
       ASSIGN_OR_RETURN(auto aead, crypto::Aead::Create(crypto::AeadAlg::kAes256Gcm, key));
-      workers->aeads_.push_back(std::move(aead));
+      aeads.push_back(std::move(aead));
     }
-    for (size_t i = 0; i < workers->aeads_.size(); ++i) {
-      workers->threads_.emplace_back([w = workers.get(), i] { w->Loop(*w->aeads_[i]); });
-    }
-    return workers;
+    return std::unique_ptr<Workers>(new Workers(std::move(aeads)));
   }
 
-  ~Workers() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    for (auto& thread : threads_) thread.join();
-  }
-
-  int size() const { return static_cast<int>(threads_.size()) + 1; }
+  int size() const { return pool_.size(); }
 
   // Runs fn(i) for every i in [0, count), on the calling thread and the pool. Returns the first
   // error (the other chunks still run; callers discard the output on error).
   absl::Status Run(size_t count, const ChunkFn& fn) {
-    Job job{&fn, count};
-    const bool share = count > 1 && !threads_.empty();
-    if (share) {
-      absl::MutexLock lock(&mu_);
-      queue_.push_back(&job);
-    }
-    Work(job, *caller_aead_);
-    absl::MutexLock lock(&mu_);
-    // The job lives on this stack: wait until no thread can touch it any more.
-    mu_.Await(absl::Condition(
-        +[](Job* j) { return j->done == j->count && j->active == 0; }, &job));
-    if (share) {
-      auto it = std::find(queue_.begin(), queue_.end(), &job);
-      if (it != queue_.end()) queue_.erase(it);
-    }
-    return job.error;
+    return pool_.Run(count, [&](size_t chunk, int slot) { return fn(chunk, *aeads_[slot]); });
   }
 
  private:
-  // One transfer's chunks. `next` hands out chunk indices; the rest is guarded by mu_.
-  struct Job {
-    const ChunkFn* fn;
-    size_t count;
-    std::atomic<size_t> next{0};
-    size_t done = 0;
-    int active = 0;  // pool threads inside Work() on this job
-    absl::Status error;
-  };
+  explicit Workers(std::vector<std::unique_ptr<crypto::Aead>> aeads)
+      : aeads_(std::move(aeads)), pool_(static_cast<int>(aeads_.size())) {}
 
-  Workers() = default;
-
-  void Work(Job& job, const crypto::Aead& aead) {
-    for (;;) {
-      const size_t chunk = job.next.fetch_add(1);
-      if (chunk >= job.count) return;
-      absl::Status status = (*job.fn)(chunk, aead);
-      absl::MutexLock lock(&mu_);
-      if (!status.ok() && job.error.ok()) job.error = std::move(status);
-      ++job.done;
-    }
-  }
-
-  void Loop(const crypto::Aead& aead) {
-    absl::MutexLock lock(&mu_);
-    for (;;) {
-      mu_.Await(absl::Condition(
-          +[](Workers* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Await holds mu_
-            return w->stopping_ || !w->queue_.empty();
-          },
-          this));
-      if (stopping_) return;
-      Job* job = queue_.front();
-      if (job->next.load() >= job->count) {
-        queue_.pop_front();  // every chunk is handed out; its owner waits for the last ones
-        continue;
-      }
-      ++job->active;
-      mu_.Unlock();
-      Work(*job, aead);
-      // The chunks' plaintext passed through this thread's vector registers (AES-GCM works
-      // there): leave none of it behind while the thread waits for the next transfer.
-      ScrubVectorRegisters();
-      mu_.Lock();
-      --job->active;
-    }
-  }
-
-  std::unique_ptr<crypto::Aead> caller_aead_;
-  std::vector<std::unique_ptr<crypto::Aead>> aeads_;  // one per pool thread
-  std::vector<std::thread> threads_;
-  absl::Mutex mu_;
-  std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  const std::vector<std::unique_ptr<crypto::Aead>> aeads_;  // one per pool slot
+  TaskPool pool_;  // declared last: its threads stop before the contexts go
 };
 
 ChunkCipher::ChunkCipher(size_t chunk_size, std::unique_ptr<Workers> workers)

@@ -394,6 +394,7 @@ TEST_F(EnclaveTest, EveryPcieModeMovesTheBatchInOneTransferEachWay) {
                            [mode](enclave::EnclaveOptions& options) {
                              options.pcie_mode = mode;
                              options.pcie_options.chunk_size = 64 << 10;  // several chunks
+                             options.run_threads = 2;  // the two requests run side by side
                            });
     ASSERT_NE(enclave_, nullptr);
     auto client = Client("alpha");
@@ -422,6 +423,19 @@ TEST_F(EnclaveTest, EveryPcieModeMovesTheBatchInOneTransferEachWay) {
     } else {
       EXPECT_EQ(stats.chunks_sealed, 0u);
     }
+  }
+}
+
+TEST_F(EnclaveTest, RunThreadsOutOfRangeAreRefused) {
+  for (int threads : {0, 65}) {
+    enclave::EnclaveOptions options;
+    options.sim_dir = dir_ + "/sim";
+    options.measurement = TestMeasurement("enclave under test");
+    options.run_threads = threads;
+    auto made = enclave::Enclave::Create(std::move(options));
+    ASSERT_FALSE(made.ok());
+    EXPECT_EQ(made.status().message(),
+              absl::StrCat("run threads must be from 1 to 64, not ", threads));
   }
 }
 

@@ -1,0 +1,128 @@
+// RunBatch's grouping: coalesced requests run as up to one model run per pool thread, each
+// over a contiguous group of about equal rows, and every request still gets exactly its own
+// rows back; requests that cannot run together run one by one, and one the model refuses fails
+// alone.
+#include "enclave/batch_runner.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/task_pool.h"
+#include "enclave/pcie/transfer_path.h"
+#include "enclave/runtime/model.h"
+#include "gtest/gtest.h"
+#include "tests/support/neg_add_model.h"
+
+namespace cloister::enclave {
+namespace {
+
+const std::vector<float> kWeights = {0.5f, -1.0f, 2.0f, 4.0f};
+
+class BatchRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string bytes = testing::NegAndAddModel(kWeights).SerializeAsString();
+    auto model = runtime::Model::Load(AsBytes(bytes));
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    auto path = pcie::TransferPath::Create(pcie::PcieMode::kOff, {});
+    ASSERT_TRUE(path.ok()) << path.status();
+    path_ = *std::move(path);
+  }
+
+  // A request of `rows` rows of `columns` floats, row r of request `id` holding id * 100 + r.
+  BatchRequest Request(int id, int64_t rows, int64_t columns = 4) {
+    auto& values = storage_.emplace_back();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < columns; ++c) values.push_back(static_cast<float>(id * 100 + r));
+    }
+    BatchRequest request;
+    request.inputs.push_back(
+        {"x",
+         runtime::DataType::kFloat,
+         {rows, columns},
+         ByteSpan(reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float))});
+    return request;
+  }
+
+  // Checks request `id`'s reply: y = -x and z = x + w over its own rows only.
+  static void ExpectOwnRows(const absl::StatusOr<api::v1::InferReplyPayload>& reply, int id,
+                            int64_t rows) {
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_EQ(reply->outputs_size(), 2);
+    for (const auto& output : reply->outputs()) {
+      ASSERT_EQ(output.shape_size(), 2);
+      EXPECT_EQ(output.shape(0), rows) << output.name();
+      ASSERT_EQ(output.raw().size(), rows * kWeights.size() * sizeof(float));
+      std::vector<float> got(rows * kWeights.size());
+      std::memcpy(got.data(), output.raw().data(), output.raw().size());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (size_t c = 0; c < kWeights.size(); ++c) {
+          const float x = static_cast<float>(id * 100 + r);
+          const float want = output.name() == "y" ? -x : x + kWeights[c];
+          EXPECT_EQ(got[r * kWeights.size() + c], want) << output.name() << " request " << id;
+        }
+      }
+    }
+  }
+
+  std::unique_ptr<runtime::Model> model_;
+  std::unique_ptr<pcie::TransferPath> path_;
+  std::vector<std::vector<float>> storage_;
+};
+
+TEST_F(BatchRunnerTest, CoalescedRequestsRunInOneGroupPerPoolThread) {
+  const std::vector<int64_t> rows = {1, 3, 1, 1, 2};
+  std::vector<BatchRequest> requests;
+  for (size_t i = 0; i < rows.size(); ++i) requests.push_back(Request(i, rows[i]));
+
+  auto serial = RunBatch(*model_, *path_, requests);
+  ASSERT_TRUE(serial.ok()) << serial.status();
+  EXPECT_TRUE(serial->coalesced);
+  EXPECT_EQ(serial->model_runs, 1);
+
+  TaskPool pool(2);
+  auto grouped = RunBatch(*model_, *path_, requests, &pool);
+  ASSERT_TRUE(grouped.ok()) << grouped.status();
+  EXPECT_TRUE(grouped->coalesced);
+  EXPECT_EQ(grouped->model_runs, 2);  // rows {1, 3} and {1, 1, 2}: 4 each
+  EXPECT_EQ(grouped->input_size, serial->input_size);
+  EXPECT_EQ(grouped->output_size, serial->output_size);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ExpectOwnRows(serial->replies[i], i, rows[i]);
+    ExpectOwnRows(grouped->replies[i], i, rows[i]);
+  }
+
+  // More threads than requests: one request per run, and the batch no longer counts as
+  // coalesced.
+  TaskPool wide(8);
+  std::vector<BatchRequest> two = {Request(7, 2), Request(8, 5)};
+  auto apart = RunBatch(*model_, *path_, two, &wide);
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_FALSE(apart->coalesced);
+  EXPECT_EQ(apart->model_runs, 2);
+  ExpectOwnRows(apart->replies[0], 7, 2);
+  ExpectOwnRows(apart->replies[1], 8, 5);
+}
+
+TEST_F(BatchRunnerTest, RequestsThatCannotRunTogetherRunAloneAndFailAlone) {
+  std::vector<BatchRequest> requests = {Request(1, 2), Request(2, 1, /*columns=*/3), Request(3, 3)};
+  requests[2].requested_outputs = {"z"};
+  TaskPool pool(2);
+  auto ran = RunBatch(*model_, *path_, requests, &pool);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_FALSE(ran->coalesced);
+  EXPECT_EQ(ran->model_runs, 3);
+  ExpectOwnRows(ran->replies[0], 1, 2);
+  ASSERT_FALSE(ran->replies[1].ok());  // three columns where the model takes four
+  EXPECT_EQ(ran->replies[1].status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ran->replies[2].ok()) << ran->replies[2].status();
+  ASSERT_EQ(ran->replies[2]->outputs_size(), 1);
+  EXPECT_EQ(ran->replies[2]->outputs(0).name(), "z");
+  EXPECT_EQ(ran->replies[2]->outputs(0).shape(0), 3);
+}
+
+}  // namespace
+}  // namespace cloister::enclave
