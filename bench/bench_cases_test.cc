@@ -104,6 +104,14 @@ TEST(CaseFlags, EachCaseRefusesBadValues) {
   EXPECT_EQ(cc->models, std::vector<std::string>{"bert_mini"});
   EXPECT_EQ(cc->batches, std::vector<int>{16});
   EXPECT_FALSE(ParseBrokerEfficiencyFlags({"--model", "rec"}, {}).ok());
+  EXPECT_EQ(ParseBrokerEfficiencyFlags({"--models", "cls,rec"}, {}).status().message(),
+            "--models: no model named \"rec\" (cls, bert_mini)");
+  auto broker = ParseBrokerEfficiencyFlags({}, {});
+  ASSERT_TRUE(broker.ok());
+  EXPECT_EQ(broker->models, (std::vector<std::string>{"cls", "bert_mini"}));
+  broker = ParseBrokerEfficiencyFlags({"--model", "bert_mini"}, {});
+  ASSERT_TRUE(broker.ok());
+  EXPECT_EQ(broker->models, std::vector<std::string>{"bert_mini"});
   EXPECT_EQ(ParseBrokerEfficiencyFlags({"--requests", "2", "--rounds", "3"}, {}).status().message(),
             "--requests (2) must be at least --rounds (3)");
 }

@@ -193,10 +193,14 @@ int BrokerEfficiencyMain(const std::vector<std::string>& args) {
                   options.status().message());
     return kExitFailure;
   }
-  auto result = RunBrokerEfficiency(*options, stdout, stderr);
-  if (!result.ok()) {
-    absl::FPrintF(stderr, "cloister-bench broker-efficiency: %s\n", result.status().message());
-    return kExitFailure;
+  for (const std::string& model : options->models) {
+    options->model = model;
+    auto result = RunBrokerEfficiency(*options, stdout, stderr);
+    if (!result.ok()) {
+      absl::FPrintF(stderr, "cloister-bench broker-efficiency: %s: %s\n", model,
+                    result.status().message());
+      return kExitFailure;
+    }
   }
   return 0;
 }

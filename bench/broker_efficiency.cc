@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/file.h"
 #include "base/status.h"
@@ -150,19 +151,28 @@ absl::StatusOr<double> RunConcurrently(int threads, int count,
 
 absl::StatusOr<BrokerEfficiencyOptions> ParseBrokerEfficiencyFlags(
     const std::vector<std::string>& args, BrokerEfficiencyOptions options) {
-  RETURN_IF_ERROR(
-      ParseCaseFlags(args, {{"--json", SwitchFlag{&options.json}},
-                            {"--model", StringFlag{&options.model, {"cls", "bert_mini"}}},
-                            {"--models-dir", StringFlag{&options.models_dir, {}}},
-                            {"--cloisterd", StringFlag{&options.cloisterd, {}}},
-                            {"--batch", IntFlag{&options.batch, 1}},
-                            {"--callers", IntFlag{&options.callers, 1}},
-                            {"--direct-callers", IntFlag{&options.direct_callers, 0}},
-                            {"--requests", IntFlag{&options.requests, 1}},
-                            {"--rounds", IntFlag{&options.rounds, 1}},
-                            {"--max-batch", IntFlag{&options.max_batch, 0}},
-                            {"--workers", IntFlag{&options.workers, 0}},
-                            {"--warmup", IntFlag{&options.warmup, 0}}}));
+  std::string models = absl::StrJoin(options.models, ",");
+  std::string model;
+  RETURN_IF_ERROR(ParseCaseFlags(args, {{"--json", SwitchFlag{&options.json}},
+                                        {"--models", StringFlag{&models, {}}},
+                                        {"--model", StringFlag{&model, {"cls", "bert_mini"}}},
+                                        {"--models-dir", StringFlag{&options.models_dir, {}}},
+                                        {"--cloisterd", StringFlag{&options.cloisterd, {}}},
+                                        {"--batch", IntFlag{&options.batch, 1}},
+                                        {"--callers", IntFlag{&options.callers, 1}},
+                                        {"--direct-callers", IntFlag{&options.direct_callers, 0}},
+                                        {"--requests", IntFlag{&options.requests, 1}},
+                                        {"--rounds", IntFlag{&options.rounds, 1}},
+                                        {"--max-batch", IntFlag{&options.max_batch, 0}},
+                                        {"--workers", IntFlag{&options.workers, 0}},
+                                        {"--warmup", IntFlag{&options.warmup, 0}}}));
+  options.models = absl::StrSplit(model.empty() ? models : model, ',');
+  for (const std::string& name : options.models) {
+    if (name != "cls" && name != "bert_mini") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--models: no model named \"", name, "\" (cls, bert_mini)"));
+    }
+  }
   if (options.requests < options.rounds) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--requests (", options.requests, ") must be at least --rounds (", options.rounds, ")"));
@@ -172,7 +182,8 @@ absl::StatusOr<BrokerEfficiencyOptions> ParseBrokerEfficiencyFlags(
 
 std::string BrokerEfficiencyUsage() {
   return "throughput through a real cloisterd and the SDK over calling the runtime directly\n"
-         "                   [--json] [--model cls|bert_mini (cls)] [--batch N (16)]\n"
+         "                   [--json] [--models cls,bert_mini (both, one after the other)]\n"
+         "                   [--model cls|bert_mini (one of them)] [--batch N (16)]\n"
          "                   [--callers N (4)] [--direct-callers N (0: as --callers)]\n"
          "                   [--requests N (96)] [--rounds N (8)] [--warmup N (2)]\n"
          "                   [--max-batch N (0: cloisterd's default scheduler batch size)]\n"

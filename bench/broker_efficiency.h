@@ -28,7 +28,8 @@ namespace cloister::bench {
 struct BrokerEfficiencyOptions {
   std::string models_dir;
   std::string cloisterd;  // the cloisterd binary (cloister-enclave must sit beside it)
-  std::string model = "cls";
+  std::vector<std::string> models = {"cls", "bert_mini"};  // run one after the other
+  std::string model = "cls";                               // the one RunBrokerEfficiency runs
   int batch = 16;          // rows per request
   int callers = 4;         // concurrent SDK callers
   int direct_callers = 0;  // concurrent Model::Run callers; 0: as many as `callers`
@@ -72,7 +73,7 @@ struct BrokerEfficiencyResult {
 inline constexpr double kBrokerTargetRatio = 0.9;
 
 // InvalidArgument naming the flag for an unknown flag, a bad value, a model other than cls or
-// bert_mini, or fewer requests than rounds.
+// bert_mini, or fewer requests than rounds. `--model M` is `--models M`.
 absl::StatusOr<BrokerEfficiencyOptions> ParseBrokerEfficiencyFlags(
     const std::vector<std::string>& args, BrokerEfficiencyOptions defaults);
 std::string BrokerEfficiencyUsage();
