@@ -1,26 +1,34 @@
 #include "proto/frame.h"
 
+#include <limits.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream.h"
 
 namespace cloister::boundary {
 namespace {
 
-// Writes every byte of `parts` (consumed as it goes); retries partial writes and EINTR.
+// Writes every byte of `parts` (consumed as it goes), at most IOV_MAX of them per call;
+// retries partial writes and EINTR.
 absl::Status WriteAll(int fd, iovec* parts, int count) {
   while (count > 0) {
+    const int batch = std::min(count, IOV_MAX);
     msghdr message{};
     message.msg_iov = parts;
-    message.msg_iovlen = static_cast<size_t>(count);
+    message.msg_iovlen = static_cast<size_t>(batch);
     ssize_t n = ::sendmsg(fd, &message, MSG_NOSIGNAL);
-    if (n < 0 && errno == ENOTSOCK) n = ::writev(fd, parts, count);
+    if (n < 0 && errno == ENOTSOCK) n = ::writev(fd, parts, batch);
     if (n < 0) {
       if (errno == EINTR) continue;
       return absl::UnavailableError(absl::StrCat("boundary write failed: ", std::strerror(errno)));
@@ -38,6 +46,41 @@ absl::Status WriteAll(int fd, iovec* parts, int count) {
   }
   return absl::OkStatus();
 }
+
+// A serialization collected as pieces for one gather write: buffers of its own for the small
+// fields, and the message's own storage for fields the output stream aliases.
+class PiecesOutputStream final : public google::protobuf::io::ZeroCopyOutputStream {
+ public:
+  bool Next(void** data, int* size) override {
+    blocks_.push_back(std::make_unique<char[]>(kBlockSize));
+    last_block_ = pieces_.size();
+    pieces_.push_back({blocks_.back().get(), kBlockSize});
+    *data = blocks_.back().get();
+    *size = static_cast<int>(kBlockSize);
+    byte_count_ += kBlockSize;
+    return true;
+  }
+  void BackUp(int count) override {
+    pieces_[last_block_].iov_len -= static_cast<size_t>(count);
+    byte_count_ -= count;
+  }
+  int64_t ByteCount() const override { return byte_count_; }
+  bool AllowsAliasing() const override { return true; }
+  bool WriteAliasedRaw(const void* data, int size) override {
+    pieces_.push_back({const_cast<void*>(data), static_cast<size_t>(size)});
+    byte_count_ += size;
+    return true;
+  }
+
+  std::vector<iovec>& pieces() { return pieces_; }
+
+ private:
+  static constexpr size_t kBlockSize = 4096;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  std::vector<iovec> pieces_;
+  size_t last_block_ = 0;
+  int64_t byte_count_ = 0;
+};
 
 // Returns bytes read (< size only at end of stream).
 absl::StatusOr<size_t> ReadAll(int fd, char* data, size_t size) {
@@ -67,6 +110,29 @@ absl::Status WriteFrame(int fd, const std::string& payload) {
   iovec parts[2] = {{header, sizeof(header)},
                     {const_cast<char*>(payload.data()), payload.size()}};
   return WriteAll(fd, parts, payload.empty() ? 1 : 2);
+}
+
+absl::Status WriteMessageFrame(int fd, const google::protobuf::MessageLite& message) {
+  const size_t size = message.ByteSizeLong();
+  if (size > kMaxFrameSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("boundary frame of ", size, " bytes exceeds ", kMaxFrameSize));
+  }
+  char header[4] = {static_cast<char>(size), static_cast<char>(size >> 8),
+                    static_cast<char>(size >> 16), static_cast<char>(size >> 24)};
+  PiecesOutputStream pieces;
+  pieces.pieces().push_back({header, sizeof(header)});
+  {
+    google::protobuf::io::CodedOutputStream coded(&pieces);
+    coded.EnableAliasing(true);
+    // ByteSizeLong above cached every sub-message's size for this serialization.
+    message.SerializeWithCachedSizes(&coded);
+    if (coded.HadError() || static_cast<size_t>(coded.ByteCount()) != size) {
+      return absl::InternalError("boundary message changed while it was being serialized");
+    }
+  }  // the stream hands back the unused end of its last buffer here
+  std::vector<iovec>& parts = pieces.pieces();
+  return WriteAll(fd, parts.data(), static_cast<int>(parts.size()));
 }
 
 absl::StatusOr<absl::string_view> ReadFrameInto(int fd, std::string& buffer, uint32_t max_size) {

@@ -9,14 +9,22 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/message_lite.h"
 
 namespace cloister::boundary {
 
 inline constexpr uint32_t kMaxFrameSize = 512u << 20;  // 512 MiB: the largest model upload
 
 // Writes one frame; handles partial writes and EINTR. Unavailable if the peer is gone.
-absl::Status WriteFrame(int fd, const std::string& payload);
 // Writes the 4-byte length and the payload with one gather write (no copy of the payload).
+absl::Status WriteFrame(int fd, const std::string& payload);
+// Writes `message` serialized as one frame without first copying it into one buffer: the small
+// fields go through small buffers, and every bytes or string field too large for the current
+// one (a sealed request, a model) is written straight from the message's own storage
+// (protobuf's aliasing output), all with gather writes. Saves a copy and a zero-filled buffer of
+// the message's size. The message must not change until this returns. InvalidArgument for a
+// message over kMaxFrameSize (nothing written), Unavailable if the peer is gone.
+absl::Status WriteMessageFrame(int fd, const google::protobuf::MessageLite& message);
 // Reads one frame. OutOfRange("connection closed") on a clean end of stream between frames,
 // DataLoss on a truncated frame, InvalidArgument for a frame over `max_size`.
 absl::StatusOr<std::string> ReadFrame(int fd, uint32_t max_size = kMaxFrameSize);

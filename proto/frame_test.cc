@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "cloister/boundary/v1/boundary.pb.h"
 #include "gtest/gtest.h"
 
 namespace cloister::boundary {
@@ -74,6 +75,47 @@ TEST(FrameTest, FramesRoundTripThroughAPipe) {
   ends.read_end = fds[0];
   ends.write_end = fds[1];
   RoundTrip({Pattern(10, 1), Pattern(2 << 20, 2)}, ends);
+}
+
+// A message written with WriteMessageFrame reads back as the same bytes SerializeAsString gives:
+// small fields, large aliased fields (a 3 MiB ciphertext), fields just over the output buffer,
+// and more pieces than one gather write may carry (IOV_MAX).
+TEST(FrameTest, MessageFramesCarryTheSerializationWithoutCopyingLargeFields) {
+  boundary::v1::HostToEnclave call;
+  call.set_call_id(42);
+  auto* batch = call.mutable_infer_batch();
+  batch->set_tenant_id("alpha");
+  batch->set_model_handle(std::string(64, 'h'));
+  const std::vector<size_t> sizes = {0, 15, 4095, 4097, 3 << 20, 100};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto* item = batch->add_items();
+    item->set_request_id("r" + std::to_string(i));
+    item->set_sequence(i + 1);
+    item->set_ciphertext(Pattern(sizes[i], static_cast<char>(i)));
+  }
+  boundary::v1::HostToEnclave many;
+  for (int i = 0; i < 1500; ++i) {
+    many.mutable_infer_batch()->add_items()->set_ciphertext(Pattern(5000, static_cast<char>(i)));
+  }
+  boundary::v1::HostToEnclave empty;
+
+  Ends ends;
+  SocketPair(ends);
+  std::thread writer([&] {
+    for (const auto* message : {&call, &many, &empty}) {
+      absl::Status written = WriteMessageFrame(ends.write_end, *message);
+      ASSERT_TRUE(written.ok()) << written;
+    }
+    ends.CloseWriter();
+  });
+  for (const auto* message : {&call, &many, &empty}) {
+    absl::StatusOr<std::string> got = ReadFrame(ends.read_end);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == message->SerializeAsString())
+        << "a frame of " << got->size() << " bytes differs";
+  }
+  EXPECT_EQ(ReadFrame(ends.read_end).status().code(), absl::StatusCode::kOutOfRange);
+  writer.join();
 }
 
 TEST(FrameTest, TheReadBufferIsReusedAndGivenBackAfterAHugeFrame) {

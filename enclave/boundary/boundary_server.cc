@@ -36,7 +36,7 @@ absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
 
   auto reply = [&](const EnclaveToHost& message) {
     std::lock_guard<std::mutex> lock(write_mu);
-    absl::Status st = boundary::WriteFrame(fd, message.SerializeAsString());
+    absl::Status st = boundary::WriteMessageFrame(fd, message);
     if (!st.ok() && write_status.ok()) write_status = st;
   };
 

@@ -177,13 +177,8 @@ void ProcessEnclaveClient::Call(HostToEnclave call, Done done) {
     call_id = next_call_id_++;
   }
   call.set_call_id(call_id);
-  std::string frame;
-  if (!call.SerializeToString(&frame)) {
-    done(absl::InternalError("cannot serialize enclave call"));
-    return;
-  }
-  if (frame.size() > boundary::kMaxFrameSize) {
-    done(absl::InvalidArgumentError(absl::StrCat("enclave call of ", frame.size(),
+  if (const size_t size = call.ByteSizeLong(); size > boundary::kMaxFrameSize) {
+    done(absl::InvalidArgumentError(absl::StrCat("enclave call of ", size,
                                                  " bytes exceeds the boundary frame limit of ",
                                                  boundary::kMaxFrameSize)));
     return;
@@ -192,7 +187,7 @@ void ProcessEnclaveClient::Call(HostToEnclave call, Done done) {
     absl::MutexLock lock(&mu_);
     if (connected_) {
       pending_.emplace(call_id, PendingCall{call_case, std::move(done)});
-      outgoing_.push_back(std::move(frame));
+      outgoing_.push_back(std::move(call));
       return;
     }
   }
@@ -201,7 +196,7 @@ void ProcessEnclaveClient::Call(HostToEnclave call, Done done) {
 
 void ProcessEnclaveClient::WriterLoop() {
   while (true) {
-    std::string frame;
+    HostToEnclave call;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -209,10 +204,11 @@ void ProcessEnclaveClient::WriterLoop() {
       };
       mu_.Await(absl::Condition(&ready));
       if (!connected_) return;
-      frame = std::move(outgoing_.front());
+      call = std::move(outgoing_.front());
       outgoing_.pop_front();
     }
-    absl::Status status = boundary::WriteFrame(socket_fd_, frame);
+    // Large fields (sealed requests, models) go to the socket from the call's own storage.
+    absl::Status status = boundary::WriteMessageFrame(socket_fd_, call);
     if (!status.ok()) {
       // The reader sees the shutdown and fails every outstanding call, this one included.
       Log(LogLevel::kError, "enclave_write_failed", {{"error", status.ToString()}});

@@ -108,7 +108,8 @@ class ProcessEnclaveClient : public EnclaveClient {
   mutable absl::Mutex mu_;
   uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, PendingCall> pending_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> outgoing_ ABSL_GUARDED_BY(mu_);  // serialized frames to write
+  // Calls to write, in order; serialized as they are written (boundary::WriteMessageFrame).
+  std::deque<boundary::v1::HostToEnclave> outgoing_ ABSL_GUARDED_BY(mu_);
   bool connected_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
 
