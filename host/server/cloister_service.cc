@@ -40,13 +40,14 @@ std::string MetadataValue(const grpc::CallbackServerContext& context, absl::stri
   return std::string(it->second.data(), it->second.size());
 }
 
-SealedItem ToSealedItem(const SealedCall& call) {
+// The boundary item for `call`, carrying `ciphertext` (the call's, copied or moved in).
+SealedItem ToSealedItem(const SealedCall& call, std::string ciphertext) {
   SealedItem item;
   item.set_session_id(call.session_id());
   item.set_request_id(call.request_id());
   item.set_model_handle(call.model_handle());
   item.set_sequence(call.sequence());
-  item.set_ciphertext(call.ciphertext());
+  item.set_ciphertext(std::move(ciphertext));
   return item;
 }
 
@@ -398,7 +399,7 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
     }
     state_ = State::kLoading;
     request_id_ = finish.request_id();
-    auto item = std::make_shared<SealedItem>(ToSealedItem(finish));
+    auto item = std::make_shared<SealedItem>(ToSealedItem(finish, finish.ciphertext()));
     service_->file_worker_.Post([this, item] { SendToEnclave(std::move(*item)); });
   }
 
@@ -896,7 +897,7 @@ grpc::ServerUnaryReactor* CloisterService::RelaySealedCall(grpc::CallbackServerC
   boundary::v1::SealedCallMessage* message =
       is_delete ? call.mutable_delete_model() : call.mutable_list_models();
   message->set_tenant_id(*tenant);
-  *message->mutable_request() = ToSealedItem(*request);
+  *message->mutable_request() = ToSealedItem(*request, request->ciphertext());
   workers_[*worker]->Call(
       std::move(call), [this, reactor, response, is_delete, request_id = request->request_id(),
                         tenant_id = *tenant](EnclaveClient::Reply reply) {
@@ -968,7 +969,11 @@ grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* co
   }
   InferRequest infer;
   infer.tenant_id = *tenant;
-  infer.item = ToSealedItem(*request);
+  // The sealed request is the bulk of the call (megabytes for an image batch): it moves into
+  // the boundary item instead of being copied. gRPC allocated `request` for this call alone and
+  // frees it when the call ends; nothing reads its ciphertext after this line.
+  infer.item =
+      ToSealedItem(*request, std::move(*const_cast<SealedCall*>(request)->mutable_ciphertext()));
   infer.worker = *worker;
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
     // The RPC's deadline is in real time; the scheduler's clock may be a test clock, so carry
