@@ -1,18 +1,13 @@
 #include <sys/resource.h>
 
-#include <atomic>
 #include <cstdlib>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/malloc_tuning.h"
 #include "base/secret_bytes.h"
-#include "base/task_pool.h"
 #include "gtest/gtest.h"
 
 namespace cloister {
@@ -89,71 +84,6 @@ long FaultsOfASecondBuffer(size_t size) {
   const long before = MinorFaults();
   touch();
   return MinorFaults() - before;
-}
-
-TEST(TaskPoolTest, RunsEveryTaskOnceAcrossTheCallerAndThePool) {
-  TaskPool pool(3);
-  EXPECT_EQ(pool.size(), 3);
-  std::vector<std::atomic<int>> runs(200);
-  absl::Mutex mu;
-  std::set<std::pair<int, std::thread::id>> slots;  // each slot is always one thread
-  ASSERT_TRUE(pool.Run(runs.size(),
-                       [&](size_t task, int slot) {
-                         runs[task].fetch_add(1);
-                         EXPECT_GE(slot, 0);
-                         EXPECT_LT(slot, 3);
-                         absl::MutexLock lock(&mu);
-                         slots.insert({slot, std::this_thread::get_id()});
-                         return absl::OkStatus();
-                       })
-                  .ok());
-  for (const auto& count : runs) EXPECT_EQ(count.load(), 1);
-  std::set<int> seen;
-  for (const auto& [slot, thread] : slots) {
-    EXPECT_TRUE(seen.insert(slot).second) << "slot " << slot << " ran on two threads";
-    if (slot == 0) EXPECT_EQ(thread, std::this_thread::get_id());
-  }
-}
-
-TEST(TaskPoolTest, ReturnsTheFirstErrorAfterRunningTheOtherTasks) {
-  TaskPool pool(2);
-  std::atomic<int> ran{0};
-  absl::Status status = pool.Run(10, [&](size_t task, int) {
-    ran.fetch_add(1);
-    return task == 3 ? absl::InternalError("task 3 failed") : absl::OkStatus();
-  });
-  EXPECT_EQ(status, absl::InternalError("task 3 failed"));
-  EXPECT_EQ(ran.load(), 10);
-}
-
-TEST(TaskPoolTest, APoolOfOneRunsOnTheCallerAndJobsMayOverlap) {
-  TaskPool single(1);
-  EXPECT_EQ(single.size(), 1);
-  ASSERT_TRUE(single
-                  .Run(5,
-                       [](size_t, int slot) {
-                         EXPECT_EQ(slot, 0);
-                         return absl::OkStatus();
-                       })
-                  .ok());
-  TaskPool shared(2);
-  std::atomic<int> total{0};
-  std::vector<std::thread> callers;
-  for (int c = 0; c < 4; ++c) {
-    callers.emplace_back([&] {
-      for (int job = 0; job < 50; ++job) {
-        EXPECT_TRUE(shared
-                        .Run(7,
-                             [&](size_t, int) {
-                               total.fetch_add(1);
-                               return absl::OkStatus();
-                             })
-                        .ok());
-      }
-    });
-  }
-  for (auto& caller : callers) caller.join();
-  EXPECT_EQ(total.load(), 4 * 50 * 7);
 }
 
 TEST(MallocTuningTest, FreedRequestSizedBuffersAreReusedWithoutPageFaults) {

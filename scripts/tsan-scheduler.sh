@@ -8,8 +8,8 @@
 #   2. once: fetches the distribution's abseil source (the version of the installed libabsl-dev,
 #      with its patches), builds it with -fsanitize=thread as static libraries and installs them
 #      under build-tsan-deps/abseil (kept; later runs reuse it);
-#   3. builds scripts/tsan (the scheduler, its tests and the scheduler-overhead load driver, all
-#      instrumented) in build-tsan;
+#   3. builds scripts/tsan (the scheduler, its tests, the scheduler-overhead load driver and the
+#      enclave's TaskPool with its tests, all instrumented) in build-tsan;
 #   4. runs the unit tests repeatedly in shuffled order, then the load driver, and counts TSan
 #      reports.
 # Exit status: 0 only when every run passed and TSan reported nothing.
@@ -93,7 +93,7 @@ fi
 # --- 3. the instrumented scheduler and tests --------------------------------------------------
 cmake -S "${root}/scripts/tsan" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DABSL_PREFIX="${absl_prefix}" >/dev/null
-ninja -C "${build}" -j"${jobs}" scheduler_tsan_test scheduler_overhead_tsan
+ninja -C "${build}" -j"${jobs}" scheduler_tsan_test scheduler_overhead_tsan task_pool_tsan_test
 
 # --- 4. runs ----------------------------------------------------------------------------------
 logs="${build}/tsan-reports"
@@ -135,6 +135,9 @@ run load "${build}/scheduler_tsan_test" \
 # one-at-a-time latency loop.
 run overhead "${build}/scheduler_overhead_tsan" --requests 20000 --producers 8 --tenants 4 \
   --workers 2
+# The enclave's thread pool (PCIe ciphers, batch runs), jobs from several callers at once.
+run task_pool "${build}/task_pool_tsan_test" --gtest_repeat="${repeat}" --gtest_shuffle \
+  --gtest_brief=1
 
 reports=0
 if compgen -G "${logs}/*" >/dev/null; then

@@ -366,7 +366,10 @@ TEST_F(ResourceLimitsTest, EndlessUploadIsCutOffAtItsDeclaredSize) {
   const uint64_t peak = watch.max_cloisterd_rss_size();
   Report("cloisterd_rss_before", before);
   Report("cloisterd_rss_peak", peak);
-  EXPECT_LT(peak, before + testing::GrowthBound(32));
+  // Holding the upload would take its whole declared size (48 MiB). What streaming it to disk
+  // leaves is gRPC's receive buffers, whose high-water mark stays in the heap because cloisterd
+  // keeps freed buffers for reuse (base/malloc_tuning.h): 10-35 MiB in runs on 2 cores.
+  EXPECT_LT(peak, before + testing::GrowthBound(40));
   EXPECT_TRUE(AcmeStoredFiles().empty());
 }
 
