@@ -35,7 +35,9 @@ TEST(TaskPoolTest, RunsEveryTaskOnceAcrossTheCallerAndThePool) {
   std::set<int> seen;
   for (const auto& [slot, thread] : slots) {
     EXPECT_TRUE(seen.insert(slot).second) << "slot " << slot << " ran on two threads";
-    if (slot == 0) EXPECT_EQ(thread, std::this_thread::get_id());
+    if (slot == 0) {
+      EXPECT_EQ(thread, std::this_thread::get_id());
+    }
   }
 }
 
