@@ -216,6 +216,11 @@ int Run(const DaemonConfig& config) {
       enclave_options.worker_arguments.insert(enclave_options.worker_arguments.end(),
                                               {"--pcie-mode", device.pcie_mode});
     }
+    if (device.run_threads > 0) {
+      enclave_options.worker_arguments.insert(
+          enclave_options.worker_arguments.end(),
+          {"--run-threads", std::to_string(device.run_threads)});
+    }
     // The first worker creates the simulated roots and sealing secret the others share.
     enclave_options.write_dev_policy = index == 0;
     enclave_options.on_exit = std::move(on_exit);

@@ -30,7 +30,7 @@ std::string DescribeLimits(const TenantLimits& limits) {
 
 std::string DescribeDevice(const DeviceConfig& device) {
   return absl::StrCat(device.name, "/", device.gpu, "/", device.executor, "/", device.pcie_mode,
-                      "/", device.pci_address);
+                      "/", device.pci_address, "/", device.run_threads);
 }
 
 // What a tenant's entry contributes to the reloadable snapshot.

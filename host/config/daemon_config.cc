@@ -548,6 +548,7 @@ absl::Status ParseDevice(const ConfigErrors& errors, const YAML::Node& item,
   bool has_name = false;
   YAML::Mark pcie_position = item.Mark();  // where pcie_mode and executor were written
   YAML::Mark executor_position = item.Mark();
+  YAML::Mark run_threads_position = item.Mark();
   for (const auto& entry : item) {
     std::string key = entry.first.Scalar();
     std::string field = absl::StrCat(where, ".", key);
@@ -564,6 +565,10 @@ absl::Status ParseDevice(const ConfigErrors& errors, const YAML::Node& item,
       ASSIGN_OR_RETURN(device.pcie_mode,
                        ReadChoice(errors, value, field, {"driver", "emulated", "off"}));
       pcie_position = value.Mark();
+    } else if (key == "run_threads") {
+      ASSIGN_OR_RETURN(int64_t threads, ReadInteger(errors, value, field, 1, 64));
+      device.run_threads = static_cast<int>(threads);
+      run_threads_position = value.Mark();
     } else if (key == "pci_address") {
       ASSIGN_OR_RETURN(device.pci_address, ReadString(errors, value, field));
       // DDDD:BB:DD.F in hex.
@@ -590,6 +595,10 @@ absl::Status ParseDevice(const ConfigErrors& errors, const YAML::Node& item,
   if (device.executor == "cuda" && (device.gpu == "sim" || device.gpu == "none")) {
     return errors.AtPosition(executor_position, where + ".executor",
                              absl::StrCat("cuda needs a GPU; this device has gpu ", device.gpu));
+  }
+  if (device.executor == "cuda" && device.run_threads > 0) {
+    return errors.AtPosition(run_threads_position, where + ".run_threads",
+                             "applies to the CPU executor only; this device has executor cuda");
   }
   return absl::OkStatus();
 }

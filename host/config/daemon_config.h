@@ -51,6 +51,7 @@
 //       executor: cuda                 # auto (default), cpu, cuda
 //       pcie_mode: driver              # driver, emulated, off; default: the worker's choice
 //       pci_address: "0000:c1:00.0"
+//       run_threads: 4                 # CPU executor: runs per batch side by side, 1..64
 //   limits:
 //     max_model_bytes: 512MiB
 //     max_sealed_message_bytes: 64MiB
@@ -116,6 +117,7 @@ struct DeviceConfig {
   std::string executor;   // auto, cpu, cuda; empty: the worker's default (auto)
   std::string pcie_mode;  // driver, emulated, off; empty: the worker's default
   std::string pci_address;
+  int run_threads = 0;  // 1..64; 0: the worker's default (CPU executor: hardware threads, <= 8)
 };
 
 // Limits of the tenant API that are not per tenant (ServiceOptions).

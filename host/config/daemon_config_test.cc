@@ -398,6 +398,7 @@ TEST(DaemonConfigTest, OperatorSections) {
       "  - name: gpu1\n"
       "    gpu: none\n"
       "    executor: cpu\n"
+      "    run_threads: 3\n"
       "limits:\n"
       "  max_model_bytes: 2GiB\n"
       "  max_sealed_message_bytes: 16MiB\n"
@@ -438,6 +439,8 @@ TEST(DaemonConfigTest, OperatorSections) {
   EXPECT_EQ(workers[0].pcie_mode, "driver");
   EXPECT_EQ(workers[0].pci_address, "0000:c1:00.0");
   EXPECT_EQ(workers[1].gpu, "none");
+  EXPECT_EQ(workers[1].run_threads, 3);
+  EXPECT_EQ(workers[0].run_threads, 0);  // the worker's default
   EXPECT_EQ(config->limits.max_model_size, uint64_t{2} << 30);
   EXPECT_EQ(config->limits.max_sealed_message_size, uint64_t{16} << 20);
   EXPECT_EQ(config->limits.session_ttl, absl::Seconds(600));
@@ -493,6 +496,12 @@ TEST(DaemonConfigTest, OperatorSectionErrorsNameLineAndField) {
             "32 characters");
   EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    pcie_mode: fast\n"),
             "test.yaml:3: devices[0].pcie_mode: must be one of driver, emulated, off, not 'fast'");
+  EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    run_threads: 65\n"),
+            "test.yaml:3: devices[0].run_threads: 65 is outside 1..64");
+  EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    gpu: nvidia-cc\n    executor: cuda\n"
+                    "    run_threads: 2\n"),
+            "test.yaml:5: devices[0].run_threads: applies to the CPU executor only; this device "
+            "has executor cuda");
   EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    pci_address: c1:00.0\n"),
             "test.yaml:3: devices[0].pci_address: 'c1:00.0' is not a PCI address like "
             "0000:c1:00.0");
