@@ -597,6 +597,11 @@ bool IsRetryable(const absl::Status& status) {
           absl::StrContains(status.message(), "attest again"));
 }
 
+// Serializes a whole request message for SealedUnaryCall.
+auto SerializerOf(const google::protobuf::MessageLite& request) {
+  return [&request](std::string& buffer) { return proto::SerializeForSealing(request, buffer); };
+}
+
 }  // namespace
 
 void Client::DropSession(const std::shared_ptr<Session>& session) {
@@ -605,8 +610,8 @@ void Client::DropSession(const std::shared_ptr<Session>& session) {
 }
 
 absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string& model_handle,
-                                     const google::protobuf::Message& request,
-                                     google::protobuf::Message& reply, absl::Duration timeout) {
+                                     const Serializer& serialize, google::protobuf::Message& reply,
+                                     absl::Duration timeout) {
   const bool idempotent =
       kind == crypto::MessageKind::kInfer || kind == crypto::MessageKind::kListModels;
   const int attempts = idempotent ? std::max(1, options_.max_attempts) : 1;
@@ -616,7 +621,7 @@ absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string
   absl::Duration pause = options_.retry_backoff;
   for (int attempt = 1;; ++attempt) {
     std::shared_ptr<Session> used;
-    absl::Status status = SealedUnaryCallOnce(kind, model_handle, request, reply, timeout, used);
+    absl::Status status = SealedUnaryCallOnce(kind, model_handle, serialize, reply, timeout, used);
     if (absl::IsNotFound(status) && used != nullptr && endpoints_.size() > 1 &&
         (kind == crypto::MessageKind::kInfer || kind == crypto::MessageKind::kDeleteModel)) {
       // Models live in one node's store; say which node lacks it.
@@ -647,7 +652,7 @@ absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string
 }
 
 absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::string& model_handle,
-                                         const google::protobuf::Message& request,
+                                         const Serializer& serialize,
                                          google::protobuf::Message& reply, absl::Duration timeout,
                                          std::shared_ptr<Session>& used) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, CurrentSession());
@@ -658,7 +663,7 @@ absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::st
     // The request is serialized straight into the call's ciphertext field and sealed there in
     // place: no second copy of the plaintext to allocate, fill and wipe.
     std::string& buffer = *call.mutable_ciphertext();
-    ASSIGN_OR_RETURN(std::span<uint8_t> message, proto::SerializeForSealing(request, buffer));
+    ASSIGN_OR_RETURN(std::span<uint8_t> message, serialize(buffer));
     absl::MutexLock lock(&session->mu);
     auto sequence = session->sender->SealInPlace(header, message);
     if (!sequence.ok()) {
@@ -864,7 +869,8 @@ absl::StatusOr<api::ModelInfo> Client::UploadModelOnce(const std::string& path,
 absl::StatusOr<std::vector<api::ModelInfo>> Client::ListModels() {
   api::ListModelsRequest request;
   api::ListModelsReply reply;
-  RETURN_IF_ERROR(SealedUnaryCall(crypto::MessageKind::kListModels, "", request, reply));
+  RETURN_IF_ERROR(
+      SealedUnaryCall(crypto::MessageKind::kListModels, "", SerializerOf(request), reply));
   return std::vector<api::ModelInfo>(reply.models().begin(), reply.models().end());
 }
 
@@ -874,28 +880,25 @@ absl::Status Client::DeleteModel(const std::string& name) {
   request.set_name(name);
   api::DeleteModelReply reply;
   return SealedUnaryCall(crypto::MessageKind::kDeleteModel,
-                         crypto::ModelHandle(identity_->public_key(), name), request, reply);
+                         crypto::ModelHandle(identity_->public_key(), name), SerializerOf(request),
+                         reply);
 }
 
 absl::StatusOr<std::vector<api::Tensor>> Client::Infer(const std::string& name,
-                                                       std::vector<api::Tensor> inputs,
+                                                       const std::vector<api::Tensor>& inputs,
                                                        const std::vector<std::string>& outputs,
                                                        absl::Duration timeout) {
   if (name.empty()) return absl::InvalidArgumentError("the model name is empty");
   if (inputs.empty()) return absl::InvalidArgumentError("no input tensors given");
-  api::InferRequestPayload payload;
-  for (api::Tensor& input : inputs) {
-    // Check sizes here so a malformed tensor gets a clear local error.
-    RETURN_IF_ERROR(ValidateTensor(input));
-    *payload.add_inputs() = std::move(input);
-  }
-  for (const std::string& output : outputs) payload.add_outputs(output);
+  // Check sizes here so a malformed tensor gets a clear local error.
+  for (const api::Tensor& input : inputs) RETURN_IF_ERROR(ValidateTensor(input));
   api::InferReplyPayload reply;
-  absl::Status status =
-      SealedUnaryCall(crypto::MessageKind::kInfer,
-                      crypto::ModelHandle(identity_->public_key(), name), payload, reply, timeout);
-  for (api::Tensor& input : *payload.mutable_inputs()) WipeString(*input.mutable_raw());
-  RETURN_IF_ERROR(status);
+  RETURN_IF_ERROR(SealedUnaryCall(
+      crypto::MessageKind::kInfer, crypto::ModelHandle(identity_->public_key(), name),
+      [&](std::string& buffer) {
+        return proto::SerializeInferRequestForSealing(inputs, outputs, buffer);
+      },
+      reply, timeout));
   return std::vector<api::Tensor>(std::make_move_iterator(reply.mutable_outputs()->begin()),
                                   std::make_move_iterator(reply.mutable_outputs()->end()));
 }

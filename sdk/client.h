@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -163,8 +164,9 @@ class Client {
   // Runs `name` on `inputs`; `outputs` names the outputs wanted (empty: all of them).
   // `timeout` replaces options.call_timeout for this call (both the RPC deadline and the
   // scheduling deadline) when it is above zero.
+  // The inputs are serialized straight into the sealed call; the client keeps no copy of them.
   absl::StatusOr<std::vector<cloister::api::v1::Tensor>> Infer(
-      const std::string& name, std::vector<cloister::api::v1::Tensor> inputs,
+      const std::string& name, const std::vector<cloister::api::v1::Tensor>& inputs,
       const std::vector<std::string>& outputs = {}, absl::Duration timeout = absl::ZeroDuration());
 
  private:
@@ -197,18 +199,19 @@ class Client {
   // Moves off `failed` (an endpoint index) to the next usable endpoint, unless another thread
   // already has. True when the current session is now on another endpoint.
   bool FailOver(size_t failed);
-  // Seals `request`, runs one unary RPC and opens the sealed ReplyEnvelope into `reply`.
-  // `timeout` above zero replaces options_.call_timeout. Infer and ListModels are retried as
-  // ClientOptions::max_attempts says.
+  // Writes a call's plaintext into the buffer it is sealed in (proto/sealing.h): the span to
+  // seal, ending in room for the tag.
+  using Serializer = std::function<absl::StatusOr<std::span<uint8_t>>(std::string& buffer)>;
+  // Seals the request `serialize` writes, runs one unary RPC and opens the sealed ReplyEnvelope
+  // into `reply`. `timeout` above zero replaces options_.call_timeout. Infer and ListModels are
+  // retried as ClientOptions::max_attempts says (each attempt serializes afresh).
   absl::Status SealedUnaryCall(crypto::MessageKind kind, const std::string& model_handle,
-                               const google::protobuf::Message& request,
-                               google::protobuf::Message& reply,
+                               const Serializer& serialize, google::protobuf::Message& reply,
                                absl::Duration timeout = absl::ZeroDuration());
   // One attempt of SealedUnaryCall; `used` receives the session it went through (if any).
   absl::Status SealedUnaryCallOnce(crypto::MessageKind kind, const std::string& model_handle,
-                                   const google::protobuf::Message& request,
-                                   google::protobuf::Message& reply, absl::Duration timeout,
-                                   std::shared_ptr<Session>& used);
+                                   const Serializer& serialize, google::protobuf::Message& reply,
+                                   absl::Duration timeout, std::shared_ptr<Session>& used);
   // Forgets `session` if it is still the current one, so the next call attests again.
   void DropSession(const std::shared_ptr<Session>& session);
 
