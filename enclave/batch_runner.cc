@@ -38,6 +38,7 @@ class StagingViewReleaser final : public runtime::internal::BufferReleaser {
 bool Coalescible(const std::vector<BatchRequest>& requests) {
   if (requests.size() < 2) return false;
   const BatchRequest& first = requests[0];
+  if (first.inputs.empty()) return false;  // no rows to put together
   for (const auto& input : first.inputs) {
     if (input.shape.empty()) return false;
   }
@@ -90,7 +91,7 @@ std::vector<Group> PlanGroups(const std::vector<BatchRequest>& requests, bool co
   std::vector<int64_t> rows;
   int64_t total_rows = 0;
   for (const auto& request : requests) {
-    rows.push_back(request.inputs.empty() ? 0 : request.inputs[0].shape[0]);
+    rows.push_back(request.inputs[0].shape[0]);  // Coalescible: every request has inputs
     total_rows += rows.back();
   }
   size_t wanted = 1;

@@ -124,5 +124,21 @@ TEST_F(BatchRunnerTest, RequestsThatCannotRunTogetherRunAloneAndFailAlone) {
   EXPECT_EQ(ran->replies[2]->outputs(0).shape(0), 3);
 }
 
+// Requests with no inputs have no rows to put together: each runs alone (and the model, which
+// takes one, refuses each).
+TEST_F(BatchRunnerTest, RequestsWithoutInputsRunAlone) {
+  std::vector<BatchRequest> requests(3);
+  for (TaskPool* pool : {static_cast<TaskPool*>(nullptr), new TaskPool(2)}) {
+    std::unique_ptr<TaskPool> owned(pool);
+    auto ran = RunBatch(*model_, *path_, requests, pool);
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    EXPECT_FALSE(ran->coalesced);
+    EXPECT_EQ(ran->model_runs, 3);
+    for (const auto& reply : ran->replies) {
+      EXPECT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument) << reply.status();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cloister::enclave
