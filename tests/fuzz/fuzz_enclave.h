@@ -39,6 +39,8 @@ inline FuzzEnclave& TheFuzzEnclave() {
     options.dev_policy_out = fuzz->dir + "/dev-policy.yaml";
     options.measurement = Bytes(48, 0x42);
     options.load_options.threads = 1;
+    // Batches split into groups on run threads, as cloister-enclave runs them on the CPU.
+    options.run_threads = 2;
     // Every input may open a session; the fuzzer must not run into the session limit.
     options.session_limits.max_sessions = size_t{1} << 22;
     auto created = enclave::Enclave::Create(std::move(options));
