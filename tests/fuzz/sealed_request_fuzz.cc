@@ -5,7 +5,9 @@
 // for its call id, and every sealed answer must open in the tenant's session (the enclave
 // never answers a session with garbage), never a crash, hang or abort.
 //
-// Input: byte 0 picks the call (0 infer, 1 list, 2 delete, 3 load), the rest is the plaintext.
+// Input: byte 0 picks the call (byte 0 % 4: 0 infer, 1 list, 2 delete, 3 load; an inference
+// batch holds 1 + (byte 0 / 4) % 3 requests of the same plaintext, so that the enclave's
+// coalescing and run groups see what tenants can send), the rest is the plaintext.
 // With CLOISTER_FUZZ_WRITE_SEEDS=DIR the target first writes its seed inputs to DIR.
 #include <cstddef>
 #include <cstdint>
@@ -117,13 +119,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   call.set_call_id(state.next_call_id++);
   MessageKind kind;
   const cloister::boundary::v1::SealedItem* item = nullptr;
+  int items = 1;
   switch (data[0] % 4) {
     case 0: {
       kind = MessageKind::kInfer;
       auto* batch = call.mutable_infer_batch();
       batch->set_tenant_id(tenant.tenant());
       batch->set_model_handle(tenant.Handle(kModel));
-      *batch->add_items() = tenant.SealBytes(kind, tenant.Handle(kModel), plaintext);
+      items = 1 + (data[0] / 4) % 3;
+      for (int i = 0; i < items; ++i) {
+        *batch->add_items() = tenant.SealBytes(kind, tenant.Handle(kModel), plaintext);
+      }
       item = &batch->items(0);
       break;
     }
@@ -154,7 +160,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const cloister::boundary::v1::SealedReplyItem* sealed_reply = nullptr;
   switch (kind) {
     case MessageKind::kInfer:
-      if (reply.infer_batch().replies_size() != 1) __builtin_trap();
+      if (reply.infer_batch().replies_size() != items) __builtin_trap();
+      // Every request of the batch gets its own answer in its own seal; the first is checked
+      // further below.
+      for (int i = 1; i < items; ++i) {
+        const auto& other = reply.infer_batch().replies(i);
+        if (other.status().code() != 0) continue;
+        if (!tenant.OpenReplyEnvelope(kind, call.infer_batch().items(i), other).ok()) {
+          __builtin_trap();
+        }
+      }
       sealed_reply = &reply.infer_batch().replies(0);
       break;
     case MessageKind::kLoadModel:
