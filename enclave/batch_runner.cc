@@ -211,9 +211,10 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
   auto run_group = [&](size_t g) {
     const Group& group = groups[g];
     GroupOutcome& out = group_outcomes[g];
-    auto timed_run = [&](const NamedTensors& inputs, const std::vector<std::string>& wanted) {
+    auto timed_run = [&](const NamedTensors& inputs, const std::vector<std::string>& wanted,
+                         absl::Time deadline) {
       absl::Time start = absl::Now();
-      auto run = model.Run(inputs, wanted);
+      auto run = model.Run(inputs, wanted, deadline);
       out.execution_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
       ++out.model_runs;
       return run;
@@ -230,7 +231,16 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
         for (size_t r = group.begin; r < group.end; ++r) size += requests[r].inputs[k].raw.size();
         merged.emplace_back(first.name, view(offsets[group.begin][k], first.dtype, shape, size));
       }
-      auto run = timed_run(merged, requests[group.begin].requested_outputs);
+      absl::Time latest = absl::InfinitePast();
+      for (size_t r = group.begin; r < group.end; ++r) {
+        latest = std::max(latest, requests[r].deadline);
+      }
+      auto run = timed_run(merged, requests[group.begin].requested_outputs, latest);
+      if (absl::IsDeadlineExceeded(run.status())) {
+        // Past every one of the group's deadlines: no request would gain from a run of its own.
+        for (size_t r = group.begin; r < group.end; ++r) outcome.replies[r] = run.status();
+        return absl::OkStatus();
+      }
       bool splittable = run.ok();
       if (run.ok()) {
         for (const auto& [name, tensor] : *run) {
@@ -266,7 +276,7 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
         inputs.emplace_back(input.name,
                             view(offsets[r][k], input.dtype, input.shape, input.raw.size()));
       }
-      auto run = timed_run(inputs, requests[r].requested_outputs);
+      auto run = timed_run(inputs, requests[r].requested_outputs, requests[r].deadline);
       if (!run.ok()) {
         outcome.replies[r] = run.status();
         continue;

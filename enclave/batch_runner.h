@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "base/bytes.h"
 #include "base/task_pool.h"
 #include "cloister/api/v1/api.pb.h"
@@ -38,6 +39,9 @@ struct BatchInput {
 struct BatchRequest {
   std::vector<BatchInput> inputs;
   std::vector<std::string> requested_outputs;  // empty: all outputs
+  // A run still going at the deadline stops between two steps and the request gets
+  // DeadlineExceeded. A run shared by several requests stops at the latest of their deadlines.
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 struct BatchOutcome {

@@ -124,6 +124,37 @@ TEST_F(BatchRunnerTest, RequestsThatCannotRunTogetherRunAloneAndFailAlone) {
   EXPECT_EQ(ran->replies[2]->outputs(0).shape(0), 3);
 }
 
+// A run past its deadline stops between steps: a request alone, and a coalesced group, whose
+// run stops at the latest of its requests' deadlines and is not run again request by request.
+TEST_F(BatchRunnerTest, RunsPastTheirDeadlineStopWithDeadlineExceeded) {
+  std::vector<BatchRequest> alone = {Request(1, 2)};
+  alone[0].deadline = absl::Now() - absl::Seconds(1);
+  auto late = RunBatch(*model_, *path_, alone);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->replies[0].status().code(), absl::StatusCode::kDeadlineExceeded)
+      << late->replies[0].status();
+
+  std::vector<BatchRequest> group = {Request(1, 2), Request(2, 3), Request(3, 1)};
+  group[0].deadline = absl::Now() - absl::Seconds(2);
+  group[1].deadline = absl::Now() - absl::Seconds(1);  // the latest, and past too
+  group[2].deadline = absl::Now() - absl::Seconds(3);
+  auto stopped = RunBatch(*model_, *path_, group);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->model_runs, 1);
+  for (const auto& reply : stopped->replies) {
+    EXPECT_EQ(reply.status().code(), absl::StatusCode::kDeadlineExceeded) << reply.status();
+  }
+
+  // One deadline still ahead: the shared run goes on for everyone.
+  group[1].deadline = absl::Now() + absl::Hours(1);
+  auto ran = RunBatch(*model_, *path_, group);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_TRUE(ran->coalesced);
+  ExpectOwnRows(ran->replies[0], 1, 2);
+  ExpectOwnRows(ran->replies[1], 2, 3);
+  ExpectOwnRows(ran->replies[2], 3, 1);
+}
+
 // Requests with no inputs have no rows to put together: each runs alone (and the model, which
 // takes one, refuses each).
 TEST_F(BatchRunnerTest, RequestsWithoutInputsRunAlone) {

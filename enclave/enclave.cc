@@ -441,6 +441,11 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
       }
       requests[i].requested_outputs.assign(payloads[i].outputs().begin(),
                                            payloads[i].outputs().end());
+      if (item.time_left_ns() != 0) {
+        // From the host, like the rest of the item: it can only cut its tenant's request
+        // short, which it could do by not sending it.
+        requests[i].deadline = start + absl::Nanoseconds(std::max<int64_t>(item.time_left_ns(), 0));
+      }
     }
     proto::WipeString(*item.mutable_ciphertext());
   }

@@ -165,7 +165,7 @@ absl::StatusOr<std::vector<Tensor>> Model::OrderInputs(
 
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
     const std::vector<std::pair<std::string, Tensor>>& inputs,
-    const std::vector<std::string>& requested_outputs) const {
+    const std::vector<std::string>& requested_outputs, absl::Time deadline) const {
   ASSIGN_OR_RETURN(std::vector<Tensor> ordered, OrderInputs(inputs));
   std::vector<int> wanted;
   for (const std::string& name : requested_outputs) {
@@ -175,7 +175,8 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
     }
     wanted.push_back(it->second);
   }
-  ASSIGN_OR_RETURN(std::vector<Tensor> results, ExecuteOnce(std::move(ordered), wanted, nullptr));
+  ASSIGN_OR_RETURN(std::vector<Tensor> results,
+                   ExecuteOnce(std::move(ordered), wanted, nullptr, deadline));
   std::vector<std::pair<std::string, Tensor>> named;
   named.reserve(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
@@ -191,11 +192,12 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
 
 absl::StatusOr<std::vector<Tensor>> Model::ExecuteOnce(std::vector<Tensor> ordered,
                                                        const std::vector<int>& wanted,
-                                                       std::vector<double>* step_seconds) const {
+                                                       std::vector<double>* step_seconds,
+                                                       absl::Time deadline) const {
   ASSIGN_OR_RETURN(std::unique_ptr<BufferPool> pool, TakePool());
   DeviceRun* device = pool->device();
   if (device == nullptr) {
-    auto executed = plan_->Execute(std::move(ordered), wanted, *pool, step_seconds);
+    auto executed = plan_->Execute(std::move(ordered), wanted, *pool, step_seconds, deadline);
     RETURN_IF_ERROR(ReturnPool(std::move(pool)));
     return executed;
   }
@@ -205,7 +207,7 @@ absl::StatusOr<std::vector<Tensor>> Model::ExecuteOnce(std::vector<Tensor> order
       ASSIGN_OR_RETURN(input, device->Upload(input));
     }
     ASSIGN_OR_RETURN(std::vector<Tensor> results,
-                     plan_->Execute(std::move(ordered), wanted, *pool, step_seconds));
+                     plan_->Execute(std::move(ordered), wanted, *pool, step_seconds, deadline));
     for (Tensor& result : results) {
       ASSIGN_OR_RETURN(result, device->Download(result));
     }

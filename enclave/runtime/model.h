@@ -24,6 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "base/bytes.h"
 #include "enclave/runtime/tensor.h"
 
@@ -74,10 +75,13 @@ class Model {
   // tensor of the wrong element type, rank or fixed dimension, is InvalidArgument naming the
   // input. Returns all outputs in graph order, or `requested_outputs` in the order asked (an
   // unknown name is InvalidArgument). A kernel failure (for example a shape that only turns out
-  // inconsistent at run time) is an error naming the node.
+  // inconsistent at run time) is an error naming the node. A run still going at `deadline`
+  // stops between two steps with DeadlineExceeded (a step itself is not interrupted, nor are
+  // the iterations of a Loop or Scan step).
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Run(
       const std::vector<std::pair<std::string, Tensor>>& inputs,
-      const std::vector<std::string>& requested_outputs = {}) const;
+      const std::vector<std::string>& requested_outputs = {},
+      absl::Time deadline = absl::InfiniteFuture()) const;
 
   // Number of kernel invocations per run after constant folding (for tests and diagnostics).
   size_t step_count() const;
@@ -106,9 +110,9 @@ class Model {
   absl::Status ReturnPool(std::unique_ptr<BufferPool> pool) const;
   // Runs the plan on `ordered` inputs with a pool of its own; on a device executor uploads the
   // inputs and downloads the results.
-  absl::StatusOr<std::vector<Tensor>> ExecuteOnce(std::vector<Tensor> ordered,
-                                                  const std::vector<int>& wanted,
-                                                  std::vector<double>* step_seconds) const;
+  absl::StatusOr<std::vector<Tensor>> ExecuteOnce(
+      std::vector<Tensor> ordered, const std::vector<int>& wanted,
+      std::vector<double>* step_seconds, absl::Time deadline = absl::InfiniteFuture()) const;
 
   const Executor* executor_ = nullptr;
   std::shared_ptr<const Plan> plan_;

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/status.h"
 #include "enclave/runtime/fusion.h"
 #include "enclave/runtime/onnx_tensor.h"
@@ -638,7 +639,8 @@ absl::StatusOr<std::shared_ptr<const Plan>> CompileGraph(const onnx::GraphProto&
 absl::StatusOr<std::vector<Tensor>> Plan::Execute(std::vector<Tensor> inputs,
                                                   const std::vector<int>& wanted_outputs,
                                                   BufferPool& pool,
-                                                  std::vector<double>* step_seconds) const {
+                                                  std::vector<double>* step_seconds,
+                                                  absl::Time deadline) const {
   if (step_seconds != nullptr) step_seconds->assign(steps_.size(), 0.0);
   CLOISTER_CHECK(inputs.size() == input_slots_.size());
   std::vector<Tensor> values(slot_infos_.size());
@@ -670,8 +672,13 @@ absl::StatusOr<std::vector<Tensor>> Plan::Execute(std::vector<Tensor> inputs,
     }
   }
 
+  const bool limited = deadline != absl::InfiniteFuture();
   for (size_t s = 0; s < steps_.size(); ++s) {
     if (!needed.empty() && !needed[s]) continue;
+    if (limited && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the run reached its deadline after ", s, " of ", steps_.size(), " steps"));
+    }
     const Step& step = steps_[s];
     std::vector<const Tensor*> step_inputs(step.inputs.size(), nullptr);
     std::vector<bool> dies(step.inputs.size(), false);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/kernel.h"
 #include "enclave/runtime/tensor.h"
@@ -70,10 +71,12 @@ class Plan {
   // `wanted_outputs` (indexes into output_slots()) when that is non-empty, running only the
   // steps they need. Kernel errors name the node.
   // When `step_seconds` is given it receives the wall time of each step (sized step_count()).
+  // A run still going at `deadline` stops before its next step: DeadlineExceeded.
   absl::StatusOr<std::vector<Tensor>> Execute(std::vector<Tensor> inputs,
                                               const std::vector<int>& wanted_outputs,
                                               BufferPool& pool,
-                                              std::vector<double>* step_seconds = nullptr) const;
+                                              std::vector<double>* step_seconds = nullptr,
+                                              absl::Time deadline = absl::InfiniteFuture()) const;
   const Step& step(size_t index) const { return steps_[index]; }
 
   const std::vector<int>& input_slots() const { return input_slots_; }

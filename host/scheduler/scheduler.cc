@@ -731,9 +731,16 @@ void Scheduler::Dispatch(Batch batch) {
   auto dones = std::make_shared<std::vector<Done>>();
   request_ids->reserve(batch.requests.size());
   dones->reserve(batch.requests.size());
+  const absl::Time now = clock_->Now();
   for (Queued& queued : batch.requests) {
     request_ids->push_back(queued.item.request_id());
     dones->push_back(std::move(queued.done));
+    // The deadline travels as the time left (the enclave's clock is its own), so that the
+    // enclave stops a run that outlives it.
+    if (queued.deadline != absl::InfiniteFuture()) {
+      const int64_t left = absl::ToInt64Nanoseconds(queued.deadline - now);
+      queued.item.set_time_left_ns(left == 0 ? -1 : left);
+    }
     *infer->add_items() = std::move(queued.item);
   }
   int count = static_cast<int>(request_ids->size());

@@ -414,6 +414,12 @@ TEST_F(SchedulerTest, QueuedRequestsPastTheirDeadlineAreAnswered) {
   EXPECT_TRUE(answers_.Of("long").empty());
   EXPECT_EQ(scheduler_->queued_count(), 1);
   CompleteOldest();
+  // The enclave learns how long each request may still run: none for "busy", and what is left
+  // of its 50 s for "long", sent 10 ms in.
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.History()[0].infer_batch().items(0).time_left_ns(), 0);
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items(0).time_left_ns(),
+            absl::ToInt64Nanoseconds(absl::Seconds(50) - absl::Milliseconds(10)));
   CompleteOldest();
   ASSERT_TRUE(answers_.WaitForTotal(4));
   EXPECT_TRUE(answers_.Of("long")[0].ok());

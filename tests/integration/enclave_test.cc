@@ -155,6 +155,38 @@ TEST_F(EnclaveTest, BatchedInferenceMatchesReferenceOutputs) {
   }
 }
 
+// The host sends how long each request may still run; a run that outlives it stops, and the
+// request's sealed answer says DEADLINE_EXCEEDED. A run shared by several requests stops at the
+// latest of their deadlines: a generous one lets the whole run finish.
+TEST_F(EnclaveTest, RunsStopAtTheDeadlineTheHostSends) {
+  auto client = Client("alpha");
+  Upload(*client, "cls");
+  SealedItem late = client->InferItem("cls", 0);
+  late.set_time_left_ns(-1);  // already past: the run stops before its first step
+  EnclaveToHost stopped = InferBatch("alpha", client->Handle("cls"), {late});
+  ASSERT_EQ(stopped.status().code(), 0) << stopped.status().message();
+  absl::Status status =
+      client->OpenReply(crypto::MessageKind::kInfer, late, stopped.infer_batch().replies(0));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("deadline"), std::string::npos) << status;
+
+  std::vector<SealedItem> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
+  items[0].set_time_left_ns(-1);
+  items[1].set_time_left_ns(absl::ToInt64Nanoseconds(absl::Minutes(5)));
+  EnclaveToHost shared = InferBatch("alpha", client->Handle("cls"), items);
+  ASSERT_EQ(shared.status().code(), 0) << shared.status().message();
+  for (int set = 0; set < 2; ++set) {
+    std::string body;
+    EXPECT_TRUE(client
+                    ->OpenReply(crypto::MessageKind::kInfer, items[set],
+                                shared.infer_batch().replies(set), &body)
+                    .ok());
+    api::v1::InferReplyPayload payload;
+    ASSERT_TRUE(payload.ParseFromString(body));
+    EXPECT_EQ(payload.outputs_size(), 1) << "set " << set;
+  }
+}
+
 TEST_F(EnclaveTest, ReplayedRequestIsRefused) {
   auto client = Client("alpha");
   Upload(*client, "cls");
