@@ -25,7 +25,8 @@ std::string DescribeLimits(const TenantLimits& limits) {
                       " queued=", limits.max_queued_requests,
                       " queued_size=", limits.max_queued_size, " payload=", limits.max_payload_size,
                       " quota=", limits.model_memory_quota,
-                      " deadline_ms=", Milliseconds(limits.default_deadline));
+                      " deadline_ms=", Milliseconds(limits.default_deadline),
+                      " max_deadline_ms=", Milliseconds(limits.max_deadline));
 }
 
 std::string DescribeDevice(const DeviceConfig& device) {

@@ -189,11 +189,13 @@ absl::StatusOr<bool> ParseLimit(const ConfigErrors& errors, const std::string& k
     ASSIGN_OR_RETURN(limits.max_payload_size, ReadSize(errors, value, field));
   } else if (key == "model_memory_quota_bytes") {
     ASSIGN_OR_RETURN(limits.model_memory_quota, ReadSize(errors, value, field));
-  } else if (key == "default_deadline_ms") {
+  } else if (key == "default_deadline_ms" || key == "max_deadline_ms") {
     ASSIGN_OR_RETURN(double ms, ReadNumber(errors, value, field, 0, 3.6e6));
-    limits.default_deadline =
+    absl::Duration& deadline =
+        key == "default_deadline_ms" ? limits.default_deadline : limits.max_deadline;
+    deadline =
         ms == 0 ? absl::InfiniteDuration() : absl::Microseconds(static_cast<int64_t>(ms * 1000));
-    if (limits.default_deadline == absl::ZeroDuration()) {
+    if (deadline == absl::ZeroDuration()) {
       return errors.At(value, field, "must be 0 (none) or at least 0.001");
     }
   } else {

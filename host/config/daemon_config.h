@@ -17,8 +17,8 @@
 //     best_effort_max_batch_time_ms: 5 # ... and their estimated duration
 //     fairness_quantum_ms: 2           # deficit round robin credit per round and weight unit
 //     realtime_activity_window_ms: 1000  # caps hold this long after a realtime arrival
-//     realtime_arrival_guard_ms: 1     # hold best-effort work for a periodic realtime arrival; 0: off
-//     realtime_reserved_slots: 0       # in-flight slots per worker kept for realtime work
+//     realtime_arrival_guard_ms: 1     # hold best-effort work for a periodic realtime arrival; 0:
+//     off realtime_reserved_slots: 0       # in-flight slots per worker kept for realtime work
 //   tenant_defaults:                   # limits for tenants that do not set them (and "demo")
 //     <any tenant limit below>
 //   tenants:                           # absent or empty: the development tenant "demo"
@@ -36,6 +36,7 @@
 //       max_payload_bytes: 64MiB
 //       model_memory_quota_bytes: 4GiB # sum of the tenant's stored models, checked at upload
 //       default_deadline_ms: 1000      # for requests without a deadline; default none
+//       max_deadline_ms: 30000         # caps every request's deadline, its own too; default none
 //   tls:                               # TLS on the tenant port (files relative to this file)
 //     cert_file: tls/server.crt
 //     key_file: tls/server.key

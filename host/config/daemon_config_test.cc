@@ -131,6 +131,7 @@ TEST(DaemonConfigTest, SchedulerAndTenantLimits) {
       "    max_payload_bytes: 1048576\n"
       "    model_memory_quota_bytes: 2GiB\n"
       "    default_deadline_ms: 250\n"
+      "    max_deadline_ms: 2000\n"
       "  - id: globex\n"
       "    token_sha256: " +
       kHash +
@@ -163,11 +164,13 @@ TEST(DaemonConfigTest, SchedulerAndTenantLimits) {
   EXPECT_EQ(acme.max_payload_size, uint64_t{1} << 20);
   EXPECT_EQ(acme.model_memory_quota, uint64_t{2} << 30);
   EXPECT_EQ(acme.default_deadline, absl::Milliseconds(250));
+  EXPECT_EQ(acme.max_deadline, absl::Seconds(2));
   const TenantLimits& globex = config->tenants[1].limits;
   EXPECT_EQ(globex.priority, PriorityClass::kBatch);
   EXPECT_EQ(globex.max_queued_requests, 10);
   EXPECT_EQ(globex.weight, 1);
   EXPECT_EQ(globex.default_deadline, absl::InfiniteDuration());
+  EXPECT_EQ(globex.max_deadline, absl::InfiniteDuration());
   EXPECT_EQ(scheduler.tenant_limits.at("acme").weight, 4);
   EXPECT_EQ(scheduler.tenant_limits.at("globex").priority, PriorityClass::kBatch);
   EXPECT_TRUE(CheckSchedulerOptions(scheduler).ok());
@@ -213,6 +216,10 @@ TEST(DaemonConfigTest, SchedulerAndLimitErrorsNameLineAndField) {
   EXPECT_EQ(ErrorOf(tenant + "    quota: 5\n"), "test.yaml:4: tenants[0]: unknown field 'quota'");
   EXPECT_EQ(ErrorOf("tenant_defaults:\n  weight: heavy\n"),
             "test.yaml:2: tenant_defaults.weight: expected an integer, got 'heavy'");
+  EXPECT_EQ(ErrorOf("tenant_defaults:\n  max_deadline_ms: 0.0001\n"),
+            "test.yaml:2: tenant_defaults.max_deadline_ms: must be 0 (none) or at least 0.001");
+  EXPECT_EQ(ErrorOf("tenant_defaults:\n  max_deadline_ms: -5\n"),
+            "test.yaml:2: tenant_defaults.max_deadline_ms: -5 is outside 0..3.6e+06");
   EXPECT_EQ(ErrorOf("tenant_defaults: [1]\n"),
             "test.yaml:1: tenant_defaults: expected a map, got a list");
 }

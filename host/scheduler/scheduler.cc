@@ -74,6 +74,10 @@ absl::Status CheckTenantLimits(const TenantLimits& limits) {
     return absl::InvalidArgumentError(absl::StrCat("default_deadline must be positive, got ",
                                                    absl::FormatDuration(limits.default_deadline)));
   }
+  if (limits.max_deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("max_deadline must be positive, got ",
+                                                   absl::FormatDuration(limits.max_deadline)));
+  }
   return absl::OkStatus();
 }
 
@@ -242,6 +246,9 @@ Scheduler::Ticket Scheduler::Submit(InferRequest request, Done done) {
     if (deadline == absl::InfiniteFuture() &&
         tenant.limits->default_deadline != absl::InfiniteDuration()) {
       deadline = now + tenant.limits->default_deadline;
+    }
+    if (tenant.limits->max_deadline != absl::InfiniteDuration()) {
+      deadline = std::min(deadline, now + tenant.limits->max_deadline);
     }
     if (deadline <= now) {
       refusal = absl::DeadlineExceededError(

@@ -77,6 +77,8 @@ struct TenantLimits {
   uint64_t max_payload_size = uint64_t{64} << 20;  // one request's ciphertext; >= 1
   // Applies to requests that carry no deadline of their own.
   absl::Duration default_deadline = absl::InfiniteDuration();
+  // The longest deadline any request gets, its own included (the enclave stops a run past it).
+  absl::Duration max_deadline = absl::InfiniteDuration();
   // Sum of the tenant's stored model sizes. Checked by the service at upload; the scheduler
   // does not use it.
   uint64_t model_memory_quota = uint64_t{4} << 30;

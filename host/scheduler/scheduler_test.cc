@@ -552,6 +552,27 @@ TEST_F(SchedulerTest, QueueAndPayloadLimitsNameTheLimit) {
   EXPECT_EQ(scheduler_->queued_count(), 5);
 }
 
+// The operator's cap holds for a request's own deadline too, and what is left of it goes to
+// the enclave with the batch.
+TEST_F(SchedulerTest, TenantMaxDeadlineCapsEveryDeadline) {
+  options_.tenant_limits["acme"].max_deadline = absl::Milliseconds(5);
+  options_.tenant_limits["acme"].default_deadline = absl::Seconds(60);
+  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
+  Submit("acme", kModelA, "first", clock_.Now() + absl::Seconds(50));
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items(0).time_left_ns(),
+            absl::ToInt64Nanoseconds(absl::Milliseconds(5)));
+  Submit("acme", kModelA, "own", clock_.Now() + absl::Seconds(50));  // waits for the slot
+  Submit("acme", kModelA, "default");
+  Advance(absl::Milliseconds(6));
+  ASSERT_TRUE(answers_.WaitForTotal(2));
+  for (const char* id : {"own", "default"}) {
+    EXPECT_EQ(answers_.Of(id)[0].status().code(), absl::StatusCode::kDeadlineExceeded) << id;
+  }
+  EXPECT_EQ(answers_.Of("own")[0].status().message(),
+            "tenant acme: request waited in the queue past its deadline (6ms)");
+}
+
 TEST_F(SchedulerTest, TenantDefaultDeadlineAppliesWithoutOne) {
   options_.tenant_limits["acme"].default_deadline = absl::Milliseconds(5);
   Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::Seconds(10));
