@@ -3,23 +3,32 @@
 #include <climits>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "crypto/aead.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 
 namespace cloister::proto {
+namespace {
 
-absl::StatusOr<std::span<uint8_t>> SerializeForSealing(const google::protobuf::MessageLite& message,
-                                                       std::string& buffer) {
-  const size_t size = message.ByteSizeLong();
+// Sizes `buffer` for a serialization of `size` bytes and the AEAD tag after it; the whole span
+// to seal in place. InvalidArgument (the buffer left alone) past what a message can carry.
+absl::StatusOr<std::span<uint8_t>> BufferForSealing(size_t size, std::string& buffer) {
   if (size > static_cast<size_t>(INT_MAX) - crypto::kAeadTagSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("message of ", size, " bytes is over the 2 GiB a message can carry"));
   }
   buffer.resize(size + crypto::kAeadTagSize);
-  auto* data = reinterpret_cast<uint8_t*>(buffer.data());
-  message.SerializeWithCachedSizesToArray(data);
-  return std::span<uint8_t>(data, buffer.size());
+  return std::span<uint8_t>(reinterpret_cast<uint8_t*>(buffer.data()), buffer.size());
+}
+
+}  // namespace
+
+absl::StatusOr<std::span<uint8_t>> SerializeForSealing(const google::protobuf::MessageLite& message,
+                                                       std::string& buffer) {
+  ASSIGN_OR_RETURN(std::span<uint8_t> sealed, BufferForSealing(message.ByteSizeLong(), buffer));
+  message.SerializeWithCachedSizesToArray(sealed.data());
+  return sealed;
 }
 
 absl::StatusOr<std::span<uint8_t>> SerializeInferRequestForSealing(
@@ -42,13 +51,8 @@ absl::StatusOr<std::span<uint8_t>> SerializeInferRequestForSealing(
     size += CodedOutputStream::VarintSize32(output_tag) +
             CodedOutputStream::VarintSize64(output.size()) + output.size();
   }
-  if (size > static_cast<size_t>(INT_MAX) - crypto::kAeadTagSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("message of ", size, " bytes is over the 2 GiB a message can carry"));
-  }
-  buffer.resize(size + crypto::kAeadTagSize);
-  auto* data = reinterpret_cast<uint8_t*>(buffer.data());
-  uint8_t* out = data;
+  ASSIGN_OR_RETURN(std::span<uint8_t> sealed, BufferForSealing(size, buffer));
+  uint8_t* out = sealed.data();
   for (const api::v1::Tensor& input : inputs) {
     out = CodedOutputStream::WriteVarint32ToArray(input_tag, out);
     out = CodedOutputStream::WriteVarint64ToArray(input.GetCachedSize(), out);
@@ -59,7 +63,7 @@ absl::StatusOr<std::span<uint8_t>> SerializeInferRequestForSealing(
     out = CodedOutputStream::WriteVarint64ToArray(output.size(), out);
     out = CodedOutputStream::WriteRawToArray(output.data(), static_cast<int>(output.size()), out);
   }
-  return std::span<uint8_t>(data, buffer.size());
+  return sealed;
 }
 
 }  // namespace cloister::proto
