@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -45,6 +46,18 @@ absl::Status WriteAll(int fd, iovec* parts, int count) {
     }
   }
   return absl::OkStatus();
+}
+
+// The 4-byte little-endian length that starts a frame of `size` bytes; InvalidArgument over
+// kMaxFrameSize.
+using FrameHeader = std::array<char, 4>;
+absl::StatusOr<FrameHeader> HeaderFor(size_t size) {
+  if (size > kMaxFrameSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("boundary frame of ", size, " bytes exceeds ", kMaxFrameSize));
+  }
+  return FrameHeader{static_cast<char>(size), static_cast<char>(size >> 8),
+                     static_cast<char>(size >> 16), static_cast<char>(size >> 24)};
 }
 
 // A serialization collected as pieces for one gather write: buffers of its own for the small
@@ -100,28 +113,17 @@ absl::StatusOr<size_t> ReadAll(int fd, char* data, size_t size) {
 }  // namespace
 
 absl::Status WriteFrame(int fd, const std::string& payload) {
-  if (payload.size() > kMaxFrameSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("boundary frame of ", payload.size(), " bytes exceeds ", kMaxFrameSize));
-  }
-  uint32_t size = static_cast<uint32_t>(payload.size());
-  char header[4] = {static_cast<char>(size), static_cast<char>(size >> 8),
-                    static_cast<char>(size >> 16), static_cast<char>(size >> 24)};
-  iovec parts[2] = {{header, sizeof(header)},
+  ASSIGN_OR_RETURN(FrameHeader header, HeaderFor(payload.size()));
+  iovec parts[2] = {{header.data(), header.size()},
                     {const_cast<char*>(payload.data()), payload.size()}};
   return WriteAll(fd, parts, payload.empty() ? 1 : 2);
 }
 
 absl::Status WriteMessageFrame(int fd, const google::protobuf::MessageLite& message) {
   const size_t size = message.ByteSizeLong();
-  if (size > kMaxFrameSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("boundary frame of ", size, " bytes exceeds ", kMaxFrameSize));
-  }
-  char header[4] = {static_cast<char>(size), static_cast<char>(size >> 8),
-                    static_cast<char>(size >> 16), static_cast<char>(size >> 24)};
+  ASSIGN_OR_RETURN(FrameHeader header, HeaderFor(size));
   PiecesOutputStream pieces;
-  pieces.pieces().push_back({header, sizeof(header)});
+  pieces.pieces().push_back({header.data(), header.size()});
   {
     google::protobuf::io::CodedOutputStream coded(&pieces);
     coded.EnableAliasing(true);
