@@ -33,10 +33,11 @@ class StagingViewReleaser final : public runtime::internal::BufferReleaser {
   std::shared_ptr<pcie::StagingBuffer> lease_;
 };
 
-// True when every request has the same input names, types and shapes except along axis 0 (of
-// rank one or more), and asks for the same outputs, so the requests can run as one.
-bool Coalescible(const std::vector<BatchRequest>& requests) {
-  if (requests.size() < 2) return false;
+// True when the model keeps rows apart (row_analysis.h) and every request has the same input
+// names, types and shapes except along axis 0 (of rank one or more), and asks for the same
+// outputs, so the requests can run as one.
+bool Coalescible(const runtime::Model& model, const std::vector<BatchRequest>& requests) {
+  if (requests.size() < 2 || !model.row_independence().independent) return false;
   const BatchRequest& first = requests[0];
   if (first.inputs.empty()) return false;  // no rows to put together
   for (const auto& input : first.inputs) {
@@ -147,7 +148,7 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
   const size_t count = requests.size();
   outcome.replies.assign(count, absl::UnknownError("not run"));
   if (count == 0) return outcome;
-  const bool coalesce = Coalescible(requests);
+  const bool coalesce = Coalescible(model, requests);
 
   // Staging layout: one 64-byte aligned region per input (per request unless coalesced), the
   // coalesced requests' rows back to back inside it. offsets[r][k] is where request r's input

@@ -1,8 +1,9 @@
 // Runs one inference batch (one tenant's requests for one model, already opened and checked by
 // Enclave) through the PCIe path: every request's input tensors are gathered into one host
 // staging buffer and moved to the executor's side in one transfer (pcie/transfer_path.h); the
-// model runs once over the concatenated rows when the requests' shapes allow it, else once per
-// request on views of the same device-side buffer. With a pool of run threads (the CPU
+// model runs once over the concatenated rows when the requests' shapes allow it and the model
+// keeps rows apart (Model::row_independence), else once per request on views of the same
+// device-side buffer. With a pool of run threads (the CPU
 // executor, whose runs are single-threaded) the concatenated rows run as up to one model run
 // per pool thread side by side, each over a contiguous group of requests of about equal rows;
 // a device executor gets no pool and runs the batch at once. All outputs are gathered into one

@@ -11,6 +11,7 @@
 
 #include "base/task_pool.h"
 #include "enclave/pcie/transfer_path.h"
+#include "enclave/runtime/graph_builder_for_test.h"
 #include "enclave/runtime/model.h"
 #include "gtest/gtest.h"
 #include "tests/support/neg_add_model.h"
@@ -167,6 +168,47 @@ TEST_F(BatchRunnerTest, RequestsWithoutInputsRunAlone) {
     EXPECT_EQ(ran->model_runs, 3);
     for (const auto& reply : ran->replies) {
       EXPECT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument) << reply.status();
+    }
+  }
+}
+
+// A model that centres each column on its mean over all rows given: its output rows depend on
+// the other rows. Coalescing a tenant's requests into one run would answer each with values
+// that depend on the others, so they run one by one and each gets what it would get alone.
+TEST_F(BatchRunnerTest, AModelThatMixesRowsRunsRequestByRequest) {
+  runtime::GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {-1, 4}).IntInitializer("rows", {1}, {0});
+  builder.Node("ReduceMean", {"x", "rows"}, {"mean"}, "mean");
+  builder.Node("Sub", {"x", "mean"}, {"y"});
+  builder.Output("y");
+  builder.proto().mutable_opset_import(0)->set_version(18);  // ReduceMean takes its axes as input
+  const std::string bytes = builder.Bytes();
+  auto centring = runtime::Model::Load(AsBytes(bytes));
+  ASSERT_TRUE(centring.ok()) << centring.status();
+  ASSERT_FALSE((*centring)->row_independence().independent);
+  EXPECT_EQ((*centring)->row_independence().reason,
+            "node 'mean' (ReduceMean) reduces over the row axis");
+
+  const std::vector<BatchRequest> requests = {Request(1, 2), Request(2, 3)};
+  TaskPool pool(2);
+  auto ran = RunBatch(**centring, *path_, requests, &pool);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_FALSE(ran->coalesced);
+  EXPECT_EQ(ran->model_runs, 2);
+  // Request r's rows are r * 100 + row: centred on their own mean they are row - (rows - 1) / 2
+  // whatever the other request holds.
+  for (size_t r = 0; r < requests.size(); ++r) {
+    ASSERT_TRUE(ran->replies[r].ok()) << ran->replies[r].status();
+    const auto& output = ran->replies[r]->outputs(0);
+    const int64_t rows = requests[r].inputs[0].shape[0];
+    ASSERT_EQ(output.raw().size(), rows * 4 * sizeof(float));
+    std::vector<float> got(rows * 4);
+    std::memcpy(got.data(), output.raw().data(), output.raw().size());
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int c = 0; c < 4; ++c) {
+        EXPECT_FLOAT_EQ(got[row * 4 + c], static_cast<float>(row) - (rows - 1) / 2.0f)
+            << "request " << r << " row " << row;
+      }
     }
   }
 }

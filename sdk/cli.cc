@@ -456,10 +456,15 @@ std::string TensorInfosJson(const google::protobuf::RepeatedPtrField<api::Tensor
 }
 
 std::string ModelJson(const api::ModelInfo& model) {
-  return absl::StrCat("{\"name\":", JsonString(model.name()),
-                      ",\"handle\":", JsonString(model.handle()), ",\"size\":", model.size(),
-                      ",\"inputs\":", TensorInfosJson(model.inputs()),
-                      ",\"outputs\":", TensorInfosJson(model.outputs()), "}");
+  return absl::StrCat(
+      "{\"name\":", JsonString(model.name()), ",\"handle\":", JsonString(model.handle()),
+      ",\"size\":", model.size(), ",\"inputs\":", TensorInfosJson(model.inputs()),
+      ",\"outputs\":", TensorInfosJson(model.outputs()),
+      ",\"rows_coalesce\":", model.rows_coalesce() ? "true" : "false",
+      model.rows_coalesce()
+          ? ""
+          : absl::StrCat(",\"rows_shared_reason\":", JsonString(model.rows_shared_reason())),
+      "}");
 }
 
 void PrintModelHuman(std::ostream& out, const api::ModelInfo& model) {
@@ -471,6 +476,11 @@ void PrintModelHuman(std::ostream& out, const api::ModelInfo& model) {
   for (const api::TensorInfo& info : model.outputs()) {
     out << "  output  " << info.name() << "  " << info.datatype() << " " << ShapeHuman(info.shape())
         << "\n";
+  }
+  if (model.rows_coalesce()) {
+    out << "  batching: requests coalesce (each output row depends on its own input row only)\n";
+  } else {
+    out << "  batching: requests run one by one (" << model.rows_shared_reason() << ")\n";
   }
 }
 

@@ -52,6 +52,9 @@ api::v1::ModelInfo DescribeModel(const StoredModel& model) {
     t->set_datatype(DataTypeName(spec.dtype));
     for (int64_t d : spec.shape) t->add_shape(d);
   }
+  const runtime::RowIndependence& rows = model.model->row_independence();
+  info.set_rows_coalesce(rows.independent);
+  info.set_rows_shared_reason(rows.reason);
   return info;
 }
 

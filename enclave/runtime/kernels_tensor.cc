@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -992,7 +993,33 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeSlice(NodeContext& context) {
     for (const SliceRange& range : ranges) dims.push_back(range.count);
     context.SetOutput(0, x.dtype, dims);
   } else if (x.rank_known) {
-    context.SetOutput(0, x.dtype, std::vector<int64_t>(x.rank(), -1));
+    // Bounds known only per run: the axes that are not sliced still keep their sizes, when the
+    // sliced axes are known (constant, or by default the first as many as there are starts).
+    std::vector<int64_t> dims(x.rank(), -1);
+    std::optional<std::vector<int64_t>> sliced;
+    if (context.has_input(3) && context.constant_input(3) != nullptr) {
+      sliced = ToInt64Vector(*context.constant_input(3));
+    } else if (!context.has_input(3) && context.input(1).rank() == 1 &&
+               context.input(1).dims[0] >= 0) {
+      sliced.emplace();
+      for (int64_t i = 0; i < context.input(1).dims[0]; ++i) sliced->push_back(i);
+    }
+    if (sliced.has_value()) {
+      std::vector<bool> is_sliced(x.rank(), false);
+      bool valid = true;
+      for (int64_t axis : *sliced) {
+        const int64_t normalized = axis < 0 ? axis + x.rank() : axis;
+        if (normalized < 0 || normalized >= x.rank()) {
+          valid = false;  // the run reports it
+          break;
+        }
+        is_sliced[normalized] = true;
+      }
+      for (int i = 0; valid && i < x.rank(); ++i) {
+        if (!is_sliced[i]) dims[i] = x.dims[i];
+      }
+    }
+    context.SetOutput(0, x.dtype, dims);
   } else {
     context.SetOutputUnranked(0, x.dtype);
   }

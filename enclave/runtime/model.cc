@@ -119,6 +119,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(ByteSpan onnx_bytes,
 
 size_t Model::step_count() const { return plan_->step_count(); }
 
+const RowIndependence& Model::row_independence() const { return plan_->row_independence(); }
+
 absl::StatusOr<std::vector<Tensor>> Model::OrderInputs(
     const std::vector<std::pair<std::string, Tensor>>& inputs) const {
   std::vector<Tensor> ordered(inputs_.size());

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/bytes.h"
+#include "enclave/runtime/row_analysis.h"
 #include "enclave/runtime/tensor.h"
 
 namespace cloister::runtime {
@@ -82,6 +83,10 @@ class Model {
       const std::vector<std::pair<std::string, Tensor>>& inputs,
       const std::vector<std::string>& requested_outputs = {},
       absl::Time deadline = absl::InfiniteFuture()) const;
+
+  // Whether the graph computes every row of its outputs from the same rows of its inputs alone,
+  // so that requests concatenated along axis 0 may run as one; when not, why (row_analysis.h).
+  const RowIndependence& row_independence() const;
 
   // Number of kernel invocations per run after constant folding (for tests and diagnostics).
   size_t step_count() const;

@@ -624,6 +624,13 @@ absl::StatusOr<std::shared_ptr<const Plan>> GraphCompiler::Compile(
     plan_->output_slots_.push_back(it->second);
     plan_->output_names_.push_back(output.name());
   }
+  if (!is_subgraph) {
+    plan_->rows_ = AnalyzeRowIndependence(
+        graph, options_.opset, [&](const std::string& name) -> const ValueInfo* {
+          auto it = scope_.find(name);
+          return it == scope_.end() ? nullptr : &plan_->slot_infos_[it->second];
+        });
+  }
   PlanLiveness();
   return std::shared_ptr<const Plan>(std::move(plan_));
 }

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/kernel.h"
+#include "enclave/runtime/row_analysis.h"
 #include "enclave/runtime/tensor.h"
 #include "onnx/onnx_pb.h"
 
@@ -85,6 +86,8 @@ class Plan {
   const std::vector<std::string>& output_names() const { return output_names_; }
   const ValueInfo& slot_info(int slot) const { return slot_infos_[slot]; }
   size_t step_count() const { return steps_.size(); }
+  // Main graphs: whether requests concatenated along axis 0 may run as one (row_analysis.h).
+  const RowIndependence& row_independence() const { return rows_; }
 
  private:
   friend class GraphCompiler;
@@ -99,6 +102,7 @@ class Plan {
   std::vector<Step> steps_;
   std::vector<int> producer_step_;  // per slot: the step that writes it, or -1
   std::vector<std::unique_ptr<Kernel>> kernels_;
+  RowIndependence rows_;
 };
 
 struct CompileOptions {

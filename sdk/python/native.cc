@@ -97,12 +97,13 @@ py::tuple TensorInfoTuple(const api::TensorInfo& info) {
                         std::vector<int64_t>(info.shape().begin(), info.shape().end()));
 }
 
-// (name, handle, size, [inputs], [outputs])
+// (name, handle, size, [inputs], [outputs], rows_coalesce, rows_shared_reason)
 py::tuple ModelInfoTuple(const api::ModelInfo& model) {
   py::list inputs, outputs;
   for (const api::TensorInfo& info : model.inputs()) inputs.append(TensorInfoTuple(info));
   for (const api::TensorInfo& info : model.outputs()) outputs.append(TensorInfoTuple(info));
-  return py::make_tuple(Text(model.name()), Text(model.handle()), model.size(), inputs, outputs);
+  return py::make_tuple(Text(model.name()), Text(model.handle()), model.size(), inputs, outputs,
+                        model.rows_coalesce(), Text(model.rows_shared_reason()));
 }
 
 // The numpy dtype string of a KServe datatype (all little-endian).

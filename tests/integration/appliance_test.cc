@@ -115,9 +115,13 @@ TEST_F(ApplianceTest, AttestUploadInferAndServeAgainAfterRestart) {
 
   RunResult upload = Cli({"upload", "--model", kClsModel, "--name", "cls"});
   ASSERT_EQ(upload.exit_code, 0) << upload.err;
+  // The enclave proved at load that the classifier keeps rows apart, so the tenant's requests
+  // may share model runs.
+  EXPECT_NE(upload.out.find("batching: requests coalesce"), std::string::npos) << upload.out;
   RunResult models = Cli({"models", "--json"});
   ASSERT_EQ(models.exit_code, 0) << models.err;
   EXPECT_NE(models.out.find("\"cls\""), std::string::npos) << models.out;
+  EXPECT_NE(models.out.find("\"rows_coalesce\":true"), std::string::npos) << models.out;
 
   ExpectInferMatches(0, "cls");
   ExpectInferMatches(1, "cls");

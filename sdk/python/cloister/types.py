@@ -80,6 +80,10 @@ class ModelInfo:
         handle: the opaque handle the host knows it by (derived from your key and the name).
         size: the model file's size in bytes.
         inputs, outputs: its tensors.
+        rows_coalesce: True when the enclave proved at load that each output row depends on its
+            own input row only, so several of your requests may share one model run.
+        rows_shared_reason: otherwise, which node mixes rows (or has no rule for them); your
+            requests then run one by one, with the same results.
     """
 
     name: str
@@ -87,14 +91,18 @@ class ModelInfo:
     size: int
     inputs: List[TensorInfo]
     outputs: List[TensorInfo]
+    rows_coalesce: bool = False
+    rows_shared_reason: str = ""
 
     @classmethod
     def _from_native(cls, native: tuple) -> "ModelInfo":
-        name, handle, size, inputs, outputs = native
+        name, handle, size, inputs, outputs, rows_coalesce, rows_shared_reason = native
         return cls(
             name,
             handle,
             int(size),
             [TensorInfo(n, d, tuple(s)) for n, d, s in inputs],
             [TensorInfo(n, d, tuple(s)) for n, d, s in outputs],
+            bool(rows_coalesce),
+            rows_shared_reason,
         )

@@ -83,6 +83,8 @@ def test_upload_list_and_delete(client, work_dir):
     assert info.inputs[0].datatype == "FP32"
     assert len(info.inputs[0].shape) == 4 and info.inputs[0].shape[1] == 3
     assert [t.name for t in info.outputs] == ["softmax_0.tmp_0"]
+    # The classifier keeps rows apart, so batched requests share model runs.
+    assert info.rows_coalesce and info.rows_shared_reason == ""
     # Progress: increasing, ending at the total ciphertext size (above the model's size).
     assert calls, "the progress callback was never called"
     sent = [s for s, _ in calls]
