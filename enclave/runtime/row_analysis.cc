@@ -335,6 +335,13 @@ std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
 
   const std::string& op = node.op_type();
   if (!any_rows) return ApplyShapeArithmetic(node, in);
+  // Rows on an axis past a value's known rank: inference and rules disagree; refuse.
+  for (size_t i = 0; i < in.size(); ++i) {
+    const int rank = Rank(node.input(i));
+    if (in[i].kind == State::kRows && (in[i].axis < 0 || (rank >= 0 && in[i].axis >= rank))) {
+      return mixed("has rows on an axis outside its input's rank");
+    }
+  }
 
   auto others_same = [&](size_t from) {
     for (size_t i = from; i < in.size(); ++i) {
@@ -794,6 +801,7 @@ State Analyzer::Broadcast(const onnx::NodeProto& node, const std::vector<State>&
     if (in[i].kind != State::kRows) continue;
     const int rank = Rank(node.input(i));
     if (rank < 0) return Mixed(absl::StrCat(label, " broadcasts rows of unknown rank"));
+    if (rank > out_rank) return Mixed(absl::StrCat(label, " has an input above its output's rank"));
     const int axis = in[i].axis + out_rank - rank;
     if (aligned >= 0 && axis != aligned) {
       return Mixed(absl::StrCat(label, " combines rows on different axes"));
@@ -807,6 +815,9 @@ State Analyzer::Broadcast(const onnx::NodeProto& node, const std::vector<State>&
       return Mixed(absl::StrCat(label, " broadcasts a value of unknown shape against rows"));
     }
     const int position = aligned - (out_rank - info->rank());
+    if (position >= info->rank()) {
+      return Mixed(absl::StrCat(label, " has an input above its output's rank"));
+    }
     if (position >= 0 && info->dims[position] != 1) {
       return Mixed(absl::StrCat(label, " broadcasts a value along the row axis"));
     }
@@ -929,10 +940,11 @@ State Analyzer::Expand(const onnx::NodeProto& node, const std::vector<State>& in
   const int offset = out_rank - static_cast<int>(shape->size());
   auto element_at = [&](int axis) -> std::optional<Element> {
     const int index = axis - offset;
-    if (index < 0) return std::nullopt;
+    if (index < 0 || index >= static_cast<int>(shape->size())) return std::nullopt;
     return (*shape)[index];
   };
   if (in[0].kind == State::kRows) {
+    if (rank > out_rank) return Mixed(absl::StrCat(label, " expands to a lower rank"));
     const int axis = in[0].axis + out_rank - rank;
     for (int i = 0; i < static_cast<int>(shape->size()); ++i) {
       if ((*shape)[i].kind == Element::kRows && i + offset != axis) {
@@ -957,7 +969,7 @@ State Analyzer::Expand(const onnx::NodeProto& node, const std::vector<State>& in
   }
   const ValueInfo* info = Info(node.input(0));
   const int position = axis - (out_rank - rank);
-  if (axis < 0 || info == nullptr || !info->rank_known ||
+  if (axis < 0 || info == nullptr || !info->rank_known || position >= info->rank() ||
       (position >= 0 && info->dims[position] != 1)) {
     return Mixed(absl::StrCat(label, " expands a value of unknown shape to the rows"));
   }
@@ -1049,9 +1061,14 @@ RowIndependence Analyzer::Run(const onnx::GraphProto& graph) {
   for (const auto& initializer : graph.initializer()) initializers.insert(initializer.name());
   for (const auto& input : graph.input()) {
     if (initializers.count(input.name())) continue;
+    const ValueInfo* info = Info(input.name());
     if (Rank(input.name()) == 0) {
       states_[input.name()] =
           Mixed(absl::StrCat("input '", input.name(), "' is a scalar, without rows"));
+    } else if (info != nullptr && info->rank_known && info->dims[0] >= 0) {
+      // Requests put together would have more rows than the model accepts.
+      states_[input.name()] = Mixed(
+          absl::StrCat("input '", input.name(), "' has a fixed row count (", info->dims[0], ")"));
     } else {
       states_[input.name()] = Rows(0);
     }

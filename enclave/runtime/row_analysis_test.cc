@@ -3,11 +3,19 @@
 // serve pass (so their requests still coalesce). A graph refused here runs one request at a time
 // in the enclave; one wrongly passed would leak rows between a tenant's requests, so the
 // refusals are the cases that matter most.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <unordered_set>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "enclave/runtime/graph_builder_for_test.h"
 #include "enclave/runtime/model.h"
+#include "enclave/runtime/onnx_tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -241,6 +249,164 @@ TEST_F(SharedModels, AStatefulVoiceDetectorIsRefused) {
   const RowIndependence rows = AnalyzeFile("vad/silero_vad_op18_ifless.onnx");
   EXPECT_FALSE(rows.independent);
   EXPECT_FALSE(rows.reason.empty());
+}
+
+// Soundness against the operators' own semantics: every ONNX conformance model the analysis
+// passes (node tests and PyTorch exports) is run on its test inputs, on a second input set (the
+// floating-point values scaled by 1.5, rows reversed), and on both concatenated along axis 0.
+// The concatenated run must give exactly the two separate runs' rows, as coalescing assumes.
+class ConformanceSoundness : public ::testing::Test {
+ protected:
+  static std::vector<std::filesystem::path> TestFolders() {
+    std::vector<std::filesystem::path> folders;
+    const std::filesystem::path data(CLOISTER_ONNX_TESTDATA);
+    for (const auto& [list, suite] :
+         {std::pair{"node_tests.txt", "node"},
+          std::pair{"pytorch_converted_tests.txt", "pytorch-converted"},
+          std::pair{"pytorch_operator_tests.txt", "pytorch-operator"}}) {
+      auto text = ReadFile((std::filesystem::path(CLOISTER_RUNTIME_SOURCE_DIR) / list).string());
+      if (!text.ok()) continue;
+      for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+        if (absl::StartsWith(line, "test_")) folders.push_back(data / suite / std::string(line));
+      }
+    }
+    return folders;
+  }
+};
+
+// The tensor's rows in reverse order, floating-point values scaled by 1.5 (integers kept: they
+// are often indices with a valid range).
+Tensor OtherRows(const Tensor& tensor) {
+  Tensor other = tensor.Clone();
+  const int64_t rows = tensor.dim(0);
+  const size_t row_size = rows == 0 ? 0 : tensor.size() / rows;
+  const auto* source = static_cast<const uint8_t*>(tensor.raw_data());
+  auto* target = static_cast<uint8_t*>(other.raw_data());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(target + (rows - 1 - r) * row_size, source + r * row_size, row_size);
+  }
+  if (other.dtype() == DataType::kFloat) {
+    for (int64_t i = 0; i < other.count(); ++i) other.data<float>()[i] *= 1.5f;
+  } else if (other.dtype() == DataType::kDouble) {
+    for (int64_t i = 0; i < other.count(); ++i) other.data<double>()[i] *= 1.5;
+  }
+  return other;
+}
+
+Tensor Concatenated(const Tensor& a, const Tensor& b) {
+  std::vector<int64_t> shape = a.shape();
+  shape[0] += b.dim(0);
+  Tensor joined = *Tensor::Create(a.dtype(), shape);
+  std::memcpy(joined.raw_data(), a.raw_data(), a.size());
+  std::memcpy(static_cast<uint8_t*>(joined.raw_data()) + a.size(), b.raw_data(), b.size());
+  return joined;
+}
+
+// "" when `joined` rows [offset, offset + part rows) equal `part` (floats to 1e-5 relative).
+std::string CompareRows(const Tensor& joined, const Tensor& part, int64_t offset) {
+  if (joined.rank() != part.rank() || joined.dtype() != part.dtype()) return "rank or type";
+  for (int i = 1; i < part.rank(); ++i) {
+    if (joined.dim(i) != part.dim(i)) return "shape";
+  }
+  const size_t row_size = part.dim(0) == 0 ? 0 : part.size() / part.dim(0);
+  const auto* got = static_cast<const uint8_t*>(joined.raw_data()) + offset * row_size;
+  if (part.dtype() == DataType::kFloat) {
+    const auto* g = reinterpret_cast<const float*>(got);
+    const float* w = part.data<float>();
+    for (int64_t i = 0; i < part.count(); ++i) {
+      const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
+      if (!both_nan && !(std::fabs(g[i] - w[i]) <= 1e-5f + 1e-5f * std::fabs(w[i]))) {
+        return absl::StrCat("element ", i, ": ", g[i], " against ", w[i]);
+      }
+    }
+    return "";
+  }
+  if (part.dtype() == DataType::kDouble) {
+    const auto* g = reinterpret_cast<const double*>(got);
+    const double* w = part.data<double>();
+    for (int64_t i = 0; i < part.count(); ++i) {
+      const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
+      if (!both_nan && !(std::fabs(g[i] - w[i]) <= 1e-9 + 1e-9 * std::fabs(w[i]))) {
+        return absl::StrCat("element ", i, ": ", g[i], " against ", w[i]);
+      }
+    }
+    return "";
+  }
+  return std::memcmp(got, part.raw_data(), part.size()) == 0 ? "" : "bytes differ";
+}
+
+// The model with axis 0 of its inputs and outputs made dynamic (the conformance models fix every
+// dimension), and without intermediate shape declarations that would fix it again.
+std::string WithDynamicRows(const std::string& bytes) {
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes)) return bytes;
+  auto* graph = model.mutable_graph();
+  graph->clear_value_info();
+  std::unordered_set<std::string> initializers;
+  for (const auto& initializer : graph->initializer()) initializers.insert(initializer.name());
+  auto relax = [](onnx::ValueInfoProto& value) {
+    auto* shape = value.mutable_type()->mutable_tensor_type()->mutable_shape();
+    if (shape->dim_size() > 0) shape->mutable_dim(0)->set_dim_param("rows");
+  };
+  for (auto& input : *graph->mutable_input()) {
+    if (!initializers.count(input.name())) relax(input);
+  }
+  for (auto& output : *graph->mutable_output()) relax(output);
+  return model.SerializeAsString();
+}
+
+TEST_F(ConformanceSoundness, PassedModelsGiveEachRequestItsOwnRows) {
+  const std::vector<std::filesystem::path> folders = TestFolders();
+  if (folders.empty() || !std::filesystem::exists(folders[0])) {
+    GTEST_SKIP() << "no ONNX conformance data under " << CLOISTER_ONNX_TESTDATA;
+  }
+  int passed = 0, checked = 0;
+  for (const std::filesystem::path& folder : folders) {
+    auto bytes = ReadFile((folder / "model.onnx").string());
+    if (!bytes.ok()) continue;
+    const std::string dynamic = WithDynamicRows(*bytes);
+    auto model = Model::Load(AsBytes(dynamic));
+    if (!model.ok() || !(*model)->row_independence().independent) continue;
+    ++passed;
+    // The first test set's inputs, by name.
+    std::vector<std::pair<std::string, Tensor>> first, second, joined;
+    bool usable = true;
+    for (size_t i = 0; i < (*model)->inputs().size() && usable; ++i) {
+      auto data =
+          ReadFile((folder / "test_data_set_0" / absl::StrCat("input_", i, ".pb")).string());
+      onnx::TensorProto proto;
+      usable = data.ok() && proto.ParseFromString(*data);
+      if (!usable) break;
+      auto tensor = TensorFromProto(proto);
+      usable = tensor.ok() && tensor->rank() > 0 && tensor->dim(0) > 0 &&
+               (first.empty() || tensor->dim(0) == first[0].second.dim(0));
+      if (!usable) break;
+      const std::string& name = (*model)->inputs()[i].name;
+      first.emplace_back(name, *tensor);
+      second.emplace_back(name, OtherRows(*tensor));
+      joined.emplace_back(name, Concatenated(first.back().second, second.back().second));
+    }
+    if (!usable || first.empty()) continue;  // no rows to put together, as RunBatch decides
+    auto alone = (*model)->Run(first);
+    auto other = (*model)->Run(second);
+    if (!alone.ok() || !other.ok()) continue;  // the scaled inputs left the operator's domain
+    ++checked;
+    auto together = (*model)->Run(joined);
+    ASSERT_TRUE(together.ok()) << folder.filename() << ": " << together.status();
+    for (size_t o = 0; o < alone->size(); ++o) {
+      const Tensor& got = (*together)[o].second;
+      const Tensor& a = (*alone)[o].second;
+      const Tensor& b = (*other)[o].second;
+      ASSERT_GT(a.rank(), 0) << folder.filename();
+      ASSERT_EQ(got.dim(0), a.dim(0) + b.dim(0)) << folder.filename() << " output " << o;
+      EXPECT_EQ(CompareRows(got, a, 0), "") << folder.filename() << " output " << o << " (first)";
+      EXPECT_EQ(CompareRows(got, b, a.dim(0)), "")
+          << folder.filename() << " output " << o << " (second)";
+    }
+  }
+  std::printf("%zu conformance models: %d keep rows apart, %d of those checked coalesced\n",
+              folders.size(), passed, checked);
+  EXPECT_GT(checked, 100);
 }
 
 }  // namespace
