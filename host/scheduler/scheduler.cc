@@ -465,6 +465,14 @@ int Scheduler::BatchCountLocked(const Queue& queue, int64_t item_cost_ns, absl::
         Nanos(options_.best_effort_max_batch_time) / std::max<int64_t>(item_cost_ns, 1);
     cap = std::min<int64_t>(
         {cap, options_.best_effort_max_batch_size, std::max<int64_t>(by_time, 1)});
+    // Periodic realtime tenants leave gaps whose length is known: a batch that fits the gap
+    // cannot be in a realtime request's way, so it may be as large as fits (small batches waste
+    // the worker on per-batch costs and the gaps' ends on hold-backs).
+    if (std::optional<int64_t> room = RealtimeRoomLocked(now); room.has_value()) {
+      // Half the room: a misjudged cost or an early request then still finds the batch done.
+      const int64_t fits = *room / 2 / std::max<int64_t>(item_cost_ns, 1);
+      cap = std::max<int64_t>(cap, std::min<int64_t>(options_.max_batch_size, fits));
+    }
   }
   if (available >= cap) return cap;
   // A partial batch: the largest preferred size that fits, else all there is.
@@ -487,8 +495,39 @@ void Scheduler::RecordArrivalLocked(Tenant& tenant, absl::Time now) {
       tenant.gap_ns += (gap - tenant.gap_ns) / 4;
     }
   }
+  const absl::Time expected = tenant.next_due;
+  const absl::Duration gap = absl::Nanoseconds(tenant.gap_ns);
+  const bool late = tenant.arrivals > 0 && expected != absl::InfinitePast() && now > expected &&
+                    now - expected < gap / 2;
+  tenant.next_due = late ? expected + gap : now + gap;
   tenant.last_arrival = now;
   tenant.arrivals = std::min(tenant.arrivals + 1, 1 << 20);
+}
+
+namespace {
+
+// A realtime tenant's period is trusted once four gaps agree within a quarter of it, and only
+// up to 1 s.
+bool PeriodTrusted(int arrivals, int64_t gap_ns, int64_t jitter_ns) {
+  return arrivals >= 5 && gap_ns > 0 && gap_ns <= 1'000'000'000 && jitter_ns * 4 <= gap_ns;
+}
+
+}  // namespace
+
+std::optional<int64_t> Scheduler::RealtimeRoomLocked(absl::Time now) const {
+  if (options_.realtime_arrival_guard <= absl::ZeroDuration() || realtime_queued_ > 0) {
+    return std::nullopt;
+  }
+  const int64_t guard = Nanos(options_.realtime_arrival_guard);
+  std::optional<int64_t> room;
+  for (const Tenant* tenant : realtime_tenants_) {
+    if (now - tenant->last_arrival >= options_.realtime_activity_window) continue;  // gone quiet
+    if (!PeriodTrusted(tenant->arrivals, tenant->gap_ns, tenant->jitter_ns)) return std::nullopt;
+    const absl::Time due = tenant->next_due;
+    const int64_t until = std::max<int64_t>(0, Nanos(due - now) - guard - tenant->jitter_ns);
+    room = room.has_value() ? std::min(*room, until) : until;
+  }
+  return room;
 }
 
 bool Scheduler::HoldBackLocked(int worker, absl::Time now, int64_t cost_ns) {
@@ -502,12 +541,8 @@ bool Scheduler::HoldBackLocked(int worker, absl::Time now, int64_t cost_ns) {
   const int64_t guard = Nanos(options_.realtime_arrival_guard);
   absl::Time until = absl::InfinitePast();
   for (const Tenant* tenant : realtime_tenants_) {
-    // A period is trusted once four gaps agree within a quarter of it, and only up to 1 s.
-    if (tenant->arrivals < 5 || tenant->gap_ns <= 0 || tenant->gap_ns > 1'000'000'000 ||
-        tenant->jitter_ns * 4 > tenant->gap_ns) {
-      continue;
-    }
-    const absl::Time due = tenant->last_arrival + absl::Nanoseconds(tenant->gap_ns);
+    if (!PeriodTrusted(tenant->arrivals, tenant->gap_ns, tenant->jitter_ns)) continue;
+    const absl::Time due = tenant->next_due;
     const absl::Time latest = due + absl::Nanoseconds(guard + tenant->jitter_ns);
     // Due before this batch would finish, and not yet overdue beyond the guard.
     if (now + absl::Nanoseconds(cost_ns + guard) >= due && now < latest) {

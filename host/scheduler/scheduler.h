@@ -40,6 +40,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,10 +110,12 @@ struct SchedulerOptions {
   // closed-loop client that sends its next request after the last answer, or a slow steady
   // stream, then pays no queue delay at all, while bursts and busy tenants still batch.
   bool adaptive_queue_delay = true;
-  int max_batches_in_flight = 2;                           // per enclave worker, 1..64
+  int max_batches_in_flight = 2;  // per enclave worker, 1..64
   // While realtime requests wait, a batch-class batch holds at most this many requests (and
   // never more than max_batch_size) and at most `best_effort_max_batch_time` of estimated
-  // execution (but always at least one request).
+  // execution (but always at least one request). Between the requests of periodic realtime
+  // tenants (see realtime_arrival_guard) with none queued, a batch may instead take as many
+  // requests as its estimated execution fits before the next realtime request is due.
   int best_effort_max_batch_size = 2;                                 // 1..1024
   absl::Duration best_effort_max_batch_time = absl::Milliseconds(5);  // > 0
   // The caps also hold for this long after a realtime request arrived, even when none is queued
@@ -262,6 +265,10 @@ class Scheduler {
     TenantStats stats;
     // Realtime tenants: arrival times, to predict the next one (RecordArrivalLocked).
     absl::Time last_arrival = absl::InfinitePast();
+    // When the next request is expected: a gap after the last one, or, when the last one came
+    // late against its own expected time (a clock-driven sender delayed once), a gap after that
+    // expected time, since such a sender keeps its schedule.
+    absl::Time next_due = absl::InfinitePast();
     int64_t gap_ns = 0;     // smoothed gap between arrivals
     int64_t jitter_ns = 0;  // smoothed distance of a gap from gap_ns
     int arrivals = 0;
@@ -325,6 +332,12 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a realtime request is queued or arrived within realtime_activity_window.
   bool RealtimeActiveLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With no realtime request queued and every realtime tenant active within the activity window
+  // periodic (a trusted period), the time until the first of them is due, less the arrival
+  // guard and its jitter (0 when one is due or overdue); nothing when a realtime tenant's next
+  // arrival cannot be predicted or the guard is off.
+  std::optional<int64_t> RealtimeRoomLocked(absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The in-flight slots per worker that any class may fill: all of them, but while realtime
   // work is active, realtime_reserved_slots of them are realtime's.
   int SharedSlotsLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

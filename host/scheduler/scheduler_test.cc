@@ -725,6 +725,65 @@ TEST_F(SchedulerTest, BestEffortMakesWayForAPeriodicRealtimeArrival) {
   EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b1"}));
 }
 
+// Between the requests of a periodic realtime tenant, a best-effort batch may take as many
+// requests as half the time to the next realtime arrival fits (less the guard), above the
+// static best-effort cap; near the arrival, fewer.
+TEST_F(SchedulerTest, BestEffortFillsTheGapBetweenPeriodicRealtimeRequests) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options_.realtime_arrival_guard = absl::Milliseconds(1);
+  options_.best_effort_max_batch_size = 1;
+  Start(/*max_batch_size=*/8, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
+  // Arrivals every 20 ms from 0 to 220 ms: after eleven equal gaps the period is trusted and
+  // its jitter estimate (which starts at half a gap) is down to 0.4 ms.
+  for (int i = 0; i < 12; ++i) {
+    if (i > 0) Advance(absl::Milliseconds(20));
+    Submit("rt", kModelB, absl::StrCat("rt", i));
+    if (i == 11) {
+      // While rt11 runs, the best-effort tenant queues 10 requests (1 ms each, estimated).
+      ASSERT_TRUE(enclave_.WaitForPending(1));
+      for (int b = 0; b < 10; ++b) Submit("be", kModelA, absl::StrCat("b", b));
+    }
+    EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{absl::StrCat("rt", i)}));
+  }
+  // At 220 ms, 18.6 ms of room before the next request (due at 240 ms, less the guard and the
+  // jitter): half of it fits 9 requests, which max_batch_size caps at 8.
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 8);
+  // At 233 ms: 5.6 ms of room, so 2 requests, which end before the realtime request is due.
+  Advance(absl::Milliseconds(13));
+  EXPECT_EQ(RequestIds(CompleteOldest()).size(), 8u);
+  ASSERT_TRUE(enclave_.WaitForPending(1));
+  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items_size(), 2);
+}
+
+// A clock-driven realtime sender whose request came late once keeps its schedule: the next
+// one is expected a period after the late one was due, not a period after it came.
+TEST_F(SchedulerTest, ALateRealtimeRequestDoesNotShiftTheExpectedSchedule) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options_.realtime_arrival_guard = absl::Milliseconds(1);
+  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
+  for (int i = 0; i < 12; ++i) {  // every 20 ms, 0 to 220 ms
+    if (i > 0) Advance(absl::Milliseconds(20));
+    Submit("rt", kModelB, absl::StrCat("rt", i));
+    EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{absl::StrCat("rt", i)}));
+  }
+  Advance(absl::Milliseconds(23));  // 243 ms: due at 240, 3 ms late
+  Submit("rt", kModelB, "late");
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"late"}));
+  // At 259 ms a 1 ms best-effort request would still run at 260 ms, when the sender's next
+  // request is due on its schedule (not at 263 ms, a period after the late one): it waits.
+  Advance(absl::Milliseconds(16));
+  Submit("be", kModelA, "b0");
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_TRUE(enclave_.Pending().empty()) << "held back for the request due at 260 ms";
+  Advance(absl::Milliseconds(1));
+  Submit("rt", kModelB, "on-time");
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"on-time"}));
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b0"}));
+}
+
 TEST_F(SchedulerTest, BestEffortBatchTimeCapUsesTheCostEstimate) {
   options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
   options_.tenant_limits["be"].priority = PriorityClass::kBatch;
