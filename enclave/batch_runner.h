@@ -40,7 +40,7 @@ struct BatchInput {
 struct BatchRequest {
   std::vector<BatchInput> inputs;
   std::vector<std::string> requested_outputs;  // empty: all outputs
-  // A run still going at the deadline stops between two steps and the request gets
+  // A run still going at the deadline stops (runtime::Model::Run says where) and the request gets
   // DeadlineExceeded. A run shared by several requests stops at the latest of their deadlines.
   absl::Time deadline = absl::InfiniteFuture();
 };

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "enclave/runtime/tensor.h"
 #include "onnx/onnx_pb.h"
@@ -145,11 +147,22 @@ class KernelContext {
   BufferPool& pool() { return pool_; }
   std::vector<Tensor>& outputs() { return outputs_; }
 
+  // The run's deadline. Kernels whose one step can run long (a convolution over many images, a
+  // recurrent layer over a long sequence, an If branch) call CheckDeadline() between pieces of
+  // work: DeadlineExceeded once it has passed, so a run does not wait for the step to end.
+  void set_deadline(absl::Time deadline) { deadline_ = deadline; }
+  absl::Time deadline() const { return deadline_; }
+  absl::Status CheckDeadline() const {
+    if (deadline_ == absl::InfiniteFuture() || absl::Now() < deadline_) return absl::OkStatus();
+    return absl::DeadlineExceededError("the run reached its deadline inside this step");
+  }
+
  private:
   std::vector<const Tensor*> inputs_;
   std::vector<bool> input_dies_;
   std::vector<Tensor> outputs_;
   BufferPool& pool_;
+  absl::Time deadline_ = absl::InfiniteFuture();
 };
 
 class Kernel {

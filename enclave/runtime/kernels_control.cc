@@ -23,7 +23,8 @@ class IfKernel : public Kernel {
     std::vector<Tensor> captured;
     for (int i = 1; i < context.input_count(); ++i) captured.push_back(context.input(i));
     ASSIGN_OR_RETURN(std::vector<Tensor> results,
-                     branch.Execute(std::move(captured), {}, context.pool()));
+                     branch.Execute(std::move(captured), {}, context.pool(),
+                                    /*step_seconds=*/nullptr, context.deadline()));
     if (results.size() != context.outputs().size()) {
       return absl::InternalError("branch output count changed");
     }

@@ -310,6 +310,7 @@ class ConvKernel : public Kernel {
       ASSIGN_OR_RETURN(columns, context.Scratch(sizeof(float) * k * out_plane));
     }
     for (int64_t n = 0; n < batch; ++n) {
+      if (n > 0) RETURN_IF_ERROR(context.CheckDeadline());  // one image at a time
       for (int64_t grp = 0; grp < group_; ++grp) {
         const float* xg = xd + (n * channels + grp * cg) * in_plane;
         const float* wg = wd + grp * mg * k;

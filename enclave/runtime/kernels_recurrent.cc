@@ -164,6 +164,7 @@ class LstmKernel : public Kernel {
       const float* pf = pi ? pi + 2 * H : nullptr;
       const float* rd = r.data<float>() + d * 4 * H * H;
       for (int64_t step = 0; step < seq; ++step) {
+        if (step > 0) RETURN_IF_ERROR(context.CheckDeadline());  // one time step at a time
         const int64_t t = reverse ? seq - 1 - step : step;
         std::memcpy(gates.data(), &projected[t * batch * 4 * H], sizeof(float) * batch * 4 * H);
         Gemm<float>(false, true, batch, 4 * H, H, 1.0f, h.data(), H, rd, H, 1.0f, gates.data(),

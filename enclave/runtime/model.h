@@ -77,8 +77,9 @@ class Model {
   // input. Returns all outputs in graph order, or `requested_outputs` in the order asked (an
   // unknown name is InvalidArgument). A kernel failure (for example a shape that only turns out
   // inconsistent at run time) is an error naming the node. A run still going at `deadline`
-  // stops between two steps with DeadlineExceeded (a step itself is not interrupted, nor are
-  // the iterations of a Loop or Scan step).
+  // stops with DeadlineExceeded between two steps, and inside the steps that can run long:
+  // between two images of a convolution, two time steps of an LSTM, two steps of an If branch
+  // (a single matrix product, or one image's convolution, runs to its end).
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Run(
       const std::vector<std::pair<std::string, Tensor>>& inputs,
       const std::vector<std::string>& requested_outputs = {},

@@ -697,6 +697,7 @@ absl::StatusOr<std::vector<Tensor>> Plan::Execute(std::vector<Tensor> inputs,
     }
     KernelContext context(std::move(step_inputs), std::move(dies),
                           static_cast<int>(step.outputs.size()), pool);
+    context.set_deadline(deadline);
     const auto started =
         step_seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     absl::Status status = step.kernel->Compute(context);

@@ -909,6 +909,77 @@ TEST(GraphTest, IfRunsTheChosenBranchWithOuterValues) {
             (std::vector<float>{1, 0, -2}));
 }
 
+// A run's deadline reaches inside long steps: a convolution over many images stops between two
+// images, also inside an If branch. The deadline is an eighth of the step's measured full time,
+// and the stopped run must end well before the full time (relative, so machine speed does not
+// matter).
+class DeadlineInsideAStep : public ::testing::Test {
+ protected:
+  // x [n, 1, 32, 32] -> Conv with 4 maps of 5x5 -> y; inside an If branch when `branched`.
+  static GraphBuilder ConvModel(bool branched) {
+    GraphBuilder builder(13);
+    builder.Input("x", onnx::TensorProto::FLOAT, {-1, 1, 32, 32})
+        .FloatInitializer("w", {4, 1, 5, 5}, std::vector<float>(100, 0.04f));
+    if (!branched) {
+      builder.Node("Conv", {"x", "w"}, {"y"}, "conv");
+      builder.Output("y");
+      return builder;
+    }
+    builder.Input("flag", onnx::TensorProto::BOOL, {});
+    auto& node = builder.Node("If", {"flag"}, {"y"}, "choose");
+    auto branch = [](bool conv) {
+      onnx::GraphProto graph;
+      graph.set_name(conv ? "convolve" : "pass");
+      auto* inner = graph.add_node();
+      inner->set_op_type(conv ? "Conv" : "Identity");
+      inner->set_name(conv ? "conv" : "pass");
+      inner->add_input("x");
+      if (conv) inner->add_input("w");
+      inner->add_output("branch_out");
+      graph.add_output()->set_name("branch_out");
+      return graph;
+    };
+    for (const auto& [name, conv] : {std::pair{"then_branch", true}, {"else_branch", false}}) {
+      auto* attribute = node.add_attribute();
+      attribute->set_name(name);
+      attribute->set_type(onnx::AttributeProto::GRAPH);
+      *attribute->mutable_g() = branch(conv);
+    }
+    builder.Output("y");
+    return builder;
+  }
+
+  static void ExpectStopsEarly(const Model& model,
+                               const std::vector<std::pair<std::string, Tensor>>& inputs) {
+    const absl::Time start = absl::Now();
+    ASSERT_TRUE(model.Run(inputs).ok());
+    const absl::Duration full = absl::Now() - start;
+    const absl::Time limited_start = absl::Now();
+    auto stopped = model.Run(inputs, {}, limited_start + full / 8);
+    const absl::Duration taken = absl::Now() - limited_start;
+    ASSERT_FALSE(stopped.ok());
+    EXPECT_EQ(stopped.status().code(), absl::StatusCode::kDeadlineExceeded) << stopped.status();
+    EXPECT_THAT(stopped.status().message(), HasSubstr("inside this step"));
+    EXPECT_THAT(stopped.status().message(), HasSubstr("'conv' (Conv)"));
+    EXPECT_LT(taken, full / 2) << "full run " << full;
+  }
+
+  Tensor images_ = FloatTensor({3000, 1, 32, 32}, RandomFloats(3000 * 32 * 32, 5));
+};
+
+TEST_F(DeadlineInsideAStep, AConvolutionStopsBetweenImages) {
+  auto model = LoadOrDie(ConvModel(false));
+  ASSERT_NE(model, nullptr);
+  ASSERT_EQ(model->step_count(), 1u);  // the between-step check cannot be what stops it
+  ExpectStopsEarly(*model, {{"x", images_}});
+}
+
+TEST_F(DeadlineInsideAStep, AnIfBranchGetsTheRunsDeadline) {
+  auto model = LoadOrDie(ConvModel(true));
+  ASSERT_NE(model, nullptr);
+  ExpectStopsEarly(*model, {{"flag", *Tensor::FromVector<bool>({}, {true})}, {"x", images_}});
+}
+
 TEST(GraphTest, RuntimeShapeErrorNamesNode) {
   GraphBuilder builder(13);
   builder.Input("x", onnx::TensorProto::FLOAT, {-1});
