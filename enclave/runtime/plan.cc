@@ -90,23 +90,6 @@ void CollectFreeVariables(const onnx::GraphProto& graph, std::vector<std::string
   for (const auto& output : graph.output()) use(output.name());
 }
 
-// Implicit inputs of a node: what its subgraphs read from enclosing scopes.
-std::vector<std::string> ImplicitInputs(const onnx::NodeProto& node) {
-  std::vector<std::string> names;
-  std::unordered_set<std::string> seen;
-  for (const auto& attribute : node.attribute()) {
-    std::vector<const onnx::GraphProto*> subgraphs;
-    if (attribute.has_g()) subgraphs.push_back(&attribute.g());
-    for (const auto& g : attribute.graphs()) subgraphs.push_back(&g);
-    for (const onnx::GraphProto* subgraph : subgraphs) {
-      for (const std::string& name : FreeVariables(*subgraph)) {
-        if (seen.insert(name).second) names.push_back(name);
-      }
-    }
-  }
-  return names;
-}
-
 bool HasSubgraph(const onnx::NodeProto& node) {
   for (const auto& attribute : node.attribute()) {
     if (attribute.has_g() || attribute.graphs_size() > 0) return true;
@@ -196,6 +179,22 @@ std::vector<std::string> FreeVariables(const onnx::GraphProto& graph) {
   std::unordered_set<std::string> seen;
   CollectFreeVariables(graph, free, seen);
   return free;
+}
+
+std::vector<std::string> ImplicitInputs(const onnx::NodeProto& node) {
+  std::vector<std::string> names;
+  std::unordered_set<std::string> seen;
+  for (const auto& attribute : node.attribute()) {
+    std::vector<const onnx::GraphProto*> subgraphs;
+    if (attribute.has_g()) subgraphs.push_back(&attribute.g());
+    for (const auto& g : attribute.graphs()) subgraphs.push_back(&g);
+    for (const onnx::GraphProto* subgraph : subgraphs) {
+      for (const std::string& name : FreeVariables(*subgraph)) {
+        if (seen.insert(name).second) names.push_back(name);
+      }
+    }
+  }
+  return names;
 }
 
 class GraphCompiler {

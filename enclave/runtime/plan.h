@@ -126,5 +126,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> CompileGraph(const onnx::GraphProto&
 
 // The names a graph reads from enclosing scopes, in order of first use.
 std::vector<std::string> FreeVariables(const onnx::GraphProto& graph);
+// A node's implicit inputs: what its subgraphs read from enclosing scopes, each name once.
+std::vector<std::string> ImplicitInputs(const onnx::NodeProto& node);
 
 }  // namespace cloister::runtime

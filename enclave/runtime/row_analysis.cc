@@ -299,18 +299,11 @@ std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
   // Values a subgraph reads from this scope count as inputs too.
   bool implicit_same = true;
   std::string implicit_why;
-  for (const auto& attribute : node.attribute()) {
-    std::vector<const onnx::GraphProto*> subgraphs;
-    if (attribute.has_g()) subgraphs.push_back(&attribute.g());
-    for (const auto& g : attribute.graphs()) subgraphs.push_back(&g);
-    for (const onnx::GraphProto* subgraph : subgraphs) {
-      for (const std::string& name : FreeVariables(*subgraph)) {
-        const State state = Get(name);
-        if (state.kind != State::kSame) {
-          implicit_same = false;
-          if (state.kind == State::kMixed && implicit_why.empty()) implicit_why = state.why;
-        }
-      }
+  for (const std::string& name : ImplicitInputs(node)) {
+    const State state = Get(name);
+    if (state.kind != State::kSame) {
+      implicit_same = false;
+      if (state.kind == State::kMixed && implicit_why.empty()) implicit_why = state.why;
     }
   }
   bool all_same = implicit_same;
@@ -1084,14 +1077,9 @@ RowIndependence Analyzer::Run(const onnx::GraphProto& graph) {
   while (!pending.empty()) {
     std::vector<const onnx::NodeProto*> waiting;
     for (const onnx::NodeProto* node : pending) {
-      bool inputs_ready = std::all_of(node->input().begin(), node->input().end(), ready);
-      for (const auto& attribute : node->attribute()) {
-        if (attribute.has_g()) {
-          for (const std::string& name : FreeVariables(attribute.g())) {
-            inputs_ready = inputs_ready && ready(name);
-          }
-        }
-      }
+      const std::vector<std::string> implicit = ImplicitInputs(*node);
+      const bool inputs_ready = std::all_of(node->input().begin(), node->input().end(), ready) &&
+                                std::all_of(implicit.begin(), implicit.end(), ready);
       if (!inputs_ready) {
         waiting.push_back(node);
         continue;
