@@ -639,6 +639,27 @@ std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
     return all(first);
   }
   if (op == "Resize" || op == "Upsample") return all(Resize(node, in, label));
+  if (op == "LSTM") {
+    // Each sequence of the batch runs through the layer alone: X [seq, batch, input] (or
+    // [batch, seq, input] with layout 1), states [directions, batch, hidden] (or batch first),
+    // sequence_lens [batch]; weights, biases and peepholes are the same for every row.
+    const bool batch_first = IntAttribute(node, "layout", 0) != 0;
+    const int x_axis = batch_first ? 0 : 1;
+    if (first.kind != State::kRows || first.axis != x_axis) {
+      return mixed("runs its sequences over an axis that is not the rows");
+    }
+    for (size_t i = 1; i < in.size(); ++i) {
+      if (node.input(i).empty()) continue;              // absent optional input
+      const bool per_row = i == 4 || i == 5 || i == 6;  // sequence_lens, initial_h, initial_c
+      const int row_axis = i == 4 || batch_first ? 0 : 1;
+      const bool fits = per_row ? in[i].kind == State::kRows && in[i].axis == row_axis
+                                : in[i].kind == State::kSame;
+      if (!fits) return mixed("takes a per-row input that does not hold the rows");
+    }
+    std::vector<State> states = all(Rows(batch_first ? 0 : 1));  // Y_h and Y_c
+    if (outputs > 0) states[0] = Rows(batch_first ? 0 : 2);      // Y [seq, directions, batch, h]
+    return states;
+  }
   return mixed("has no rule for rows (the model's requests run one by one)");
 }
 

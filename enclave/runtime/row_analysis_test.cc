@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <unordered_set>
 
 #include "absl/strings/match.h"
@@ -26,6 +27,17 @@ using ::testing::HasSubstr;
 
 constexpr int kFloat = onnx::TensorProto::FLOAT;
 constexpr int kInt64 = onnx::TensorProto::INT64;
+
+std::vector<float> RandomWeights(size_t count, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(-0.5f, 0.5f);
+  std::vector<float> values(count);
+  for (float& v : values) v = distribution(generator);
+  return values;
+}
+
+Tensor Concatenated(const Tensor& a, const Tensor& b);
+std::string CompareRows(const Tensor& joined, const Tensor& part, int64_t offset);
 
 RowIndependence Analyze(const GraphBuilder& builder) {
   const std::string bytes = builder.Bytes();
@@ -211,6 +223,46 @@ TEST(RowIndependence, AConstantBroadcastAlongTheRowsIsRefused) {
   builder.Node("Add", {"x", "b"}, {"y"}, "add");
   builder.Output("y");
   EXPECT_EQ(Analyze(builder).reason, "node 'add' (Add) broadcasts a value along the row axis");
+}
+
+// x [n, 5, 2] -> Transpose to [5, n, 2] -> LSTM (hidden 3, constant weights) -> Y [5, 1, n, 3]
+// and Y_h [1, n, 3], transposed back to rows first: the rows pass through the layer's batch
+// axis, and running requests together gives each its own rows.
+TEST(RowIndependence, AnLstmRunsEachRowsSequenceAlone) {
+  GraphBuilder builder(14);
+  builder.Input("x", kFloat, {-1, 5, 2})
+      .FloatInitializer("w", {1, 12, 2}, RandomWeights(24, 1))
+      .FloatInitializer("r", {1, 12, 3}, RandomWeights(36, 2));
+  SetInts(builder.Node("Transpose", {"x"}, {"xt"}), "perm", {1, 0, 2});
+  SetInt(builder.Node("LSTM", {"xt", "w", "r"}, {"y", "y_h"}, "lstm"), "hidden_size", 3);
+  SetInts(builder.Node("Transpose", {"y"}, {"out"}), "perm", {2, 0, 1, 3});
+  SetInts(builder.Node("Transpose", {"y_h"}, {"state"}), "perm", {1, 0, 2});
+  builder.Output("out").Output("state");
+  const std::string bytes = builder.Bytes();
+  auto model = Model::Load(AsBytes(bytes));
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE((*model)->row_independence().independent) << (*model)->row_independence().reason;
+
+  Tensor a = *Tensor::FromVector<float>({2, 5, 2}, RandomWeights(20, 3));
+  Tensor b = *Tensor::FromVector<float>({3, 5, 2}, RandomWeights(30, 4));
+  auto alone_a = (*model)->Run({{"x", a}});
+  auto alone_b = (*model)->Run({{"x", b}});
+  auto together = (*model)->Run({{"x", Concatenated(a, b)}});
+  ASSERT_TRUE(alone_a.ok() && alone_b.ok() && together.ok());
+  for (size_t o = 0; o < 2; ++o) {
+    EXPECT_EQ(CompareRows((*together)[o].second, (*alone_a)[o].second, 0), "") << o;
+    EXPECT_EQ(CompareRows((*together)[o].second, (*alone_b)[o].second, 2), "") << o;
+  }
+
+  // The same layer fed rows on its sequence axis mixes them.
+  GraphBuilder mixing(14);
+  mixing.Input("x", kFloat, {-1, 5, 2})
+      .FloatInitializer("w", {1, 12, 2}, RandomWeights(24, 1))
+      .FloatInitializer("r", {1, 12, 3}, RandomWeights(36, 2));
+  SetInt(mixing.Node("LSTM", {"x", "w", "r"}, {"y", "y_h"}, "lstm"), "hidden_size", 3);
+  mixing.Output("y_h");
+  EXPECT_EQ(Analyze(mixing).reason,
+            "node 'lstm' (LSTM) runs its sequences over an axis that is not the rows");
 }
 
 // The models the appliance serves: their requests must keep coalescing.
