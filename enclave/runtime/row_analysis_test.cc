@@ -38,6 +38,7 @@ std::vector<float> RandomWeights(size_t count, uint32_t seed) {
 
 Tensor Concatenated(const Tensor& a, const Tensor& b);
 std::string CompareRows(const Tensor& joined, const Tensor& part, int64_t offset);
+Tensor OtherRows(const Tensor& tensor);
 
 RowIndependence Analyze(const GraphBuilder& builder) {
   const std::string bytes = builder.Bytes();
@@ -293,6 +294,50 @@ TEST_F(SharedModels, TheServedModelsKeepRowsApart) {
                            "ocr/ch_PP-OCRv4_rec_infer.onnx", "bert_mini/bert_mini_l4_h256.onnx"}) {
     const RowIndependence rows = AnalyzeFile(path);
     EXPECT_TRUE(rows.independent) << path << ": " << rows.reason;
+  }
+}
+
+// The served models on their reference inputs and on a second request (floats scaled, BERT's
+// token ids shifted): run together, each request gets exactly the rows it gets alone.
+TEST_F(SharedModels, TheServedModelsGiveEachRequestItsOwnRowsWhenRunTogether) {
+  for (const auto& [path, data] :
+       {std::pair{"ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx", "ch_ppocr_mobile_v2.0_cls"},
+        std::pair{"ocr/ch_PP-OCRv4_rec_infer.onnx", "ch_PP-OCRv4_rec"},
+        std::pair{"bert_mini/bert_mini_l4_h256.onnx", "bert_mini_l4_h256"}}) {
+    auto bytes = ReadFile(ModelPath(path));
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    auto model = Model::Load(AsBytes(*bytes));
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::vector<std::pair<std::string, Tensor>> first, second, joined;
+    for (size_t i = 0; i < (*model)->inputs().size(); ++i) {
+      auto proto_bytes =
+          ReadFile(ModelPath(absl::StrCat("testdata/", data, "/test_data_set_0/input_", i, ".pb")));
+      ASSERT_TRUE(proto_bytes.ok()) << proto_bytes.status();
+      onnx::TensorProto proto;
+      ASSERT_TRUE(proto.ParseFromString(*proto_bytes));
+      auto tensor = TensorFromProto(proto);
+      ASSERT_TRUE(tensor.ok()) << tensor.status();
+      const std::string& name = (*model)->inputs()[i].name;
+      Tensor other = OtherRows(*tensor);
+      if (name == "input_ids") {
+        for (int64_t k = 0; k < other.count(); ++k) {
+          other.data<int64_t>()[k] = 1000 + (other.data<int64_t>()[k] * 7) % 1000;
+        }
+      }
+      first.emplace_back(name, *tensor);
+      second.emplace_back(name, other);
+      joined.emplace_back(name, Concatenated(*tensor, other));
+    }
+    auto alone = (*model)->Run(first);
+    auto other = (*model)->Run(second);
+    auto together = (*model)->Run(joined);
+    ASSERT_TRUE(alone.ok() && other.ok() && together.ok()) << path;
+    for (size_t o = 0; o < alone->size(); ++o) {
+      const int64_t rows = (*alone)[o].second.dim(0);
+      EXPECT_EQ(CompareRows((*together)[o].second, (*alone)[o].second, 0), "") << path << " " << o;
+      EXPECT_EQ(CompareRows((*together)[o].second, (*other)[o].second, rows), "")
+          << path << " " << o;
+    }
   }
 }
 
