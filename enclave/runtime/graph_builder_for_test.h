@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,15 @@ class GraphBuilder {
  private:
   onnx::ModelProto model_;
 };
+
+// `count` floats uniform in [-1, 1) from a fixed seed.
+inline std::vector<float> RandomFloats(size_t count, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(-1.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& v : values) v = distribution(generator);
+  return values;
+}
 
 inline void SetInts(onnx::NodeProto& node, const std::string& name, std::vector<int64_t> values) {
   auto* attribute = node.add_attribute();

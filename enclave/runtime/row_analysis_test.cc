@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <unordered_set>
 
 #include "absl/strings/match.h"
@@ -27,14 +26,6 @@ using ::testing::HasSubstr;
 
 constexpr int kFloat = onnx::TensorProto::FLOAT;
 constexpr int kInt64 = onnx::TensorProto::INT64;
-
-std::vector<float> RandomWeights(size_t count, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> distribution(-0.5f, 0.5f);
-  std::vector<float> values(count);
-  for (float& v : values) v = distribution(generator);
-  return values;
-}
 
 Tensor Concatenated(const Tensor& a, const Tensor& b);
 std::string CompareRows(const Tensor& joined, const Tensor& part, int64_t offset);
@@ -232,8 +223,8 @@ TEST(RowIndependence, AConstantBroadcastAlongTheRowsIsRefused) {
 TEST(RowIndependence, AnLstmRunsEachRowsSequenceAlone) {
   GraphBuilder builder(14);
   builder.Input("x", kFloat, {-1, 5, 2})
-      .FloatInitializer("w", {1, 12, 2}, RandomWeights(24, 1))
-      .FloatInitializer("r", {1, 12, 3}, RandomWeights(36, 2));
+      .FloatInitializer("w", {1, 12, 2}, RandomFloats(24, 1))
+      .FloatInitializer("r", {1, 12, 3}, RandomFloats(36, 2));
   SetInts(builder.Node("Transpose", {"x"}, {"xt"}), "perm", {1, 0, 2});
   SetInt(builder.Node("LSTM", {"xt", "w", "r"}, {"y", "y_h"}, "lstm"), "hidden_size", 3);
   SetInts(builder.Node("Transpose", {"y"}, {"out"}), "perm", {2, 0, 1, 3});
@@ -244,8 +235,8 @@ TEST(RowIndependence, AnLstmRunsEachRowsSequenceAlone) {
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_TRUE((*model)->row_independence().independent) << (*model)->row_independence().reason;
 
-  Tensor a = *Tensor::FromVector<float>({2, 5, 2}, RandomWeights(20, 3));
-  Tensor b = *Tensor::FromVector<float>({3, 5, 2}, RandomWeights(30, 4));
+  Tensor a = *Tensor::FromVector<float>({2, 5, 2}, RandomFloats(20, 3));
+  Tensor b = *Tensor::FromVector<float>({3, 5, 2}, RandomFloats(30, 4));
   auto alone_a = (*model)->Run({{"x", a}});
   auto alone_b = (*model)->Run({{"x", b}});
   auto together = (*model)->Run({{"x", Concatenated(a, b)}});
@@ -258,8 +249,8 @@ TEST(RowIndependence, AnLstmRunsEachRowsSequenceAlone) {
   // The same layer fed rows on its sequence axis mixes them.
   GraphBuilder mixing(14);
   mixing.Input("x", kFloat, {-1, 5, 2})
-      .FloatInitializer("w", {1, 12, 2}, RandomWeights(24, 1))
-      .FloatInitializer("r", {1, 12, 3}, RandomWeights(36, 2));
+      .FloatInitializer("w", {1, 12, 2}, RandomFloats(24, 1))
+      .FloatInitializer("r", {1, 12, 3}, RandomFloats(36, 2));
   SetInt(mixing.Node("LSTM", {"x", "w", "r"}, {"y", "y_h"}, "lstm"), "hidden_size", 3);
   mixing.Output("y_h");
   EXPECT_EQ(Analyze(mixing).reason,

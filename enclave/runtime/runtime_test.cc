@@ -37,13 +37,6 @@ Tensor FloatTensor(std::vector<int64_t> shape, std::vector<float> values) {
   return std::move(tensor).value();
 }
 
-std::vector<float> RandomFloats(size_t count, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> distribution(-1.0f, 1.0f);
-  std::vector<float> values(count);
-  for (float& v : values) v = distribution(generator);
-  return values;
-}
 
 std::vector<float> Values(const Tensor& tensor) {
   const float* data = tensor.data<float>();
