@@ -105,7 +105,10 @@ constexpr char kUploadHelp[] =
 
 Attests, then encrypts the model FILE with a fresh key, streams the ciphertext through
 cloisterd and hands the key to the enclave inside the session. The enclave checks, loads and
-keeps the model for your identity key; the host only ever stores ciphertext.
+keeps the model for your identity key; the host only ever stores ciphertext. The description
+printed ends with the model's batching: whether your requests batched together share one model
+run (the enclave proved that each output row depends on its own input row only) or run one by
+one, and then why (which node mixes rows); results are the same either way.
 
 flags:
   --model FILE   the model file (ONNX)
@@ -117,11 +120,13 @@ needs: --server, --policy, --tenant, --token-file, --key
 
 constexpr char kModelsHelp[] = R"(usage: cloister models [--json] [connection flags]
 
-Lists the models that your identity key owns, with their inputs and outputs.
+Lists the models that your identity key owns, with their inputs, outputs and batching (see
+cloister upload --help).
 
 flags:
   --fresh   attest with fresh hardware evidence
-  --json    print {"models": [{"name", "handle", "size", "inputs", "outputs"}]}
+  --json    print {"models": [{"name", "handle", "size", "inputs", "outputs", "rows_coalesce",
+            "rows_shared_reason" (when rows_coalesce is false)}]}
 needs: --server, --policy, --tenant, --token-file, --key
 )";
 
