@@ -471,7 +471,8 @@ std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
     return mixed("flattens the row axis together with others");
   }
   if (op == "Squeeze" || op == "Unsqueeze") {
-    if (first.kind != State::kRows || rank < 0 || !others_same(1)) {
+    if (!others_same(1)) return mixed("changes axes that are only known per run");
+    if (first.kind != State::kRows || rank < 0) {
       return mixed("changes the axes of rows of unknown rank");
     }
     std::optional<std::vector<int64_t>> axes;
