@@ -625,7 +625,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> GraphCompiler::Compile(
   }
   if (!is_subgraph) {
     plan_->rows_ = AnalyzeRowIndependence(
-        graph, options_.opset, [&](const std::string& name) -> const ValueInfo* {
+        graph, order, options_.opset, [&](const std::string& name) -> const ValueInfo* {
           auto it = scope_.find(name);
           return it == scope_.end() ? nullptr : &plan_->slot_infos_[it->second];
         });

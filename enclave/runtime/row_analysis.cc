@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "enclave/runtime/dispatch.h"
 #include "enclave/runtime/fusion.h"
 #include "enclave/runtime/kernel.h"
+#include "enclave/runtime/kernel_util.h"
 #include "enclave/runtime/plan.h"
 
 namespace cloister::runtime {
@@ -85,22 +87,6 @@ std::optional<std::vector<int64_t>> IntsAttribute(const onnx::NodeProto& node,
   const onnx::AttributeProto* attribute = FindAttribute(node, name);
   if (attribute == nullptr) return std::nullopt;
   return std::vector<int64_t>(attribute->ints().begin(), attribute->ints().end());
-}
-
-bool IsIntegral(DataType dtype) {
-  switch (dtype) {
-    case DataType::kInt8:
-    case DataType::kInt16:
-    case DataType::kInt32:
-    case DataType::kInt64:
-    case DataType::kUint8:
-    case DataType::kUint16:
-    case DataType::kUint32:
-    case DataType::kUint64:
-      return true;
-    default:
-      return false;
-  }
 }
 
 const std::unordered_set<std::string_view>& UnaryOperators() {
@@ -186,7 +172,7 @@ class Analyzer {
   Analyzer(int opset, const std::function<const ValueInfo*(const std::string&)>& info)
       : opset_(opset), info_(info) {}
 
-  RowIndependence Run(const onnx::GraphProto& graph);
+  RowIndependence Run(const onnx::GraphProto& graph, const std::vector<int>& order);
 
  private:
   const ValueInfo* Info(const std::string& name) const {
@@ -202,6 +188,20 @@ class Analyzer {
   std::optional<std::vector<int64_t>> Ints(const std::string& name) const;
   // The constant floats of a value.
   std::optional<std::vector<float>> Floats(const std::string& name) const;
+  // Constant integers given as input `index` (newer opsets) or, when that input is absent, as
+  // attribute `attribute` (older ones); nothing when the input is not a constant or neither is
+  // there.
+  std::optional<std::vector<int64_t>> IntsParameter(const onnx::NodeProto& node, int index,
+                                                    std::string_view attribute) const {
+    if (node.input_size() > index && !node.input(index).empty()) return Ints(node.input(index));
+    return IntsAttribute(node, attribute);
+  }
+  // A Slice's bounds: inputs from opset 10, attributes before.
+  struct SliceBounds {
+    std::optional<std::vector<int64_t>> starts, ends, axes, steps;
+    bool axes_given = false;  // the axes input is there, constant or not
+  };
+  SliceBounds SliceBoundsOf(const onnx::NodeProto& node) const;
   // A 0-D or 1-D integer value as shape elements: a shape vector's own elements, a constant's
   // numbers, or "same" elements as many as its static size.
   std::optional<std::vector<Element>> ElementsOf(const std::string& name, const State& state) const;
@@ -231,19 +231,10 @@ class Analyzer {
 
 std::optional<std::vector<int64_t>> Analyzer::Ints(const std::string& name) const {
   const ValueInfo* info = Info(name);
-  if (info == nullptr || !info->constant.has_value()) return std::nullopt;
-  const Tensor& tensor = *info->constant;
-  std::vector<int64_t> values(tensor.count());
-  switch (tensor.dtype()) {
-    case DataType::kInt64:
-      std::copy_n(tensor.data<int64_t>(), tensor.count(), values.begin());
-      return values;
-    case DataType::kInt32:
-      std::copy_n(tensor.data<int32_t>(), tensor.count(), values.begin());
-      return values;
-    default:
-      return std::nullopt;
+  if (info == nullptr || !info->constant.has_value() || !IsIndexType(info->constant->dtype())) {
+    return std::nullopt;
   }
+  return ToInt64Vector(*info->constant);
 }
 
 std::optional<std::vector<float>> Analyzer::Floats(const std::string& name) const {
@@ -267,7 +258,8 @@ std::optional<std::vector<Element>> Analyzer::ElementsOf(const std::string& name
     return elements;
   }
   const ValueInfo* info = Info(name);
-  if (info == nullptr || !info->rank_known || info->rank() > 1 || !IsIntegral(info->dtype)) {
+  if (info == nullptr || !info->rank_known || info->rank() > 1 || !IsNumeric(info->dtype) ||
+      IsFloat(info->dtype)) {
     return std::nullopt;
   }
   if (info->rank() == 0) return std::vector<Element>(1);
@@ -475,12 +467,7 @@ std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
     if (first.kind != State::kRows || rank < 0) {
       return mixed("changes the axes of rows of unknown rank");
     }
-    std::optional<std::vector<int64_t>> axes;
-    if (node.input_size() >= 2 && !node.input(1).empty()) {
-      axes = Ints(node.input(1));
-    } else {
-      axes = IntsAttribute(node, "axes");
-    }
+    const std::optional<std::vector<int64_t>> axes = IntsParameter(node, 1, "axes");
     if (!axes.has_value() || axes->empty()) {
       return mixed("squeezes every axis of size 1, which may be the row axis");
     }
@@ -569,12 +556,7 @@ std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
     if (first.kind != State::kRows || rank < 0 || !others_same(1)) {
       return mixed("pads rows with non-constant amounts");
     }
-    std::optional<std::vector<int64_t>> pads;
-    if (node.input_size() >= 2 && !node.input(1).empty()) {
-      pads = Ints(node.input(1));
-    } else {
-      pads = IntsAttribute(node, "pads");
-    }
+    const std::optional<std::vector<int64_t>> pads = IntsParameter(node, 1, "pads");
     std::vector<int64_t> axes;
     if (node.input_size() >= 4 && !node.input(3).empty()) {
       auto values = Ints(node.input(3));
@@ -712,12 +694,7 @@ std::vector<State> Analyzer::ApplyShapeArithmetic(const onnx::NodeProto& node,
     return result(ShapeOf(std::move(joined), false));
   }
   if (op == "Unsqueeze" || op == "Squeeze") {
-    std::optional<std::vector<int64_t>> axes;
-    if (node.input_size() >= 2 && !node.input(1).empty()) {
-      axes = Ints(node.input(1));
-    } else {
-      axes = IntsAttribute(node, "axes");
-    }
+    const std::optional<std::vector<int64_t>> axes = IntsParameter(node, 1, "axes");
     if (!IsVector(first)) return mixed();
     if (op == "Unsqueeze") {
       if (!first.scalar || axes != std::vector<int64_t>{0}) return mixed();
@@ -732,15 +709,7 @@ std::vector<State> Analyzer::ApplyShapeArithmetic(const onnx::NodeProto& node,
   }
   if (op == "Slice") {
     if (!IsVector(first) || first.scalar) return mixed();
-    std::optional<std::vector<int64_t>> starts, ends, steps;
-    if (opset_ >= 10) {
-      starts = node.input_size() >= 2 ? Ints(node.input(1)) : std::nullopt;
-      ends = node.input_size() >= 3 ? Ints(node.input(2)) : std::nullopt;
-      if (node.input_size() >= 5 && !node.input(4).empty()) steps = Ints(node.input(4));
-    } else {
-      starts = IntsAttribute(node, "starts");
-      ends = IntsAttribute(node, "ends");
-    }
+    const auto [starts, ends, axes, steps, axes_given] = SliceBoundsOf(node);
     if (!starts.has_value() || !ends.has_value() || starts->size() != 1 || ends->size() != 1 ||
         (steps.has_value() && *steps != std::vector<int64_t>{1})) {
       return mixed();
@@ -801,11 +770,14 @@ State Analyzer::Broadcast(const onnx::NodeProto& node, const std::vector<State>&
                           const std::string& label) const {
   // The output's rank, or the largest of the inputs' when inference left it open.
   int out_rank = Rank(node.output(0));
-  for (int i = 0; out_rank < 0 && i < node.input_size(); ++i) {
-    if (Rank(node.input(i)) < 0) break;
-    if (i + 1 == node.input_size()) {
-      for (const std::string& name : node.input()) out_rank = std::max(out_rank, Rank(name));
+  if (out_rank < 0) {
+    int largest = 0;
+    bool known = true;
+    for (const std::string& name : node.input()) {
+      known = known && Rank(name) >= 0;
+      largest = std::max(largest, Rank(name));
     }
+    if (known) out_rank = largest;
   }
   if (out_rank < 0) return Mixed(absl::StrCat(label, " has an output of unknown rank"));
   int aligned = -1;
@@ -993,6 +965,22 @@ State Analyzer::Expand(const onnx::NodeProto& node, const std::vector<State>& in
   return out;
 }
 
+Analyzer::SliceBounds Analyzer::SliceBoundsOf(const onnx::NodeProto& node) const {
+  SliceBounds bounds;
+  if (opset_ < 10) {
+    bounds.starts = IntsAttribute(node, "starts");
+    bounds.ends = IntsAttribute(node, "ends");
+    bounds.axes = IntsAttribute(node, "axes");
+    return bounds;
+  }
+  if (node.input_size() >= 2) bounds.starts = Ints(node.input(1));
+  if (node.input_size() >= 3) bounds.ends = Ints(node.input(2));
+  bounds.axes_given = node.input_size() >= 4 && !node.input(3).empty();
+  if (bounds.axes_given) bounds.axes = Ints(node.input(3));
+  if (node.input_size() >= 5 && !node.input(4).empty()) bounds.steps = Ints(node.input(4));
+  return bounds;
+}
+
 State Analyzer::Slice(const onnx::NodeProto& node, const std::vector<State>& in,
                       const std::string& label) const {
   const State& data = in[0];
@@ -1005,19 +993,9 @@ State Analyzer::Slice(const onnx::NodeProto& node, const std::vector<State>& in,
       return Mixed(absl::StrCat(label, " slices with row-dependent bounds"));
     }
   }
-  std::optional<std::vector<int64_t>> starts, ends, axes, steps;
-  if (opset_ >= 10) {
-    starts = Ints(node.input(1));
-    ends = Ints(node.input(2));
-    if (node.input_size() >= 4 && !node.input(3).empty()) axes = Ints(node.input(3));
-    if (node.input_size() >= 5 && !node.input(4).empty()) steps = Ints(node.input(4));
-    if (node.input_size() >= 4 && !node.input(3).empty() && !axes.has_value()) {
-      return Mixed(absl::StrCat(label, " slices non-constant axes"));
-    }
-  } else {
-    starts = IntsAttribute(node, "starts");
-    ends = IntsAttribute(node, "ends");
-    axes = IntsAttribute(node, "axes");
+  auto [starts, ends, axes, steps, axes_given] = SliceBoundsOf(node);
+  if (axes_given && !axes.has_value()) {
+    return Mixed(absl::StrCat(label, " slices non-constant axes"));
   }
   const size_t count = starts.has_value() ? starts->size() : ends.has_value() ? ends->size() : 0;
   if (!axes.has_value()) {
@@ -1071,7 +1049,7 @@ State Analyzer::Resize(const onnx::NodeProto& node, const std::vector<State>& in
   return data;
 }
 
-RowIndependence Analyzer::Run(const onnx::GraphProto& graph) {
+RowIndependence Analyzer::Run(const onnx::GraphProto& graph, const std::vector<int>& order) {
   std::unordered_set<std::string> initializers;
   for (const auto& initializer : graph.initializer()) initializers.insert(initializer.name());
   for (const auto& input : graph.input()) {
@@ -1088,46 +1066,24 @@ RowIndependence Analyzer::Run(const onnx::GraphProto& graph) {
       states_[input.name()] = Rows(0);
     }
   }
-  // Nodes in an order where every value is analysed before it is read.
-  std::vector<const onnx::NodeProto*> pending;
-  for (const auto& node : graph.node()) pending.push_back(&node);
-  auto ready = [&](const std::string& name) {
-    const ValueInfo* info = Info(name);
-    return name.empty() || states_.count(name) || (info != nullptr && info->constant.has_value()) ||
-           initializers.count(name);
-  };
-  while (!pending.empty()) {
-    std::vector<const onnx::NodeProto*> waiting;
-    for (const onnx::NodeProto* node : pending) {
-      const std::vector<std::string> implicit = ImplicitInputs(*node);
-      const bool inputs_ready = std::all_of(node->input().begin(), node->input().end(), ready) &&
-                                std::all_of(implicit.begin(), implicit.end(), ready);
-      if (!inputs_ready) {
-        waiting.push_back(node);
-        continue;
-      }
-      std::vector<State> in;
-      for (const std::string& name : node->input()) in.push_back(Get(name));
-      std::vector<State> out = Apply(*node, in);
-      // Operators whose outputs have their first input's rank, for values whose rank inference
-      // left open (a reshape or expand to a computed shape upstream).
-      const std::string& op = node->op_type();
-      if ((UnaryOperators().count(op) || PerItemOperators().count(op) ||
-           RankKeepingOperators().count(op)) &&
-          node->input_size() > 0) {
-        for (State& state : out) {
-          if (state.rank < 0) state.rank = Rank(node->input(0));
-        }
-      }
-      for (int o = 0; o < node->output_size(); ++o) {
-        if (!node->output(o).empty()) states_[node->output(o)] = std::move(out[o]);
+  for (int index : order) {
+    const onnx::NodeProto& node = graph.node(index);
+    std::vector<State> in;
+    for (const std::string& name : node.input()) in.push_back(Get(name));
+    std::vector<State> out = Apply(node, in);
+    // Operators whose outputs have their first input's rank, for values whose rank inference
+    // left open (a reshape or expand to a computed shape upstream).
+    const std::string& op = node.op_type();
+    if ((UnaryOperators().count(op) || PerItemOperators().count(op) ||
+         RankKeepingOperators().count(op)) &&
+        node.input_size() > 0) {
+      for (State& state : out) {
+        if (state.rank < 0) state.rank = Rank(node.input(0));
       }
     }
-    if (waiting.size() == pending.size()) {
-      // Unreachable for a graph that compiled (it is acyclic); refuse rather than guess.
-      return {false, absl::StrCat(Label(*waiting[0]), " reads a value never produced")};
+    for (int o = 0; o < node.output_size(); ++o) {
+      if (!node.output(o).empty()) states_[node.output(o)] = std::move(out[o]);
     }
-    pending = std::move(waiting);
   }
   for (const auto& output : graph.output()) {
     const State state = Get(output.name());
@@ -1151,9 +1107,9 @@ RowIndependence Analyzer::Run(const onnx::GraphProto& graph) {
 }  // namespace
 
 RowIndependence AnalyzeRowIndependence(
-    const onnx::GraphProto& graph, int opset,
+    const onnx::GraphProto& graph, const std::vector<int>& order, int opset,
     const std::function<const ValueInfo*(const std::string&)>& info) {
-  return Analyzer(opset, info).Run(graph);
+  return Analyzer(opset, info).Run(graph, order);
 }
 
 }  // namespace cloister::runtime

@@ -27,6 +27,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace onnx {
 class GraphProto;
@@ -43,11 +44,12 @@ struct RowIndependence {
   std::string reason;
 };
 
-// `graph` is a main graph as compiled (fused nodes of kFusedDomain allowed); `info` returns the
-// inferred type, shape and constant value of a value by name, or nullptr when there is none.
-// `opset` is the default domain's version.
+// `graph` is a main graph as compiled (fused nodes of kFusedDomain allowed) and `order` its
+// node indices as the compiler ran them (every node after the producers of what it reads);
+// `info` returns the inferred type, shape and constant value of a value by name, or nullptr when
+// there is none. `opset` is the default domain's version.
 RowIndependence AnalyzeRowIndependence(
-    const onnx::GraphProto& graph, int opset,
+    const onnx::GraphProto& graph, const std::vector<int>& order, int opset,
     const std::function<const ValueInfo*(const std::string&)>& info);
 
 }  // namespace cloister::runtime
