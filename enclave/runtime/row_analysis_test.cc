@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
+#include "base/status.h"
 #include "enclave/runtime/graph_builder_for_test.h"
 #include "enclave/runtime/model.h"
 #include "enclave/runtime/onnx_tensor.h"
@@ -27,9 +28,108 @@ using ::testing::HasSubstr;
 constexpr int kFloat = onnx::TensorProto::FLOAT;
 constexpr int kInt64 = onnx::TensorProto::INT64;
 
-Tensor Concatenated(const Tensor& a, const Tensor& b);
-std::string CompareRows(const Tensor& joined, const Tensor& part, int64_t offset);
-Tensor OtherRows(const Tensor& tensor);
+// The tensor's rows in reverse order, floating-point values scaled by 1.5 (integers kept: they
+// are often indices with a valid range).
+Tensor OtherRows(const Tensor& tensor) {
+  Tensor other = tensor.Clone();
+  const int64_t rows = tensor.dim(0);
+  const size_t row_size = rows == 0 ? 0 : tensor.size() / rows;
+  const auto* source = static_cast<const uint8_t*>(tensor.raw_data());
+  auto* target = static_cast<uint8_t*>(other.raw_data());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(target + (rows - 1 - r) * row_size, source + r * row_size, row_size);
+  }
+  if (other.dtype() == DataType::kFloat) {
+    for (int64_t i = 0; i < other.count(); ++i) other.data<float>()[i] *= 1.5f;
+  } else if (other.dtype() == DataType::kDouble) {
+    for (int64_t i = 0; i < other.count(); ++i) other.data<double>()[i] *= 1.5;
+  }
+  return other;
+}
+
+Tensor Concatenated(const Tensor& a, const Tensor& b) {
+  std::vector<int64_t> shape = a.shape();
+  shape[0] += b.dim(0);
+  Tensor joined = *Tensor::Create(a.dtype(), shape);
+  std::memcpy(joined.raw_data(), a.raw_data(), a.size());
+  std::memcpy(static_cast<uint8_t*>(joined.raw_data()) + a.size(), b.raw_data(), b.size());
+  return joined;
+}
+
+// "" when `got` holds `want` to `tolerance` relative and absolute (NaN matching NaN).
+template <typename T>
+std::string CompareFloats(const T* got, const T* want, int64_t count, T tolerance) {
+  for (int64_t i = 0; i < count; ++i) {
+    const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+    if (!both_nan && !(std::fabs(got[i] - want[i]) <= tolerance + tolerance * std::fabs(want[i]))) {
+      return absl::StrCat("element ", i, ": ", got[i], " against ", want[i]);
+    }
+  }
+  return "";
+}
+
+// "" when `joined` rows [offset, offset + part rows) equal `part` (floats to 1e-5 relative).
+std::string CompareRows(const Tensor& joined, const Tensor& part, int64_t offset) {
+  if (joined.rank() != part.rank() || joined.dtype() != part.dtype()) return "rank or type";
+  for (int i = 1; i < part.rank(); ++i) {
+    if (joined.dim(i) != part.dim(i)) return "shape";
+  }
+  const size_t row_size = part.dim(0) == 0 ? 0 : part.size() / part.dim(0);
+  const auto* got = static_cast<const uint8_t*>(joined.raw_data()) + offset * row_size;
+  if (part.dtype() == DataType::kFloat) {
+    return CompareFloats(reinterpret_cast<const float*>(got), part.data<float>(), part.count(),
+                         1e-5f);
+  }
+  if (part.dtype() == DataType::kDouble) {
+    return CompareFloats(reinterpret_cast<const double*>(got), part.data<double>(), part.count(),
+                         1e-9);
+  }
+  return std::memcmp(got, part.raw_data(), part.size()) == 0 ? "" : "bytes differ";
+}
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Runs `model` on `first`, on `second` and on both concatenated along axis 0 (the same inputs
+// in the same order). The separate runs' error when one fails; otherwise "" when the joint run
+// gives each set exactly its own rows, or what differs.
+absl::StatusOr<std::string> RowsApartAndTogether(const Model& model, const NamedTensors& first,
+                                                 const NamedTensors& second) {
+  ASSIGN_OR_RETURN(NamedTensors alone, model.Run(first));
+  ASSIGN_OR_RETURN(NamedTensors other, model.Run(second));
+  NamedTensors joined;
+  for (size_t i = 0; i < first.size(); ++i) {
+    joined.emplace_back(first[i].first, Concatenated(first[i].second, second[i].second));
+  }
+  auto together = model.Run(joined);
+  if (!together.ok()) return absl::StrCat("the joint run failed: ", together.status().message());
+  for (size_t o = 0; o < alone.size(); ++o) {
+    const Tensor& got = (*together)[o].second;
+    const Tensor& a = alone[o].second;
+    const Tensor& b = other[o].second;
+    if (a.rank() == 0) return absl::StrCat("output ", o, " has no rows");
+    if (got.dim(0) != a.dim(0) + b.dim(0)) {
+      return absl::StrCat("output ", o, " has ", got.dim(0), " rows, not ", a.dim(0) + b.dim(0));
+    }
+    if (std::string diff = CompareRows(got, a, 0); !diff.empty()) {
+      return absl::StrCat("output ", o, " (first): ", diff);
+    }
+    if (std::string diff = CompareRows(got, b, a.dim(0)); !diff.empty()) {
+      return absl::StrCat("output ", o, " (second): ", diff);
+    }
+  }
+  return "";
+}
+
+// Input `index` of a test data set folder (input_K.pb, a serialized onnx.TensorProto).
+absl::StatusOr<Tensor> ReadInputFile(const std::filesystem::path& set, size_t index) {
+  ASSIGN_OR_RETURN(std::string data,
+                   ReadFile((set / absl::StrCat("input_", index, ".pb")).string()));
+  onnx::TensorProto proto;
+  if (!proto.ParseFromString(data)) {
+    return absl::InvalidArgumentError(absl::StrCat("input_", index, ".pb is not a TensorProto"));
+  }
+  return TensorFromProto(proto);
+}
 
 RowIndependence Analyze(const GraphBuilder& builder) {
   const std::string bytes = builder.Bytes();
@@ -235,16 +335,11 @@ TEST(RowIndependence, AnLstmRunsEachRowsSequenceAlone) {
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_TRUE((*model)->row_independence().independent) << (*model)->row_independence().reason;
 
-  Tensor a = *Tensor::FromVector<float>({2, 5, 2}, RandomFloats(20, 3));
-  Tensor b = *Tensor::FromVector<float>({3, 5, 2}, RandomFloats(30, 4));
-  auto alone_a = (*model)->Run({{"x", a}});
-  auto alone_b = (*model)->Run({{"x", b}});
-  auto together = (*model)->Run({{"x", Concatenated(a, b)}});
-  ASSERT_TRUE(alone_a.ok() && alone_b.ok() && together.ok());
-  for (size_t o = 0; o < 2; ++o) {
-    EXPECT_EQ(CompareRows((*together)[o].second, (*alone_a)[o].second, 0), "") << o;
-    EXPECT_EQ(CompareRows((*together)[o].second, (*alone_b)[o].second, 2), "") << o;
-  }
+  auto rows = RowsApartAndTogether(
+      **model, {{"x", *Tensor::FromVector<float>({2, 5, 2}, RandomFloats(20, 3))}},
+      {{"x", *Tensor::FromVector<float>({3, 5, 2}, RandomFloats(30, 4))}});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(*rows, "");
 
   // The same layer fed rows on its sequence axis mixes them.
   GraphBuilder mixing(14);
@@ -299,14 +394,10 @@ TEST_F(SharedModels, TheServedModelsGiveEachRequestItsOwnRowsWhenRunTogether) {
     ASSERT_TRUE(bytes.ok()) << bytes.status();
     auto model = Model::Load(AsBytes(*bytes));
     ASSERT_TRUE(model.ok()) << model.status();
-    std::vector<std::pair<std::string, Tensor>> first, second, joined;
+    NamedTensors first, second;
     for (size_t i = 0; i < (*model)->inputs().size(); ++i) {
-      auto proto_bytes =
-          ReadFile(ModelPath(absl::StrCat("testdata/", data, "/test_data_set_0/input_", i, ".pb")));
-      ASSERT_TRUE(proto_bytes.ok()) << proto_bytes.status();
-      onnx::TensorProto proto;
-      ASSERT_TRUE(proto.ParseFromString(*proto_bytes));
-      auto tensor = TensorFromProto(proto);
+      auto tensor =
+          ReadInputFile(ModelPath(absl::StrCat("testdata/", data, "/test_data_set_0")), i);
       ASSERT_TRUE(tensor.ok()) << tensor.status();
       const std::string& name = (*model)->inputs()[i].name;
       Tensor other = OtherRows(*tensor);
@@ -317,18 +408,10 @@ TEST_F(SharedModels, TheServedModelsGiveEachRequestItsOwnRowsWhenRunTogether) {
       }
       first.emplace_back(name, *tensor);
       second.emplace_back(name, other);
-      joined.emplace_back(name, Concatenated(*tensor, other));
     }
-    auto alone = (*model)->Run(first);
-    auto other = (*model)->Run(second);
-    auto together = (*model)->Run(joined);
-    ASSERT_TRUE(alone.ok() && other.ok() && together.ok()) << path;
-    for (size_t o = 0; o < alone->size(); ++o) {
-      const int64_t rows = (*alone)[o].second.dim(0);
-      EXPECT_EQ(CompareRows((*together)[o].second, (*alone)[o].second, 0), "") << path << " " << o;
-      EXPECT_EQ(CompareRows((*together)[o].second, (*other)[o].second, rows), "")
-          << path << " " << o;
-    }
+    auto rows = RowsApartAndTogether(**model, first, second);
+    ASSERT_TRUE(rows.ok()) << path << ": " << rows.status();
+    EXPECT_EQ(*rows, "") << path;
   }
 }
 
@@ -361,67 +444,6 @@ class ConformanceSoundness : public ::testing::Test {
     return folders;
   }
 };
-
-// The tensor's rows in reverse order, floating-point values scaled by 1.5 (integers kept: they
-// are often indices with a valid range).
-Tensor OtherRows(const Tensor& tensor) {
-  Tensor other = tensor.Clone();
-  const int64_t rows = tensor.dim(0);
-  const size_t row_size = rows == 0 ? 0 : tensor.size() / rows;
-  const auto* source = static_cast<const uint8_t*>(tensor.raw_data());
-  auto* target = static_cast<uint8_t*>(other.raw_data());
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(target + (rows - 1 - r) * row_size, source + r * row_size, row_size);
-  }
-  if (other.dtype() == DataType::kFloat) {
-    for (int64_t i = 0; i < other.count(); ++i) other.data<float>()[i] *= 1.5f;
-  } else if (other.dtype() == DataType::kDouble) {
-    for (int64_t i = 0; i < other.count(); ++i) other.data<double>()[i] *= 1.5;
-  }
-  return other;
-}
-
-Tensor Concatenated(const Tensor& a, const Tensor& b) {
-  std::vector<int64_t> shape = a.shape();
-  shape[0] += b.dim(0);
-  Tensor joined = *Tensor::Create(a.dtype(), shape);
-  std::memcpy(joined.raw_data(), a.raw_data(), a.size());
-  std::memcpy(static_cast<uint8_t*>(joined.raw_data()) + a.size(), b.raw_data(), b.size());
-  return joined;
-}
-
-// "" when `joined` rows [offset, offset + part rows) equal `part` (floats to 1e-5 relative).
-std::string CompareRows(const Tensor& joined, const Tensor& part, int64_t offset) {
-  if (joined.rank() != part.rank() || joined.dtype() != part.dtype()) return "rank or type";
-  for (int i = 1; i < part.rank(); ++i) {
-    if (joined.dim(i) != part.dim(i)) return "shape";
-  }
-  const size_t row_size = part.dim(0) == 0 ? 0 : part.size() / part.dim(0);
-  const auto* got = static_cast<const uint8_t*>(joined.raw_data()) + offset * row_size;
-  if (part.dtype() == DataType::kFloat) {
-    const auto* g = reinterpret_cast<const float*>(got);
-    const float* w = part.data<float>();
-    for (int64_t i = 0; i < part.count(); ++i) {
-      const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
-      if (!both_nan && !(std::fabs(g[i] - w[i]) <= 1e-5f + 1e-5f * std::fabs(w[i]))) {
-        return absl::StrCat("element ", i, ": ", g[i], " against ", w[i]);
-      }
-    }
-    return "";
-  }
-  if (part.dtype() == DataType::kDouble) {
-    const auto* g = reinterpret_cast<const double*>(got);
-    const double* w = part.data<double>();
-    for (int64_t i = 0; i < part.count(); ++i) {
-      const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
-      if (!both_nan && !(std::fabs(g[i] - w[i]) <= 1e-9 + 1e-9 * std::fabs(w[i]))) {
-        return absl::StrCat("element ", i, ": ", g[i], " against ", w[i]);
-      }
-    }
-    return "";
-  }
-  return std::memcmp(got, part.raw_data(), part.size()) == 0 ? "" : "bytes differ";
-}
 
 // The model with axis 0 of its inputs and outputs made dynamic (the conformance models fix every
 // dimension), and without intermediate shape declarations that would fix it again.
@@ -457,40 +479,22 @@ TEST_F(ConformanceSoundness, PassedModelsGiveEachRequestItsOwnRows) {
     if (!model.ok() || !(*model)->row_independence().independent) continue;
     ++passed;
     // The first test set's inputs, by name.
-    std::vector<std::pair<std::string, Tensor>> first, second, joined;
+    NamedTensors first, second;
     bool usable = true;
     for (size_t i = 0; i < (*model)->inputs().size() && usable; ++i) {
-      auto data =
-          ReadFile((folder / "test_data_set_0" / absl::StrCat("input_", i, ".pb")).string());
-      onnx::TensorProto proto;
-      usable = data.ok() && proto.ParseFromString(*data);
-      if (!usable) break;
-      auto tensor = TensorFromProto(proto);
+      auto tensor = ReadInputFile(folder / "test_data_set_0", i);
       usable = tensor.ok() && tensor->rank() > 0 && tensor->dim(0) > 0 &&
                (first.empty() || tensor->dim(0) == first[0].second.dim(0));
       if (!usable) break;
       const std::string& name = (*model)->inputs()[i].name;
       first.emplace_back(name, *tensor);
       second.emplace_back(name, OtherRows(*tensor));
-      joined.emplace_back(name, Concatenated(first.back().second, second.back().second));
     }
     if (!usable || first.empty()) continue;  // no rows to put together, as RunBatch decides
-    auto alone = (*model)->Run(first);
-    auto other = (*model)->Run(second);
-    if (!alone.ok() || !other.ok()) continue;  // the scaled inputs left the operator's domain
+    auto rows = RowsApartAndTogether(**model, first, second);
+    if (!rows.ok()) continue;  // the scaled inputs left the operator's domain
     ++checked;
-    auto together = (*model)->Run(joined);
-    ASSERT_TRUE(together.ok()) << folder.filename() << ": " << together.status();
-    for (size_t o = 0; o < alone->size(); ++o) {
-      const Tensor& got = (*together)[o].second;
-      const Tensor& a = (*alone)[o].second;
-      const Tensor& b = (*other)[o].second;
-      ASSERT_GT(a.rank(), 0) << folder.filename();
-      ASSERT_EQ(got.dim(0), a.dim(0) + b.dim(0)) << folder.filename() << " output " << o;
-      EXPECT_EQ(CompareRows(got, a, 0), "") << folder.filename() << " output " << o << " (first)";
-      EXPECT_EQ(CompareRows(got, b, a.dim(0)), "")
-          << folder.filename() << " output " << o << " (second)";
-    }
+    EXPECT_EQ(*rows, "") << folder.filename();
   }
   std::printf("%zu conformance models: %d keep rows apart, %d of those checked coalesced\n",
               folders.size(), passed, checked);
