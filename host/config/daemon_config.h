@@ -17,8 +17,8 @@
 //     best_effort_max_batch_time_ms: 5 # ... and their estimated duration
 //     fairness_quantum_ms: 2           # deficit round robin credit per round and weight unit
 //     realtime_activity_window_ms: 1000  # caps hold this long after a realtime arrival
-//     realtime_arrival_guard_ms: 1     # hold best-effort work for a periodic realtime arrival; 0:
-//     off realtime_reserved_slots: 0       # in-flight slots per worker kept for realtime work
+//     realtime_arrival_guard_ms: 1     # make way for a periodic realtime arrival; 0: off
+//     realtime_reserved_slots: 0       # in-flight slots per worker kept for realtime work
 //   tenant_defaults:                   # limits for tenants that do not set them (and "demo")
 //     <any tenant limit below>
 //   tenants:                           # absent or empty: the development tenant "demo"
