@@ -584,11 +584,14 @@ std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
       start = std::clamp(Normalize(IntAttribute(node, "start", 0), rank), 0, rank);
       end = std::clamp(Normalize(IntAttribute(node, "end", rank), rank), 0, rank);
     }
+    // The rank may come from the analysis alone (inference left the value unranked): then no
+    // dimension is known, and the ones other than the rows are "same".
+    const bool dims_known = info != nullptr && info->rank_known;
     std::vector<Element> elements;
     for (int i = start; i < end; ++i) {
       if (i == first.axis) {
         elements.push_back({Element::kRows});
-      } else if (info->dims[i] >= 0) {
+      } else if (dims_known && info->dims[i] >= 0) {
         elements.push_back(Known(info->dims[i]));
       } else {
         elements.push_back({Element::kSame});

@@ -262,6 +262,20 @@ TEST(RowIndependence, ReshapesKeepRowsOnlyWhenEachRowKeepsItsSize) {
   EXPECT_EQ(Analyze(ReshapeTo({1, -1})).reason, "node 'fold' (Reshape) reshapes the row axis");
 }
 
+// Shape of a value whose rank only the analysis knows (an Expand to a computed shape, which
+// inference leaves unranked): its dimensions other than the rows are "same", unknown values.
+TEST(RowIndependence, TheShapeOfAValueInferenceLeftUnrankedIsFollowed) {
+  GraphBuilder builder;
+  builder.Input("x", kFloat, {-1, 4});
+  builder.Node("Shape", {"x"}, {"s"});
+  builder.Node("Expand", {"x", "s"}, {"e"});
+  builder.Node("Shape", {"e"}, {"es"});
+  builder.Node("Reshape", {"e", "es"}, {"y"});
+  builder.Output("y");
+  const RowIndependence rows = Analyze(builder);
+  EXPECT_TRUE(rows.independent) << rows.reason;
+}
+
 TEST(RowIndependence, AnEmbeddingLookupIndexedByRowsKeepsThem) {
   GraphBuilder builder;
   builder.Input("ids", kInt64, {-1, -1})
