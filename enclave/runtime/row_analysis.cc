@@ -42,7 +42,12 @@ struct State {
 };
 
 State Same() { return State{State::kSame}; }
-State Rows(int axis) { return State{State::kRows, axis}; }
+// Rows on `axis`; `rank` when inference left the value's rank open and the rule knows it.
+State Rows(int axis, int rank = -1) {
+  State state{State::kRows, axis};
+  state.rank = rank;
+  return state;
+}
 State Mixed(std::string why) {
   State state;
   state.why = std::move(why);
@@ -670,9 +675,7 @@ std::vector<State> Analyzer::ApplyShapeArithmetic(const onnx::NodeProto& node,
       if (position >= 0) return mixed();
       position = static_cast<int>(i);
     }
-    State out = Rows(position);
-    out.rank = static_cast<int>(first.elements.size());
-    return result(out);
+    return result(Rows(position, static_cast<int>(first.elements.size())));
   }
   if (op == "Expand") return result(Expand(node, in, label));
   if (op == "Gather") {
@@ -812,9 +815,7 @@ State Analyzer::Broadcast(const onnx::NodeProto& node, const std::vector<State>&
       return Mixed(absl::StrCat(label, " broadcasts a value along the row axis"));
     }
   }
-  State out = Rows(aligned);
-  out.rank = out_rank;
-  return out;
+  return Rows(aligned, out_rank);
 }
 
 State Analyzer::MatMul(const onnx::NodeProto& node, const std::vector<State>& in,
@@ -849,9 +850,7 @@ State Analyzer::MatMul(const onnx::NodeProto& node, const std::vector<State>& in
     if (*a != *b || *a >= out_rank - 2) {
       return Mixed(absl::StrCat(label, " multiplies rows by other rows"));
     }
-    State out = Rows(*a);
-    out.rank = out_rank;
-    return out;
+    return Rows(*a, out_rank);
   }
   const int axis = a.has_value() ? *a : *b;
   // The constant operand must not broadcast along a batch axis that holds rows.
@@ -866,9 +865,7 @@ State Analyzer::MatMul(const onnx::NodeProto& node, const std::vector<State>& in
       return Mixed(absl::StrCat(label, " broadcasts a value along the row axis"));
     }
   }
-  State out = Rows(axis);
-  out.rank = out_rank;
-  return out;
+  return Rows(axis, out_rank);
 }
 
 State Analyzer::Reshape(const onnx::NodeProto& node, const std::vector<State>& in,
@@ -946,9 +943,7 @@ State Analyzer::Expand(const onnx::NodeProto& node, const std::vector<State>& in
         !(at->kind == Element::kKnown && at->value == 1)) {
       return Mixed(absl::StrCat(label, " expands the row axis"));
     }
-    State out = Rows(axis);
-    out.rank = out_rank;
-    return out;
+    return Rows(axis, out_rank);
   }
   // A constant expanded to the row count: every row is the same constant.
   int axis = -1;
@@ -963,9 +958,7 @@ State Analyzer::Expand(const onnx::NodeProto& node, const std::vector<State>& in
       (position >= 0 && info->dims[position] != 1)) {
     return Mixed(absl::StrCat(label, " expands a value of unknown shape to the rows"));
   }
-  State out = Rows(axis);
-  out.rank = out_rank;
-  return out;
+  return Rows(axis, out_rank);
 }
 
 Analyzer::SliceBounds Analyzer::SliceBoundsOf(const onnx::NodeProto& node) const {
