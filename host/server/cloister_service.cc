@@ -352,6 +352,10 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
     handle_ = start.model_handle();
     declared_size_ = start.ciphertext_size();
     state_ = State::kReceiving;
+    // Tells the client its start was accepted and the declared size is held against its quota,
+    // before it streams the data (a client may wait for this with WaitForInitialMetadata).
+    // Sent before the next read, so the watchdog cannot have finished the RPC yet.
+    StartSendInitialMetadata();
     ReadNext();
   }
 

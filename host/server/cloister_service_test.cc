@@ -871,6 +871,36 @@ TEST_F(MultiWorkerServiceTest, ModelMemoryQuotaIsCheckedAtUpload) {
             grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
+// An upload holds its declared size against the quota from its start on. cloisterd sends its
+// initial metadata once the start is accepted, so a client (here the test) can know when that
+// is: a second upload that would not fit beside it is then refused, and fits once it ends.
+TEST_F(MultiWorkerServiceTest, AnUploadHoldsItsDeclaredSizeFromTheMomentItsStartIsAccepted) {
+  std::string session = OpenSessionOn(0);
+  grpc::ClientContext context;
+  context.AddMetadata("x-cloister-tenant", "acme");
+  context.AddMetadata("authorization", "Bearer acme-token");
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  api::v1::UploadModelResponse response;
+  auto writer = stub_->UploadModel(&context, &response);
+  api::v1::UploadModelRequest start;
+  start.mutable_start()->set_session_id(session);
+  start.mutable_start()->set_model_handle(kHandle);
+  start.mutable_start()->set_ciphertext_size(60);
+  ASSERT_TRUE(writer->Write(start));
+  writer->WaitForInitialMetadata();
+  grpc::Status refused = Upload(session, kOtherHandle, std::string(41, 'm'));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refused.error_message(),
+            "tenant acme: model memory quota of 100 bytes exceeded (0 bytes stored, 60 being "
+            "uploaded, this model 41 bytes)");
+  writer->WritesDone();
+  grpc::Status ended = writer->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ended.error_message(), "upload stream ended before its finish message");
+  // The quota is given back before the status goes out.
+  EXPECT_TRUE(Upload(session, kOtherHandle, std::string(41, 'm')).ok());
+}
+
 TEST_F(MultiWorkerServiceTest, ACancelledRequestLeavesTheQueueUnexecuted) {
   std::string session = OpenSessionOn(0);
   ASSERT_TRUE(Upload(session, kHandle, std::string(10, 'm')).ok());

@@ -388,6 +388,9 @@ TEST_F(ResourceLimitsTest, StalledUploadIsEndedAfterTheIdleTimeout) {
   start.mutable_start()->set_model_handle(kHandle);
   start.mutable_start()->set_ciphertext_size(kModelQuota);
   ASSERT_TRUE(writer->Write(start));
+  // cloisterd answers with its initial metadata once the start holds the quota; without this
+  // wait the competing upload below could reach cloisterd first and take part of the quota.
+  writer->WaitForInitialMetadata();
   api::v1::UploadModelRequest data;
   data.set_data(std::string(1 << 20, 'd'));
   ASSERT_TRUE(writer->Write(data));
