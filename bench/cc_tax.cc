@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "bench/case_flags.h"
 #include "enclave/batch_runner.h"
+#include "enclave/pcie/batch_path.h"
 #include "enclave/pcie/transfer_path.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/model.h"
@@ -23,13 +24,14 @@
 namespace cloister::bench {
 namespace {
 
+using enclave::pcie::BatchPath;
 using enclave::pcie::PcieMode;
 using enclave::pcie::TransferPath;
 using Clock = std::chrono::steady_clock;
 using NamedTensors = std::vector<std::pair<std::string, runtime::Tensor>>;
 
 // Runs one batch; returns its wall time in ms and the time in transfers (ns) via the outcome.
-absl::StatusOr<double> TimedBatch(const runtime::Model& model, TransferPath& path,
+absl::StatusOr<double> TimedBatch(const runtime::Model& model, BatchPath& path,
                                   const std::vector<enclave::BatchRequest>& requests,
                                   enclave::BatchOutcome* outcome_out) {
   const auto start = Clock::now();
@@ -75,8 +77,8 @@ absl::Status CompareOutcomes(const enclave::BatchOutcome& off,
 }
 
 absl::StatusOr<CcTaxResult> RunCase(const CcTaxOptions& options, const runtime::Model& model,
-                                    const std::string& model_name, int batch, TransferPath& off,
-                                    TransferPath& emulated) {
+                                    const std::string& model_name, int batch, BatchPath& off,
+                                    BatchPath& emulated) {
   // One request per row, each with its own inputs; the tensors own the bytes the requests view.
   std::vector<NamedTensors> rows;
   std::vector<enclave::BatchRequest> requests;
@@ -165,6 +167,7 @@ std::string CcTaxJsonLine(const CcTaxResult& result) {
   nlohmann::ordered_json line;
   line["model"] = result.model;
   line["executor"] = result.executor;
+  line["executor_memory"] = result.executor_memory_on_device ? "device" : "host";
   line["batch"] = result.batch;
   line["rps_off"] = result.rps_off();
   line["rps_emulated"] = result.rps_emulated();
@@ -214,10 +217,22 @@ absl::StatusOr<std::vector<CcTaxResult>> RunCcTax(const CcTaxOptions& options, s
                                                   std::FILE* log) {
   enclave::pcie::TransferOptions transfer_options;
   transfer_options.threads = options.transfer_threads;
-  ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> off,
+  ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> host_off,
                    TransferPath::Create(PcieMode::kOff, transfer_options));
-  ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> emulated,
+  ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> host_emulated,
                    TransferPath::Create(PcieMode::kEmulated, transfer_options));
+  // The enclave's choice: the executor's own path into device memory when it has one.
+  ASSIGN_OR_RETURN(const runtime::Executor* executor, runtime::FindExecutor(options.executor));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<BatchPath> off,
+      enclave::pcie::NewDevicePath(executor->name(), PcieMode::kOff, transfer_options));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<BatchPath> emulated,
+      enclave::pcie::NewDevicePath(executor->name(), PcieMode::kEmulated, transfer_options));
+  if (off == nullptr) off = std::make_unique<enclave::pcie::HostBatchPath>(*host_off);
+  if (emulated == nullptr) {
+    emulated = std::make_unique<enclave::pcie::HostBatchPath>(*host_emulated);
+  }
   std::vector<CcTaxResult> results;
   for (const std::string& model_name : options.models) {
     const auto& known = BenchModels();
@@ -232,12 +247,15 @@ absl::StatusOr<std::vector<CcTaxResult>> RunCcTax(const CcTaxOptions& options, s
     ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
     runtime::LoadOptions load_options;
     load_options.threads = options.threads;
-    ASSIGN_OR_RETURN(load_options.executor, runtime::FindExecutor(options.executor));
+    load_options.executor = executor;
     ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
                      runtime::Model::Load(AsBytes(bytes), load_options));
     for (const int batch : options.batches) {
       auto result = RunCase(options, *model, model_name, batch, *off, *emulated);
-      if (result.ok()) result->executor = std::string(load_options.executor->name());
+      if (result.ok()) {
+        result->executor = std::string(executor->name());
+        result->executor_memory_on_device = off->executor_memory_on_device();
+      }
       if (!result.ok()) {
         return absl::Status(result.status().code(), absl::StrCat(model_name, " batch ", batch, ": ",
                                                                  result.status().message()));

@@ -1,12 +1,14 @@
 // `cloister-bench cc-tax`: what confidential computing costs a serving batch on the enclave's
 // PCIe path. Batches of N single-row requests run through the enclave's own batch path
 // (enclave/batch_runner.h RunBatch: gather into one staging buffer, one transfer to the
-// executor's side, one Model::Run over the N rows, one transfer back) with a TransferPath in
+// executor's side, one Model::Run over the N rows, one transfer back) with a batch path in
 // mode `off` (a plain copy) and one in mode `emulated` (AES-256-GCM both ways, see
 // enclave/pcie/transfer_path.h), in the same sitting on the same model instance and inputs. The
 // two modes alternate run by run (their order flips every iteration). Throughput is requests
 // per second at the median batch time; ratio = rps_emulated / rps_off. Before timing, one batch
-// in each mode is checked to give the same outputs.
+// in each mode is checked to give the same outputs. The path is the one the enclave takes for
+// the executor: into device memory for a device executor with a path of its own (--executor
+// cuda: the GPU decrypts in mode emulated), else the host path (pcie/batch_path.h).
 //
 // Threading: runs on the calling thread (OpenBLAS and the TransferPath use their own threads).
 // Ownership: plain values.
@@ -38,6 +40,7 @@ struct CcTaxOptions {
 struct CcTaxResult {
   std::string model;
   std::string executor;  // the executor's name (cpu, cuda)
+  bool executor_memory_on_device = false;  // the batches crossed into device memory
   int batch = 0;
   Timing off;                       // milliseconds per batch, mode off
   Timing emulated;                  // milliseconds per batch, mode emulated
@@ -66,8 +69,8 @@ absl::StatusOr<CcTaxOptions> ParseCcTaxFlags(const std::vector<std::string>& arg
 std::string CcTaxUsage();
 
 // One JSON object on one line: model, batch, rps_off, rps_emulated, ratio, and the extras
-// executor, off_ms, emulated_ms (median batch times), off_transfer_ms, emulated_transfer_ms,
-// transfer_ratio, transfer_size, iterations.
+// executor, executor_memory (host or device), off_ms, emulated_ms (median batch times),
+// off_transfer_ms, emulated_transfer_ms, transfer_ratio, transfer_size, iterations.
 std::string CcTaxJsonLine(const CcTaxResult& result);
 // An aligned table and one line with the verdict against the target.
 std::string CcTaxTable(const std::vector<CcTaxResult>& results);

@@ -21,17 +21,22 @@ constexpr size_t kStagingAlignment = 64;
 
 size_t AlignUp(size_t value) { return (value + kStagingAlignment - 1) & ~(kStagingAlignment - 1); }
 
-// Keeps the device-side staging lease alive while any tensor views it; the lease zeroes its
+// Keeps the executor-side staging lease alive while any tensor views it; the lease zeroes its
 // block when the last view is gone.
 class StagingViewReleaser final : public runtime::internal::BufferReleaser {
  public:
-  explicit StagingViewReleaser(std::shared_ptr<pcie::StagingBuffer> lease)
-      : lease_(std::move(lease)) {}
+  explicit StagingViewReleaser(std::shared_ptr<void> lease) : lease_(std::move(lease)) {}
   void Release(void*, size_t) override {}
 
  private:
-  std::shared_ptr<pcie::StagingBuffer> lease_;
+  std::shared_ptr<void> lease_;
 };
+
+// Wipes a host result of the runtime once its bytes are copied; device results scrub
+// themselves when they die (and may share a constant's buffer, which must stay).
+void WipeHostResult(runtime::Tensor& tensor) {
+  if (!tensor.on_device()) SecureWipe(tensor.raw_data(), tensor.size());
+}
 
 // True when the model keeps rows apart (row_analysis.h) and every request has the same input
 // names, types and shapes except along axis 0 (of rank one or more), and asks for the same
@@ -144,6 +149,12 @@ int DefaultRunThreads() {
 
 absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::TransferPath& path,
                                       const std::vector<BatchRequest>& requests, TaskPool* runs) {
+  pcie::HostBatchPath host_path(path);
+  return RunBatch(model, host_path, requests, runs);
+}
+
+absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::BatchPath& path,
+                                      const std::vector<BatchRequest>& requests, TaskPool* runs) {
   BatchOutcome outcome;
   const size_t count = requests.size();
   outcome.replies.assign(count, absl::UnknownError("not run"));
@@ -178,24 +189,26 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
   }
 
   // Gather, then one transfer.
-  std::shared_ptr<pcie::StagingBuffer> device;
+  pcie::PathBuffer device;
   {
-    ASSIGN_OR_RETURN(pcie::StagingBuffer host, path.AcquireHostStaging(total));
+    ASSIGN_OR_RETURN(pcie::PathBuffer host, path.AcquireHostStaging(total));
     for (size_t r = 0; r < count; ++r) {
       for (size_t k = 0; k < requests[r].inputs.size(); ++k) {
         const ByteSpan raw = requests[r].inputs[k].raw;
-        if (!raw.empty()) std::memcpy(host.data() + offsets[r][k], raw.data(), raw.size());
+        if (!raw.empty()) std::memcpy(host.data + offsets[r][k], raw.data(), raw.size());
       }
     }
     absl::Time start = absl::Now();
-    ASSIGN_OR_RETURN(pcie::StagingBuffer moved, path.ToDevice(host.view()));
+    ASSIGN_OR_RETURN(device, path.ToDevice(host.view()));
     outcome.transfer_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
-    device = std::make_shared<pcie::StagingBuffer>(std::move(moved));
   }  // the host staging buffer goes back to its pool zeroed
-  auto releaser = std::make_shared<StagingViewReleaser>(device);
+  const bool on_device = path.executor_memory_on_device();
+  const runtime::internal::MemoryKind kind =
+      on_device ? runtime::internal::MemoryKind::kDevice : runtime::internal::MemoryKind::kHost;
+  auto releaser = std::make_shared<StagingViewReleaser>(device.hold);
   auto view = [&](size_t offset, runtime::DataType dtype, std::vector<int64_t> shape, size_t size) {
-    auto buffer = std::make_shared<runtime::internal::Buffer>(
-        device->data() + offset, size, runtime::internal::MemoryKind::kHost, releaser);
+    auto buffer =
+        std::make_shared<runtime::internal::Buffer>(device.data + offset, size, kind, releaser);
     return runtime::Tensor(dtype, std::move(shape), std::move(buffer));
   };
   // Each group's runs, on the pool's threads when there is a pool. A coalesced group whose run
@@ -215,7 +228,9 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
     auto timed_run = [&](const NamedTensors& inputs, const std::vector<std::string>& wanted,
                          absl::Time deadline) {
       absl::Time start = absl::Now();
-      auto run = model.Run(inputs, wanted, deadline);
+      // On a device the outputs stay there, to be gathered and moved back in one transfer.
+      auto run = on_device ? model.RunLeavingOutputsOnDevice(inputs, wanted, deadline)
+                           : model.Run(inputs, wanted, deadline);
       out.execution_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
       ++out.model_runs;
       return run;
@@ -266,7 +281,7 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
         return absl::OkStatus();
       }
       if (run.ok()) {
-        for (auto& [name, tensor] : *run) SecureWipe(tensor.raw_data(), tensor.size());
+        for (auto& [name, tensor] : *run) WipeHostResult(tensor);
       }
     }
     // One run per request, over views of the same device-side buffer.
@@ -303,7 +318,7 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
     outcome.coalesced &= group.coalesced;
   }
   releaser.reset();
-  device.reset();  // the inputs' device-side buffer goes back zeroed once no view is left
+  device.Release();  // the inputs' executor-side buffer goes back zeroed once no view is left
 
   // Gather every output on the executor's side, then one transfer back.
   size_t out_total = 0;
@@ -313,25 +328,25 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
     out_total += slice.size;
     outcome.output_size += slice.size;
   }
-  ASSIGN_OR_RETURN(pcie::StagingBuffer outgoing, path.AcquireDeviceStaging(out_total));
+  ASSIGN_OR_RETURN(pcie::PathBuffer outgoing, path.AcquireDeviceStaging(out_total));
+  std::vector<pcie::GatherPiece> pieces;
+  pieces.reserve(slices.size());
   for (const auto& slice : slices) {
-    if (slice.size > 0) {
-      std::memcpy(outgoing.data() + slice.staging_offset,
-                  static_cast<const uint8_t*>(slice.tensor.raw_data()) + slice.source_offset,
-                  slice.size);
-    }
+    pieces.push_back({slice.staging_offset,
+                      static_cast<const uint8_t*>(slice.tensor.raw_data()) + slice.source_offset,
+                      slice.size});
   }
-  // The runtime's result buffers held plaintext: wipe them (Model::Run hands them over unshared;
-  // a coalesced output appears in one slice per request, so wipe each buffer once).
+  absl::Status gathered = path.GatherOnDevice(outgoing, pieces);
+  // The runtime's host result buffers held plaintext: wipe them (Model::Run hands them over
+  // unshared; a coalesced output appears in one slice per request, so wipe each buffer once).
   std::set<const void*> wiped;
   for (auto& slice : slices) {
-    if (wiped.insert(slice.tensor.raw_data()).second) {
-      SecureWipe(slice.tensor.raw_data(), slice.tensor.size());
-    }
+    if (wiped.insert(slice.tensor.raw_data()).second) WipeHostResult(slice.tensor);
     slice.tensor = runtime::Tensor();
   }
+  RETURN_IF_ERROR(gathered);
   absl::Time start = absl::Now();
-  auto back = path.ToHost(outgoing.view());
+  auto back = path.ToHost(outgoing);
   outcome.transfer_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
   outgoing.Release();
   if (!back.ok()) return back.status();
@@ -340,7 +355,7 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::Transfe
     tensor->set_name(slice.name);
     tensor->set_datatype(std::string(runtime::KServeName(slice.dtype)));
     for (int64_t d : slice.shape) tensor->add_shape(d);
-    tensor->set_raw(reinterpret_cast<const char*>(back->data()) + slice.staging_offset, slice.size);
+    tensor->set_raw(reinterpret_cast<const char*>(back->data) + slice.staging_offset, slice.size);
   }
   return outcome;
 }

@@ -1,15 +1,16 @@
 // Runs one inference batch (one tenant's requests for one model, already opened and checked by
 // Enclave) through the PCIe path: every request's input tensors are gathered into one host
-// staging buffer and moved to the executor's side in one transfer (pcie/transfer_path.h); the
+// staging buffer and moved to the executor's side in one transfer (pcie/batch_path.h: host
+// memory for the CPU executor, device memory for a device executor with a path of its own); the
 // model runs once over the concatenated rows when the requests' shapes allow it and the model
 // keeps rows apart (Model::row_independence), else once per request on views of the same
 // device-side buffer. With a pool of run threads (the CPU
 // executor, whose runs are single-threaded) the concatenated rows run as up to one model run
 // per pool thread side by side, each over a contiguous group of requests of about equal rows;
 // a device executor gets no pool and runs the batch at once. All outputs are gathered into one
-// device-side buffer and moved back in one transfer, then cut into one reply per request.
-// Staging buffers are pooled and zeroed when released; the runtime's output tensors are wiped
-// once copied.
+// executor-side buffer and moved back in one transfer, then cut into one reply per request.
+// Staging buffers are pooled and zeroed when released; the runtime's host output tensors are
+// wiped once copied (device ones scrub themselves when they die).
 //
 // Threading: RunBatch may run on several threads at once (Model::Run, TransferPath and TaskPool
 // are thread-safe). Ownership: the inputs' bytes are borrowed for the call.
@@ -24,6 +25,7 @@
 #include "base/bytes.h"
 #include "base/task_pool.h"
 #include "cloister/api/v1/api.pb.h"
+#include "enclave/pcie/batch_path.h"
 #include "enclave/pcie/transfer_path.h"
 #include "enclave/runtime/model.h"
 
@@ -64,6 +66,12 @@ struct BatchOutcome {
 int DefaultRunThreads();
 
 // `runs`: the threads that run the groups (nullptr: the calling thread alone, one group).
+// `path` must lead to the memory of the executor `model` was loaded on: a device path only for
+// its device executor.
+absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::BatchPath& path,
+                                      const std::vector<BatchRequest>& requests,
+                                      TaskPool* runs = nullptr);
+// The same through a HostBatchPath over `path`.
 absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::TransferPath& path,
                                       const std::vector<BatchRequest>& requests,
                                       TaskPool* runs = nullptr);

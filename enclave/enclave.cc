@@ -15,6 +15,7 @@
 #include "crypto/random.h"
 #include "crypto/receipt.h"
 #include "enclave/batch_runner.h"
+#include "enclave/runtime/executor.h"
 #include "proto/wipe.h"
 
 namespace cloister::enclave {
@@ -143,6 +144,15 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   enclave->models_ = std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options,
                                                   opts.model_limits);
   ASSIGN_OR_RETURN(enclave->transfer_, pcie::TransferPath::Create(opts.pcie_mode, opts.pcie_options));
+  // A device executor with a path of its own takes batches into device memory (and in mode
+  // emulated decrypts them there); the others compute in host memory.
+  const std::string_view executor_name =
+      opts.load_options.executor != nullptr ? opts.load_options.executor->name() : "cpu";
+  ASSIGN_OR_RETURN(enclave->batch_path_,
+                   pcie::NewDevicePath(executor_name, opts.pcie_mode, opts.pcie_options));
+  if (enclave->batch_path_ == nullptr) {
+    enclave->batch_path_ = std::make_unique<pcie::HostBatchPath>(*enclave->transfer_);
+  }
   if (opts.run_threads > 1) enclave->runs_ = std::make_unique<TaskPool>(opts.run_threads);
   enclave->usage_ = std::make_unique<UsageLedger>(
       enclave->keys_.signing_public_key, std::string(pcie::PcieModeName(opts.pcie_mode)), opts.clock);
@@ -150,6 +160,7 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
       "pcie_path",
       {{"mode", std::string(pcie::PcieModeName(opts.pcie_mode))},
        {"threads", enclave->transfer_->threads()},
+       {"executor_memory", enclave->batch_path_->executor_memory_on_device() ? "device" : "host"},
        {"chunk_size", static_cast<unsigned long>(opts.pcie_options.chunk_size)},
        {"plaintext_on_bus", opts.pcie_mode == pcie::PcieMode::kOff ? "yes" : "no"}});
   Log(LogLevel::kInfo, "enclave_ready",
@@ -463,7 +474,7 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
   boundary::v1::UsageCounters usage;
   std::vector<absl::StatusOr<api::v1::InferReplyPayload>> bodies(count);
   if (!runnable.empty()) {
-    auto ran = RunBatch(*model->model, *transfer_, batch, runs_.get());
+    auto ran = RunBatch(*model->model, *batch_path_, batch, runs_.get());
     if (!ran.ok()) {
       Log(LogLevel::kError, "batch_transfer_refused",
           {{"tenant", call.tenant_id()}, {"requests", static_cast<int>(runnable.size())},

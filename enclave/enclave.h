@@ -25,6 +25,7 @@
 #include "cloister/boundary/v1/boundary.pb.h"
 #include "enclave/accounting/usage_ledger.h"
 #include "enclave/models/model_store.h"
+#include "enclave/pcie/batch_path.h"
 #include "enclave/pcie/transfer_path.h"
 #include "enclave/session/session_manager.h"
 
@@ -85,8 +86,9 @@ class Enclave {
   // fields, so a caller that is done with the call moves it in.
   boundary::v1::EnclaveToHost Handle(boundary::v1::HostToEnclave call);
 
-  // The batches' transfer path (for its statistics) and the enclave's public signing key (the
-  // one in its evidence bundle, which verifies its usage receipts).
+  // The batches' host transfer path (for its statistics; batches to a device executor with a
+  // path of its own take that path instead, see batch_path.h) and the enclave's public signing key
+  // (the one in its evidence bundle, which verifies its usage receipts).
   const pcie::TransferPath& transfer_path() const { return *transfer_; }
   const Bytes& signing_public_key() const { return keys_.signing_public_key; }
 
@@ -127,6 +129,7 @@ class Enclave {
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<ModelStore> models_;
   std::unique_ptr<pcie::TransferPath> transfer_;
+  std::unique_ptr<pcie::BatchPath> batch_path_;  // over transfer_, or the executor's own
   std::unique_ptr<TaskPool> runs_;  // nullptr when run_threads is 1
   std::unique_ptr<UsageLedger> usage_;
 };

@@ -210,6 +210,11 @@ absl::StatusOr<CudaBuffer> CudaTransferPath::AcquireHostStaging(size_t size) {
   return state_->host_pool->Acquire(size);
 }
 
+absl::StatusOr<CudaBuffer> CudaTransferPath::AcquireDeviceStaging(size_t size) {
+  RETURN_IF_ERROR(CheckTransferSize(size, state_->options.max_transfer_size));
+  return state_->device_pool->Acquire(size);
+}
+
 absl::StatusOr<CudaBuffer> CudaTransferPath::ToDevice(ByteSpan host) {
   State& s = *state_;
   RETURN_IF_ERROR(CheckTransferSize(host.size(), s.options.max_transfer_size));

@@ -82,6 +82,8 @@ class CudaTransferPath {
 
   // A zeroed pinned host buffer to gather a batch into.
   absl::StatusOr<CudaBuffer> AcquireHostStaging(size_t size);
+  // A zeroed device buffer to gather a batch's outputs into before ToHost.
+  absl::StatusOr<CudaBuffer> AcquireDeviceStaging(size_t size);
   // `host` (best in a buffer from AcquireHostStaging) into device memory, in one transfer.
   absl::StatusOr<CudaBuffer> ToDevice(ByteSpan host);
   // `size` bytes of device memory at `device` back into a pinned host buffer, in one transfer.

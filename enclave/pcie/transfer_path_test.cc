@@ -1,12 +1,14 @@
 #include "enclave/pcie/transfer_path.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "enclave/pcie/batch_path.h"
 #include "enclave/pcie/chunk_cipher.h"
 #include "gtest/gtest.h"
 
@@ -271,6 +273,46 @@ TEST(TransferPathTest, ConcurrentTransfersShareTheThreadPool) {
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(path->stats().to_device_transfers, 120u);
+}
+
+// The host path RunBatch takes to the CPU executor: host staging, one transfer each way through
+// the TransferPath (counted in its statistics), outputs gathered from pieces, a gather that
+// would overrun its buffer refused.
+TEST(HostBatchPathTest, GathersAndMovesThroughItsTransferPath) {
+  auto transfer = MakePath(PcieMode::kEmulated);
+  ASSERT_NE(transfer, nullptr);
+  HostBatchPath path(*transfer);
+  EXPECT_EQ(path.mode(), PcieMode::kEmulated);
+  EXPECT_FALSE(path.executor_memory_on_device());
+  const Bytes inputs = Pattern(10000, 3);
+  auto host = path.AcquireHostStaging(inputs.size());
+  ASSERT_TRUE(host.ok()) << host.status();
+  ASSERT_TRUE(AllZero(host->view()));
+  std::memcpy(host->data, inputs.data(), inputs.size());
+  auto device = path.ToDevice(host->view());
+  ASSERT_TRUE(device.ok()) << device.status();
+  EXPECT_TRUE(std::equal(inputs.begin(), inputs.end(), device->data));
+
+  auto outgoing = path.AcquireDeviceStaging(96);
+  ASSERT_TRUE(outgoing.ok()) << outgoing.status();
+  const std::array<GatherPiece, 2> pieces = {GatherPiece{0, inputs.data(), 32},
+                                             GatherPiece{64, inputs.data() + 100, 32}};
+  ASSERT_TRUE(path.GatherOnDevice(*outgoing, pieces).ok());
+  const std::array<GatherPiece, 1> overrun = {GatherPiece{80, inputs.data(), 32}};
+  absl::Status refused = path.GatherOnDevice(*outgoing, overrun);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(refused.message(), "gather of 32 bytes at 80 overruns a staging buffer of 96");
+  auto back = path.ToHost(*outgoing);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size, 96u);
+  EXPECT_EQ(std::memcmp(back->data, inputs.data(), 32), 0);
+  EXPECT_TRUE(AllZero(ByteSpan(back->data + 32, 32)));
+  EXPECT_EQ(std::memcmp(back->data + 64, inputs.data() + 100, 32), 0);
+  EXPECT_EQ(transfer->stats().to_device_transfers, 1u);
+  EXPECT_EQ(transfer->stats().to_host_transfers, 1u);
+
+  device->Release();
+  EXPECT_EQ(device->data, nullptr);
 }
 
 }  // namespace

@@ -168,6 +168,18 @@ absl::StatusOr<std::vector<Tensor>> Model::OrderInputs(
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
     const std::vector<std::pair<std::string, Tensor>>& inputs,
     const std::vector<std::string>& requested_outputs, absl::Time deadline) const {
+  return RunAndName(inputs, requested_outputs, deadline, /*download=*/true);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::RunLeavingOutputsOnDevice(
+    const std::vector<std::pair<std::string, Tensor>>& inputs,
+    const std::vector<std::string>& requested_outputs, absl::Time deadline) const {
+  return RunAndName(inputs, requested_outputs, deadline, /*download=*/false);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::RunAndName(
+    const std::vector<std::pair<std::string, Tensor>>& inputs,
+    const std::vector<std::string>& requested_outputs, absl::Time deadline, bool download) const {
   ASSIGN_OR_RETURN(std::vector<Tensor> ordered, OrderInputs(inputs));
   std::vector<int> wanted;
   for (const std::string& name : requested_outputs) {
@@ -178,15 +190,16 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
     wanted.push_back(it->second);
   }
   ASSIGN_OR_RETURN(std::vector<Tensor> results,
-                   ExecuteOnce(std::move(ordered), wanted, nullptr, deadline));
+                   ExecuteOnce(std::move(ordered), wanted, nullptr, deadline, download));
   std::vector<std::pair<std::string, Tensor>> named;
   named.reserve(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
     const int index = wanted.empty() ? static_cast<int>(i) : wanted[i];
     Tensor& result = results[i];
-    // Never hand out a buffer the model or the caller still holds (constants, passed-through
-    // inputs, the same output twice).
-    if (result.BufferShared()) result = result.Clone();
+    // Never hand out a host buffer the model or the caller still holds (constants,
+    // passed-through inputs, the same output twice): callers may wipe host results. Device
+    // results are only read (RunLeavingOutputsOnDevice).
+    if (result.BufferShared() && !result.on_device()) result = result.Clone();
     named.emplace_back(outputs_[index].name, std::move(result));
   }
   return named;
@@ -195,7 +208,7 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
 absl::StatusOr<std::vector<Tensor>> Model::ExecuteOnce(std::vector<Tensor> ordered,
                                                        const std::vector<int>& wanted,
                                                        std::vector<double>* step_seconds,
-                                                       absl::Time deadline) const {
+                                                       absl::Time deadline, bool download) const {
   ASSIGN_OR_RETURN(std::unique_ptr<BufferPool> pool, TakePool());
   DeviceRun* device = pool->device();
   if (device == nullptr) {
@@ -210,8 +223,10 @@ absl::StatusOr<std::vector<Tensor>> Model::ExecuteOnce(std::vector<Tensor> order
     }
     ASSIGN_OR_RETURN(std::vector<Tensor> results,
                      plan_->Execute(std::move(ordered), wanted, *pool, step_seconds, deadline));
-    for (Tensor& result : results) {
-      ASSIGN_OR_RETURN(result, device->Download(result));
+    if (download) {
+      for (Tensor& result : results) {
+        ASSIGN_OR_RETURN(result, device->Download(result));
+      }
     }
     return results;
   };

@@ -85,6 +85,17 @@ class Model {
       const std::vector<std::string>& requested_outputs = {},
       absl::Time deadline = absl::InfiniteFuture()) const;
 
+  // Like Run, for callers that move a batch's tensors to and from a device themselves
+  // (enclave/batch_runner.h): inputs may already be device tensors (they are used in place), and
+  // outputs a device executor computed stay in its memory (on_device() tensors that scrub
+  // themselves when their last holder drops them). A device output may share its buffer with an
+  // input or a constant: read it, never write it. Host outputs are as Run's. On the CPU executor
+  // this is Run.
+  absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> RunLeavingOutputsOnDevice(
+      const std::vector<std::pair<std::string, Tensor>>& inputs,
+      const std::vector<std::string>& requested_outputs = {},
+      absl::Time deadline = absl::InfiniteFuture()) const;
+
   // Whether the graph computes every row of its outputs from the same rows of its inputs alone,
   // so that requests concatenated along axis 0 may run as one; when not, why (row_analysis.h).
   const RowIndependence& row_independence() const;
@@ -116,9 +127,16 @@ class Model {
   absl::Status ReturnPool(std::unique_ptr<BufferPool> pool) const;
   // Runs the plan on `ordered` inputs with a pool of its own; on a device executor uploads the
   // inputs and downloads the results.
-  absl::StatusOr<std::vector<Tensor>> ExecuteOnce(
-      std::vector<Tensor> ordered, const std::vector<int>& wanted,
-      std::vector<double>* step_seconds, absl::Time deadline = absl::InfiniteFuture()) const;
+  // With `download` false the results stay where the executor made them.
+  absl::StatusOr<std::vector<Tensor>> ExecuteOnce(std::vector<Tensor> ordered,
+                                                  const std::vector<int>& wanted,
+                                                  std::vector<double>* step_seconds,
+                                                  absl::Time deadline = absl::InfiniteFuture(),
+                                                  bool download = true) const;
+  // Run and RunLeavingOutputsOnDevice.
+  absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> RunAndName(
+      const std::vector<std::pair<std::string, Tensor>>& inputs,
+      const std::vector<std::string>& requested_outputs, absl::Time deadline, bool download) const;
 
   const Executor* executor_ = nullptr;
   std::shared_ptr<const Plan> plan_;

@@ -19,7 +19,7 @@ shared_dir=$(cache_value CLOISTER_SHARED_DIR)
 node_tests=$(cache_value CLOISTER_ONNX_NODE_TESTS)
 build_dir=$(cd "$build" && pwd)
 
-programs=(gpu_executor_test gpu_transfer_test cloister-bench cloister-enclave cloisterd cloister
+programs=(gpu_executor_test gpu_transfer_test batch_runner_gpu_test cloister-bench cloister-enclave cloisterd cloister
           tensor-to-npy models_test onnx-conformance)
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/shared/models" "$out/node"

@@ -3,18 +3,19 @@
 # files in BUNDLE_DIR, e.g. the programs apart from the models, so a rebuild re-packs less) on a
 # machine with an NVIDIA GPU, its driver and the CUDA 13 libraries: the CUDA executor's test
 # (every listed ONNX node test and the shared models against the CPU executor), the device-side
-# AES-GCM test and bench when built, the whole appliance on the shared models with the executor
+# AES-GCM test and bench when built, RunBatch through the device path against the CPU executor,
+# the whole appliance on the shared models with the executor
 # chosen automatically (so CUDA), and cc-tax on the CUDA and on the CPU executor. The programs
 # keep the paths they were built with, so those are recreated as links first.
 #
 #   scripts/gpu/check.sh BUNDLE_DIR LOG_DIR [STEP ...]
-# STEPs (default all): info executor transfer sanitizer appliance cctax coalescing
+# STEPs (default all): info executor transfer sanitizer batch appliance cctax coalescing
 set -uo pipefail
 
 bundle=${1:?usage: check.sh BUNDLE_DIR LOG_DIR [STEP ...]}
 logs=${2:?usage: check.sh BUNDLE_DIR LOG_DIR [STEP ...]}
 shift 2
-steps=${*:-info executor transfer sanitizer appliance cctax coalescing}
+steps=${*:-info executor transfer sanitizer batch appliance cctax coalescing}
 mkdir -p "$logs"
 root=$(mktemp -d)
 for archive in "$bundle"/*.tar.xz; do tar -xJf "$archive" -C "$root"; done
@@ -66,6 +67,9 @@ fi
 if wants sanitizer && [ -x "$bin/gpu_transfer_test" ] && command -v compute-sanitizer >/dev/null; then
   step gpu_transfer_memcheck 180 compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$bin/gpu_transfer_test" --gtest_filter='*emulated*:*Tamper*'
+fi
+if wants batch && [ -x "$bin/batch_runner_gpu_test" ]; then
+  step batch_runner_gpu_test 120 "$bin/batch_runner_gpu_test"
 fi
 if wants appliance; then
   step models_test 240 "$bin/models_test"

@@ -1,0 +1,88 @@
+#include "enclave/pcie/batch_path.h"
+
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "base/status.h"
+
+namespace cloister::enclave::pcie {
+
+namespace {
+
+PathBuffer Lease(StagingBuffer buffer) {
+  auto held = std::make_shared<StagingBuffer>(std::move(buffer));
+  PathBuffer lease;
+  lease.data = held->data();
+  lease.size = held->size();
+  lease.hold = std::move(held);
+  return lease;
+}
+
+struct DevicePaths {
+  absl::Mutex mutex;
+  std::map<std::string, DevicePathFactory, std::less<>> factories ABSL_GUARDED_BY(mutex);
+};
+
+DevicePaths& Registry() {
+  static DevicePaths* const registry = new DevicePaths();  // never destroyed
+  return *registry;
+}
+
+}  // namespace
+
+absl::StatusOr<PathBuffer> HostBatchPath::AcquireHostStaging(size_t size) {
+  ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.AcquireHostStaging(size));
+  return Lease(std::move(buffer));
+}
+
+absl::StatusOr<PathBuffer> HostBatchPath::ToDevice(ByteSpan host) {
+  ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.ToDevice(host));
+  return Lease(std::move(buffer));
+}
+
+absl::StatusOr<PathBuffer> HostBatchPath::AcquireDeviceStaging(size_t size) {
+  ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.AcquireDeviceStaging(size));
+  return Lease(std::move(buffer));
+}
+
+absl::Status HostBatchPath::GatherOnDevice(const PathBuffer& staging,
+                                           std::span<const GatherPiece> pieces) {
+  for (const GatherPiece& piece : pieces) {
+    if (piece.offset > staging.size || piece.size > staging.size - piece.offset) {
+      return absl::InternalError(absl::StrCat("gather of ", piece.size, " bytes at ", piece.offset,
+                                              " overruns a staging buffer of ", staging.size));
+    }
+    if (piece.size > 0) std::memcpy(staging.data + piece.offset, piece.source, piece.size);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PathBuffer> HostBatchPath::ToHost(const PathBuffer& device) {
+  ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.ToHost(device.view()));
+  return Lease(std::move(buffer));
+}
+
+void RegisterDevicePath(std::string executor_name, DevicePathFactory factory) {
+  DevicePaths& registry = Registry();
+  absl::MutexLock lock(&registry.mutex);
+  registry.factories[std::move(executor_name)] = std::move(factory);
+}
+
+absl::StatusOr<std::unique_ptr<BatchPath>> NewDevicePath(std::string_view executor_name,
+                                                         PcieMode mode,
+                                                         const TransferOptions& options) {
+  DevicePathFactory factory;
+  {
+    DevicePaths& registry = Registry();
+    absl::MutexLock lock(&registry.mutex);
+    auto it = registry.factories.find(executor_name);
+    if (it == registry.factories.end()) return std::unique_ptr<BatchPath>();
+    factory = it->second;
+  }
+  return factory(mode, options);
+}
+
+}  // namespace cloister::enclave::pcie

@@ -1,0 +1,115 @@
+// How a batch reaches the memory its executor computes in, and how its outputs come back
+// (DESIGN.md section 7), as RunBatch sees it: a host staging buffer to gather the inputs into,
+// one transfer to the executor's side, an executor-side buffer to gather the outputs into, one
+// transfer back. Two implementations:
+//
+//   host path    (HostBatchPath) the executor computes in host memory (the CPU executor, or any
+//                executor without a path of its own): a TransferPath, whose "device side" is the
+//                enclave's own memory and, in mode emulated, its executor thread decrypts.
+//   device path  registered by a device executor's library (enclave/gpu registers one for
+//                "cuda" and "cuda-strict"): the executor-side buffers are device memory, and in
+//                mode emulated the device decrypts the inputs and seals the outputs.
+//
+// Buffers are leases: each zeroes its block (host or device) when the last holder lets go.
+//
+// Threading: implementations are thread-safe; several batches may cross at once. The registry
+// is thread-safe. Ownership: a PathBuffer's `hold` keeps its block (and the pool it returns to)
+// alive, so buffers may outlive the path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "base/bytes.h"
+#include "enclave/pcie/transfer_path.h"
+
+namespace cloister::enclave::pcie {
+
+// A leased block of staging memory: host memory, or the executor's device memory when the
+// path's executor_memory_on_device() is true (then only the path's own calls and the executor's
+// kernels may touch `data`).
+struct PathBuffer {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<void> hold;  // the lease; its block is zeroed when the last copy goes
+
+  ByteSpan view() const { return {data, size}; }
+  void Release() {
+    hold.reset();
+    data = nullptr;
+    size = 0;
+  }
+};
+
+// `size` bytes from `source` (host memory, or the executor's memory) to `offset` of a buffer.
+struct GatherPiece {
+  size_t offset = 0;
+  const void* source = nullptr;
+  size_t size = 0;
+};
+
+class BatchPath {
+ public:
+  virtual ~BatchPath() = default;
+
+  virtual PcieMode mode() const = 0;
+  // True when the executor-side buffers (ToDevice's result, AcquireDeviceStaging) are device
+  // memory rather than host memory.
+  virtual bool executor_memory_on_device() const = 0;
+
+  // A zeroed host buffer to gather a batch's inputs into. InvalidArgument over the path's
+  // largest transfer.
+  virtual absl::StatusOr<PathBuffer> AcquireHostStaging(size_t size) = 0;
+  // Moves `host` to the executor's side in one transfer. Emulated: DataLoss when a chunk fails
+  // authentication, and nothing is delivered.
+  virtual absl::StatusOr<PathBuffer> ToDevice(ByteSpan host) = 0;
+  // A zeroed executor-side buffer to gather a batch's outputs into.
+  virtual absl::StatusOr<PathBuffer> AcquireDeviceStaging(size_t size) = 0;
+  // Copies each piece into `staging` (from AcquireDeviceStaging) and returns once all are there.
+  // Sources may be host memory or the executor's memory, and must not be written meanwhile.
+  virtual absl::Status GatherOnDevice(const PathBuffer& staging,
+                                      std::span<const GatherPiece> pieces) = 0;
+  // Moves an executor-side buffer back to host memory in one transfer. Same errors as ToDevice.
+  virtual absl::StatusOr<PathBuffer> ToHost(const PathBuffer& device) = 0;
+};
+
+// The host path over `transfer`, which must outlive it.
+class HostBatchPath final : public BatchPath {
+ public:
+  explicit HostBatchPath(TransferPath& transfer) : transfer_(transfer) {}
+
+  PcieMode mode() const override { return transfer_.mode(); }
+  bool executor_memory_on_device() const override { return false; }
+  absl::StatusOr<PathBuffer> AcquireHostStaging(size_t size) override;
+  absl::StatusOr<PathBuffer> ToDevice(ByteSpan host) override;
+  absl::StatusOr<PathBuffer> AcquireDeviceStaging(size_t size) override;
+  absl::Status GatherOnDevice(const PathBuffer& staging,
+                              std::span<const GatherPiece> pieces) override;
+  absl::StatusOr<PathBuffer> ToHost(const PathBuffer& device) override;
+
+ private:
+  TransferPath& transfer_;
+};
+
+// Makes a device executor's path for `mode` with the host path's options (chunk size, sealing
+// threads, largest transfer, idle buffers, the in-flight test hook); FailedPrecondition when the
+// device is not there.
+using DevicePathFactory =
+    std::function<absl::StatusOr<std::unique_ptr<BatchPath>>(PcieMode, const TransferOptions&)>;
+
+// Called by a device executor's library when it is linked in, under its executor's name.
+void RegisterDevicePath(std::string executor_name, DevicePathFactory factory);
+
+// The path registered for the executor named `executor_name`, made for `mode`; nullptr when
+// that executor computes in host memory (none registered), so batches take a HostBatchPath.
+absl::StatusOr<std::unique_ptr<BatchPath>> NewDevicePath(std::string_view executor_name,
+                                                         PcieMode mode,
+                                                         const TransferOptions& options);
+
+}  // namespace cloister::enclave::pcie
