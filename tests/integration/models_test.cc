@@ -2,10 +2,13 @@
 // user runs it: cloisterd (with the real cloister-enclave) on a loopback port, the `cloister`
 // CLI to create a key, attest, upload the model and infer, and the tensor-to-npy tool to turn
 // the reference inputs (ONNX TensorProto files) into .npy files. Every reference set must come
-// back within the suite's tolerance |a-b| <= 1e-3 + 1e-3*|b|.
+// back within the suite's tolerance |a-b| <= 1e-3 + 1e-3*|b|. The device runs PCIe mode
+// emulated, so every batch crosses to the executor sealed: on a machine with a GPU (executor
+// auto takes CUDA) it is decrypted by the device's GCM kernels, on the CPU by the executor side.
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,8 +49,15 @@ class ModelsTest : public ::testing::TestWithParam<SharedModel> {
  protected:
   void SetUp() override {
     work_ = MakeTempDir("cloister-models");
-    appliance_ = std::make_unique<Appliance>(CLOISTERD_BINARY, work_ + "/data");
+    const std::string config = work_ + "/cloisterd.yaml";
+    std::ofstream(config) << "operator:\n  listen: 127.0.0.1:0\n"
+                          << "devices:\n  - name: dev0\n    pcie_mode: emulated\n";
+    appliance_ = std::make_unique<Appliance>(CLOISTERD_BINARY, work_ + "/data",
+                                             std::vector<std::string>{"--config", config});
     ASSERT_TRUE(appliance_->Start().ok()) << appliance_->Logs();
+    EXPECT_NE(appliance_->Logs().find(R"("event":"pcie_path","mode":"emulated")"),
+              std::string::npos)
+        << appliance_->Logs();
     key_ = work_ + "/tenant.key";
     RunResult keygen = Cli({"keygen", "--key", key_});
     ASSERT_EQ(keygen.exit_code, 0) << keygen.err;
