@@ -4,9 +4,10 @@
 # machine with an NVIDIA GPU, its driver and the CUDA 13 libraries: the CUDA executor's test
 # (every listed ONNX node test and the shared models against the CPU executor), the device-side
 # AES-GCM test and bench when built, RunBatch through the device path against the CPU executor,
-# the whole appliance on the shared models with the executor
-# chosen automatically (so CUDA), and cc-tax on the CUDA and on the CPU executor. The programs
-# keep the paths they were built with, so those are recreated as links first.
+# the whole appliance on the shared models with the executor chosen automatically (so CUDA) in
+# PCIe mode emulated (the device path and its GCM kernels end to end), and cc-tax on the CUDA and
+# on the CPU executor. The programs keep the paths they were built with, so those are recreated
+# as links first.
 #
 #   scripts/gpu/check.sh BUNDLE_DIR LOG_DIR [STEP ...]
 # STEPs (default all): info executor transfer sanitizer batch appliance cctax coalescing
