@@ -3,8 +3,10 @@
 // Threading: BLAS's own threads; the function itself is reentrant.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "enclave/runtime/tensor.h"
 
 namespace cloister::runtime {
@@ -12,6 +14,37 @@ namespace cloister::runtime {
 template <typename T>
 void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+
+// Multiply-adds per row block of GemmInRowBlocks: a few to a few tens of milliseconds on one
+// core, and still one large BLAS call per block.
+inline constexpr int64_t kRowBlockMultiplyAdds = int64_t{1} << 26;
+
+// Gemm over blocks of whole rows of C of about `block_multiply_adds` each, calling `between()`
+// (returning absl::Status; the kernels pass their run's deadline check) between two blocks and
+// returning its first error, so that one huge product stops at the run's deadline instead of
+// running to its end. The rows after the error are left as they were.
+template <typename T, typename Between>
+absl::Status GemmInRowBlocks(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                             T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+                             T* c, int64_t ldc, Between&& between,
+                             int64_t block_multiply_adds = kRowBlockMultiplyAdds) {
+  const int64_t rows = std::max<int64_t>(1, block_multiply_adds / std::max<int64_t>(1, n * k));
+  if (m <= rows) {
+    Gemm<T>(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return absl::OkStatus();
+  }
+  for (int64_t first = 0; first < m; first += rows) {
+    if (first > 0) {
+      absl::Status status = between();
+      if (!status.ok()) return status;
+    }
+    // Rows of op(A): rows of A, or columns of A when it is transposed.
+    const T* block = transpose_a ? a + first : a + first * lda;
+    Gemm<T>(transpose_a, transpose_b, std::min(rows, m - first), n, k, alpha, block, lda, b, ldb,
+            beta, c + first * ldc, ldc);
+  }
+  return absl::OkStatus();
+}
 
 // Runs `f` with a value of the element type of `dtype` when Gemm has that type (float, double,
 // int32, int64, uint32, uint64); false otherwise (see dispatch.h for the other type sets).

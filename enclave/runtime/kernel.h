@@ -148,7 +148,8 @@ class KernelContext {
   std::vector<Tensor>& outputs() { return outputs_; }
 
   // The run's deadline. Kernels whose one step can run long (a convolution over many images, a
-  // recurrent layer over a long sequence, an If branch) call CheckDeadline() between pieces of
+  // recurrent layer over a long sequence, an If branch, a large matrix product: gemm.h
+  // GemmInRowBlocks) call CheckDeadline() between pieces of
   // work: DeadlineExceeded once it has passed, so a run does not wait for the step to end.
   void set_deadline(absl::Time deadline) { deadline_ = deadline; }
   absl::Time deadline() const { return deadline_; }

@@ -1250,6 +1250,10 @@ class MatMulKernel : public Kernel {
     const int64_t batches = Product(batch, 0, batch.size());
     const int64_t a_batches = Product(batch_a, 0, batch_a.size());
     const int64_t b_batches = Product(batch_b, 0, batch_b.size());
+    // One product can be large: the run's deadline is checked between blocks of rows and
+    // between batch items once they add up to a block's work.
+    auto deadline = [&context] { return context.CheckDeadline(); };
+    absl::Status status;
     auto run = [&](auto tag) {
       using T = decltype(tag);
       const T* ad = a.data<T>();
@@ -1258,13 +1262,21 @@ class MatMulKernel : public Kernel {
       const T beta = has_bias ? T(1) : T(0);
       if (b_batches == 1) {
         // Weights shared by every batch (then the batch dims are A's): one tall multiply.
-        Gemm<T>(false, false, a_batches * m, n, k, T(1), ad, k, bd, n, beta, yd, n);
+        status = GemmInRowBlocks<T>(false, false, a_batches * m, n, k, T(1), ad, k, bd, n, beta, yd,
+                                    n, deadline);
         return;
       }
       // General broadcast over batch dims: walk the output batch index.
       const size_t rank = batch.size();
       std::vector<int64_t> index(rank, 0);
+      int64_t unchecked = 0;  // multiply-adds since the last deadline check
       for (int64_t i = 0; i < batches; ++i) {
+        if (unchecked >= kRowBlockMultiplyAdds) {
+          status = deadline();
+          if (!status.ok()) return;
+          unchecked = 0;
+        }
+        unchecked += m * n * k;
         int64_t ai = 0, bi = 0, a_stride = 1, b_stride = 1;
         for (size_t d = rank; d-- > 0;) {
           const size_t da = d + batch_a.size() - rank, db = d + batch_b.size() - rank;
@@ -1277,8 +1289,9 @@ class MatMulKernel : public Kernel {
             b_stride *= batch_b[db];
           }
         }
-        Gemm<T>(false, false, m, n, k, T(1), ad + ai * m * k, k, bd + bi * k * n, n, beta,
-                yd + i * m * n, n);
+        status = GemmInRowBlocks<T>(false, false, m, n, k, T(1), ad + ai * m * k, k,
+                                    bd + bi * k * n, n, beta, yd + i * m * n, n, deadline);
+        if (!status.ok()) return;
         for (size_t d = rank; d-- > 0;) {
           if (++index[d] < batch[d]) break;
           index[d] = 0;
@@ -1288,6 +1301,7 @@ class MatMulKernel : public Kernel {
     if (!DispatchGemm(a.dtype(), run)) {
       return absl::InternalError("MatMul dispatched on an unchecked type");
     }
+    RETURN_IF_ERROR(status);
     if (activation_.kind != Activation::Kind::kNone) {
       activation_.Apply(y->data<float>(), y->count());
     }
@@ -1367,8 +1381,9 @@ class GemmKernel : public Kernel {
         }
         beta = static_cast<T>(beta_);
       }
-      Gemm<T>(trans_a_, trans_b_, m, n, k, static_cast<T>(alpha_), a.data<T>(), a.dim(1),
-              b.data<T>(), b.dim(1), beta, yd, n);
+      status = GemmInRowBlocks<T>(trans_a_, trans_b_, m, n, k, static_cast<T>(alpha_), a.data<T>(),
+                                  a.dim(1), b.data<T>(), b.dim(1), beta, yd, n,
+                                  [&context] { return context.CheckDeadline(); });
     };
     if (!DispatchGemm(a.dtype(), run)) {
       return absl::InternalError("Gemm dispatched on an unchecked type");

@@ -78,8 +78,8 @@ class Model {
   // unknown name is InvalidArgument). A kernel failure (for example a shape that only turns out
   // inconsistent at run time) is an error naming the node. A run still going at `deadline`
   // stops with DeadlineExceeded between two steps, and inside the steps that can run long:
-  // between two images of a convolution, two time steps of an LSTM, two steps of an If branch
-  // (a single matrix product, or one image's convolution, runs to its end).
+  // between two images of a convolution, two time steps of an LSTM, two steps of an If branch,
+  // two row blocks of a MatMul or Gemm (one image's convolution runs to its end).
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Run(
       const std::vector<std::pair<std::string, Tensor>>& inputs,
       const std::vector<std::string>& requested_outputs = {},

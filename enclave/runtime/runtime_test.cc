@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "enclave/runtime/gemm.h"
 #include "enclave/runtime/graph_builder_for_test.h"
 #include "enclave/runtime/model.h"
 #include "enclave/runtime/onnx_tensor.h"
@@ -943,7 +944,8 @@ class DeadlineInsideAStep : public ::testing::Test {
   }
 
   static void ExpectStopsEarly(const Model& model,
-                               const std::vector<std::pair<std::string, Tensor>>& inputs) {
+                               const std::vector<std::pair<std::string, Tensor>>& inputs,
+                               const std::string& node = "'conv' (Conv)") {
     const absl::Time start = absl::Now();
     ASSERT_TRUE(model.Run(inputs).ok());
     const absl::Duration full = absl::Now() - start;
@@ -953,7 +955,7 @@ class DeadlineInsideAStep : public ::testing::Test {
     ASSERT_FALSE(stopped.ok());
     EXPECT_EQ(stopped.status().code(), absl::StatusCode::kDeadlineExceeded) << stopped.status();
     EXPECT_THAT(stopped.status().message(), HasSubstr("inside this step"));
-    EXPECT_THAT(stopped.status().message(), HasSubstr("'conv' (Conv)"));
+    EXPECT_THAT(stopped.status().message(), HasSubstr(node));
     EXPECT_LT(taken, full / 2) << "full run " << full;
   }
 
@@ -971,6 +973,81 @@ TEST_F(DeadlineInsideAStep, AnIfBranchGetsTheRunsDeadline) {
   auto model = LoadOrDie(ConvModel(true));
   ASSERT_NE(model, nullptr);
   ExpectStopsEarly(*model, {{"flag", *Tensor::FromVector<bool>({}, {true})}, {"x", images_}});
+}
+
+// One matrix product of 4096 x 512 by 512 x 512 (16 row blocks of kRowBlockMultiplyAdds) stops
+// between two blocks; so does a Gemm, whose A comes transposed.
+TEST_F(DeadlineInsideAStep, AMatrixProductStopsBetweenRowBlocks) {
+  for (const std::string op : {"MatMul", "Gemm"}) {
+    SCOPED_TRACE(op);
+    GraphBuilder builder(13);
+    const bool gemm = op == "Gemm";
+    builder
+        .Input("x", onnx::TensorProto::FLOAT,
+               gemm ? std::vector<int64_t>{512, 4096} : std::vector<int64_t>{4096, 512})
+        .FloatInitializer("w", {512, 512}, RandomFloats(512 * 512, 6));
+    auto& node = builder.Node(op, {"x", "w"}, {"y"}, "product");
+    if (gemm) SetInt(node, "transA", 1);
+    builder.Output("y");
+    auto model = LoadOrDie(builder);
+    ASSERT_NE(model, nullptr);
+    ASSERT_EQ(model->step_count(), 1u);
+    const std::vector<int64_t> shape =
+        gemm ? std::vector<int64_t>{512, 4096} : std::vector<int64_t>{4096, 512};
+    ExpectStopsEarly(*model, {{"x", FloatTensor(shape, RandomFloats(4096 * 512, 7))}},
+                     "'product' (" + op + ")");
+  }
+}
+
+// Blocked products compute what one product computes: every transpose combination, in blocks
+// of 7 rows (the last one shorter), against a plain loop in double; an error between two blocks
+// stops the product there, leaving the later rows as they were.
+TEST(GemmInRowBlocksTest, BlocksGiveTheSameProductAsOneCallAndStopAtAnError) {
+  const int64_t m = 67, n = 9, k = 8, block = 7 * n * k;
+  const std::vector<float> a = RandomFloats(m * k, 1), b = RandomFloats(k * n, 2);
+  for (bool transpose_a : {false, true}) {
+    for (bool transpose_b : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("transpose_a ", transpose_a, " transpose_b ", transpose_b));
+      // op(A) is m x k: stored m x k, or k x m when transposed; op(B) likewise k x n.
+      auto a_at = [&](int64_t i, int64_t p) { return transpose_a ? a[p * m + i] : a[i * k + p]; };
+      auto b_at = [&](int64_t p, int64_t j) { return transpose_b ? b[j * k + p] : b[p * n + j]; };
+      auto product = [&](int stop_at_call, int& calls) {
+        std::vector<float> c(m * n, 1.0f);
+        absl::Status status = GemmInRowBlocks<float>(
+            transpose_a, transpose_b, m, n, k, 2.0f, a.data(), transpose_a ? m : k, b.data(),
+            transpose_b ? k : n, 0.5f, c.data(), n,
+            [&] {
+              return ++calls == stop_at_call ? absl::DeadlineExceededError("stop")
+                                             : absl::OkStatus();
+            },
+            block);
+        return std::make_pair(status, c);
+      };
+      int calls = 0;
+      auto [status, c] = product(/*stop_at_call=*/0, calls);
+      ASSERT_TRUE(status.ok());
+      EXPECT_EQ(calls, 9);  // between the 10 blocks
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0.5;
+          for (int64_t p = 0; p < k; ++p) want += 2.0 * a_at(i, p) * b_at(p, j);
+          ASSERT_NEAR(c[i * n + j], want, 1e-4) << "row " << i << " column " << j;
+        }
+      }
+      calls = 0;
+      auto [stopped, partial] = product(/*stop_at_call=*/3, calls);
+      EXPECT_EQ(stopped.code(), absl::StatusCode::kDeadlineExceeded);
+      EXPECT_EQ(calls, 3);
+      for (int64_t i = 0; i < m; ++i) {
+        // Three blocks of 7 rows ran; the rest is untouched.
+        if (i < 21) {
+          EXPECT_EQ(partial[i * n], c[i * n]) << "row " << i;
+        } else {
+          EXPECT_EQ(partial[i * n], 1.0f) << "row " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(GraphTest, RuntimeShapeErrorNamesNode) {
