@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "enclave/batch_request_for_test.h"
 #include "enclave/batch_runner.h"
 #include "enclave/pcie/batch_path.h"
 #include "enclave/pcie/transfer_path.h"
@@ -82,14 +83,8 @@ class GpuBatchTest : public ::testing::Test {
 
   // A request of `rows` rows of `columns` floats drawn from `seed`.
   BatchRequest Request(uint32_t seed, int64_t rows, int64_t columns = 4) {
-    auto& values = storage_.emplace_back(runtime::RandomFloats(rows * columns, seed));
-    BatchRequest request;
-    request.inputs.push_back(
-        {"x",
-         runtime::DataType::kFloat,
-         {rows, columns},
-         ByteSpan(reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float))});
-    return request;
+    return FloatRowsRequest(storage_.emplace_back(runtime::RandomFloats(rows * columns, seed)),
+                            rows, columns);
   }
 
   // Every reply of `got` equals the same request's reply in `want`, byte for byte (Neg and Add

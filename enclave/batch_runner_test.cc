@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/task_pool.h"
+#include "enclave/batch_request_for_test.h"
 #include "enclave/pcie/transfer_path.h"
 #include "enclave/runtime/graph_builder_for_test.h"
 #include "enclave/runtime/model.h"
@@ -39,13 +40,7 @@ class BatchRunnerTest : public ::testing::Test {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < columns; ++c) values.push_back(static_cast<float>(id * 100 + r));
     }
-    BatchRequest request;
-    request.inputs.push_back(
-        {"x",
-         runtime::DataType::kFloat,
-         {rows, columns},
-         ByteSpan(reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float))});
-    return request;
+    return FloatRowsRequest(values, rows, columns);
   }
 
   // Checks request `id`'s reply: y = -x and z = x + w over its own rows only.
