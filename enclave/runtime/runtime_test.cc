@@ -975,7 +975,7 @@ TEST_F(DeadlineInsideAStep, AnIfBranchGetsTheRunsDeadline) {
   ExpectStopsEarly(*model, {{"flag", *Tensor::FromVector<bool>({}, {true})}, {"x", images_}});
 }
 
-// One matrix product of 4096 x 512 by 512 x 512 (16 row blocks of kRowBlockMultiplyAdds) stops
+// One matrix product of 8192 x 512 by 512 x 512 (8 row blocks of kRowBlockMultiplyAdds) stops
 // between two blocks; so does a Gemm, whose A comes transposed.
 TEST_F(DeadlineInsideAStep, AMatrixProductStopsBetweenRowBlocks) {
   for (const std::string op : {"MatMul", "Gemm"}) {
@@ -984,7 +984,7 @@ TEST_F(DeadlineInsideAStep, AMatrixProductStopsBetweenRowBlocks) {
     const bool gemm = op == "Gemm";
     builder
         .Input("x", onnx::TensorProto::FLOAT,
-               gemm ? std::vector<int64_t>{512, 4096} : std::vector<int64_t>{4096, 512})
+               gemm ? std::vector<int64_t>{512, 8192} : std::vector<int64_t>{8192, 512})
         .FloatInitializer("w", {512, 512}, RandomFloats(512 * 512, 6));
     auto& node = builder.Node(op, {"x", "w"}, {"y"}, "product");
     if (gemm) SetInt(node, "transA", 1);
@@ -993,8 +993,8 @@ TEST_F(DeadlineInsideAStep, AMatrixProductStopsBetweenRowBlocks) {
     ASSERT_NE(model, nullptr);
     ASSERT_EQ(model->step_count(), 1u);
     const std::vector<int64_t> shape =
-        gemm ? std::vector<int64_t>{512, 4096} : std::vector<int64_t>{4096, 512};
-    ExpectStopsEarly(*model, {{"x", FloatTensor(shape, RandomFloats(4096 * 512, 7))}},
+        gemm ? std::vector<int64_t>{512, 8192} : std::vector<int64_t>{8192, 512};
+    ExpectStopsEarly(*model, {{"x", FloatTensor(shape, RandomFloats(8192 * 512, 7))}},
                      "'product' (" + op + ")");
   }
 }
