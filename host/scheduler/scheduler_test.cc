@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -453,6 +454,63 @@ TEST_F(SchedulerTest, QueuesOfOneTenantThatExpireTogetherAreAllRetired) {
   EXPECT_TRUE(answers_.Of("busy")[0].ok());
   EXPECT_TRUE(answers_.Of("a2")[0].ok());
   EXPECT_TRUE(answers_.Of("b2")[0].ok());
+}
+
+// Random operations on a fake clock, with fixed seeds: three tenants of different classes, three
+// models, short and no deadlines, cancellations, time passing and batches completing in between.
+// Every request gets exactly one answer and the scheduler never trips an internal check (the
+// run above found queues that expired together aborting it).
+TEST_F(SchedulerTest, RandomOperationsGiveEveryRequestExactlyOneAnswer) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed));
+    const int answered_before = answers_.total();
+    options_.tenant_limits["acme"].priority = PriorityClass::kRealtime;
+    options_.tenant_limits["initech"].priority = PriorityClass::kBatch;
+    Start(/*max_batch_size=*/3, /*max_queue_delay=*/absl::Milliseconds(2), /*max_in_flight=*/2);
+    std::mt19937 random(seed);
+    const char* tenants[] = {"acme", "globex", "initech"};
+    const char* models[] = {kModelA, kModelB, "cccccccccccccccccccccccccccccccc"};
+    std::vector<Scheduler::Ticket> tickets;
+    std::vector<std::string> ids;
+    for (int op = 0; op < 300; ++op) {
+      switch (random() % 4) {
+        case 0:
+        case 1: {
+          const std::string id = absl::StrCat("s", seed, "-", op);
+          absl::Time deadline = absl::InfiniteFuture();
+          if (random() % 2 == 0) deadline = clock_.Now() + absl::Milliseconds(random() % 8);
+          tickets.push_back(Submit(tenants[random() % 3], models[random() % 3], id, deadline));
+          ids.push_back(id);
+          break;
+        }
+        case 2:
+          if (!tickets.empty()) scheduler_->Cancel(tickets[random() % tickets.size()]);
+          Advance(absl::Milliseconds(random() % 4));
+          break;
+        case 3:
+          if (!enclave_.Pending().empty()) {
+            const HostToEnclave call = enclave_.Pending().front();
+            enclave_.Complete(call.call_id(), ReplyTo(call));
+          }
+          break;
+      }
+    }
+    // Drain: time passes and the worker answers until every request has its answer.
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    auto answered = [&] { return answers_.total() - answered_before; };
+    while (answered() < static_cast<int>(ids.size()) && absl::Now() < give_up) {
+      for (const HostToEnclave& call : enclave_.Pending()) {
+        enclave_.Complete(call.call_id(), ReplyTo(call));
+      }
+      Advance(absl::Milliseconds(5));
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_EQ(answered(), static_cast<int>(ids.size()));
+    for (const std::string& id : ids) ASSERT_EQ(answers_.Of(id).size(), 1u) << id;
+    EXPECT_EQ(scheduler_->queued_count(), 0);
+    StopFailingPending(*scheduler_, enclave_);
+    scheduler_.reset();
+  }
 }
 
 TEST_F(SchedulerTest, TenantQueueLimitIsResourceExhausted) {
