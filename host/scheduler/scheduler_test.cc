@@ -1040,6 +1040,92 @@ TEST(SchedulerWorkersTest, BatchesSpreadOverWorkersAndPinnedRequestsStay) {
   (*scheduler)->Stop();
 }
 
+// Random operations over two workers on a fake clock, with fixed seeds: requests pinned to
+// either worker or to none, small queue limits (refusals), short deadlines, cancels, and
+// batches that complete, fail or come back in any order. Every request gets exactly one answer.
+TEST(SchedulerWorkersTest, RandomOperationsGiveEveryRequestExactlyOneAnswer) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed));
+    FakeClock clock;
+    FakeEnclaveClient workers[2];
+    SchedulerOptions options;
+    options.max_batch_size = 4;
+    options.max_queue_delay = absl::Milliseconds(1);
+    options.max_batches_in_flight = 2;
+    options.default_limits.max_queued_requests = 6;
+    options.tenant_limits["acme"].priority = PriorityClass::kRealtime;
+    options.tenant_limits["initech"].priority = PriorityClass::kBatch;
+    options.tenant_limits["initech"].weight = 3;
+    options.clock = &clock;
+    auto scheduler = Scheduler::Create({&workers[0], &workers[1]}, options);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    Answers answers;
+    std::mt19937 random(seed);
+    const char* tenants[] = {"acme", "globex", "initech"};
+    const char* models[] = {kModelA, kModelB};
+    const int pins[] = {kAnyWorker, 0, 1};
+    std::vector<Scheduler::Ticket> tickets;
+    int submitted = 0;
+    auto answer = [&](FakeEnclaveClient& worker, bool newest) {
+      std::vector<HostToEnclave> pending = worker.Pending();
+      if (pending.empty()) return;
+      const HostToEnclave& call = newest ? pending.back() : pending.front();
+      if (random() % 5 == 0) {
+        worker.Complete(call.call_id(), absl::UnavailableError("worker restarted"));
+      } else {
+        worker.Complete(call.call_id(), ReplyTo(call));
+      }
+    };
+    for (int op = 0; op < 300; ++op) {
+      switch (random() % 5) {
+        case 0:
+        case 1: {
+          InferRequest request;
+          request.tenant_id = tenants[random() % 3];
+          const std::string id = absl::StrCat("w", seed, "-", op);
+          request.item.set_session_id("session-" + request.tenant_id);
+          request.item.set_request_id(id);
+          request.item.set_model_handle(models[random() % 2]);
+          request.item.set_ciphertext("c");
+          request.worker = pins[random() % 3];
+          if (random() % 2 == 0) request.deadline = clock.Now() + absl::Milliseconds(random() % 6);
+          tickets.push_back((*scheduler)->Submit(std::move(request), answers.For(id)));
+          ++submitted;
+          break;
+        }
+        case 2:
+          if (!tickets.empty()) (*scheduler)->Cancel(tickets[random() % tickets.size()]);
+          break;
+        case 3:
+          clock.Advance(absl::Milliseconds(random() % 3));
+          (*scheduler)->WakeForTest();
+          break;
+        case 4:
+          answer(workers[random() % 2], random() % 2 == 0);
+          break;
+      }
+    }
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (answers.total() < submitted && absl::Now() < give_up) {
+      for (FakeEnclaveClient& worker : workers) {
+        for (const HostToEnclave& call : worker.Pending()) {
+          worker.Complete(call.call_id(), ReplyTo(call));
+        }
+      }
+      clock.Advance(absl::Milliseconds(5));
+      (*scheduler)->WakeForTest();
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_EQ(answers.total(), submitted);
+    for (int op = 0; op < 300; ++op) {
+      const std::string id = absl::StrCat("w", seed, "-", op);
+      EXPECT_LE(answers.Of(id).size(), 1u) << id;
+    }
+    EXPECT_EQ((*scheduler)->queued_count(), 0);
+    (*scheduler)->Stop();
+  }
+}
+
 TEST(SchedulerLoadTest, ExactlyOneAnswerPerRequestUnderMixedConcurrentLoad) {
   FakeClock clock;
   std::atomic<int> batches{0};
