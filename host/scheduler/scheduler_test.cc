@@ -457,7 +457,8 @@ TEST_F(SchedulerTest, QueuesOfOneTenantThatExpireTogetherAreAllRetired) {
 }
 
 // Random operations on a fake clock, with fixed seeds: three tenants of different classes, three
-// models, short and no deadlines, cancellations, time passing and batches completing in between.
+// models, short and no deadlines, cancellations, time passing and batches completing in between,
+// beside a periodic realtime sender.
 // Every request gets exactly one answer and the scheduler never trips an internal check (the
 // run above found queues that expired together aborting it).
 TEST_F(SchedulerTest, RandomOperationsGiveEveryRequestExactlyOneAnswer) {
@@ -466,13 +467,23 @@ TEST_F(SchedulerTest, RandomOperationsGiveEveryRequestExactlyOneAnswer) {
     const int answered_before = answers_.total();
     options_.tenant_limits["acme"].priority = PriorityClass::kRealtime;
     options_.tenant_limits["initech"].priority = PriorityClass::kBatch;
+    options_.tenant_limits["periodic"].priority = PriorityClass::kRealtime;
     Start(/*max_batch_size=*/3, /*max_queue_delay=*/absl::Milliseconds(2), /*max_in_flight=*/2);
     std::mt19937 random(seed);
     const char* tenants[] = {"acme", "globex", "initech"};
     const char* models[] = {kModelA, kModelB, "cccccccccccccccccccccccccccccccc"};
     std::vector<Scheduler::Ticket> tickets;
     std::vector<std::string> ids;
+    // Beside the random senders, a realtime tenant that sends every 6 ms of the clock, so the
+    // scheduler learns its period and plans best-effort batches around it.
+    absl::Time next_periodic = clock_.Now();
     for (int op = 0; op < 300; ++op) {
+      for (int late = 0; clock_.Now() >= next_periodic; ++late) {
+        const std::string id = absl::StrCat("p", seed, "-", op, "-", late);
+        tickets.push_back(Submit("periodic", kModelA, id));
+        ids.push_back(id);
+        next_periodic += absl::Milliseconds(6);
+      }
       switch (random() % 4) {
         case 0:
         case 1: {
