@@ -217,22 +217,21 @@ absl::StatusOr<std::vector<CcTaxResult>> RunCcTax(const CcTaxOptions& options, s
                                                   std::FILE* log) {
   enclave::pcie::TransferOptions transfer_options;
   transfer_options.threads = options.transfer_threads;
-  ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> host_off,
-                   TransferPath::Create(PcieMode::kOff, transfer_options));
-  ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> host_emulated,
-                   TransferPath::Create(PcieMode::kEmulated, transfer_options));
-  // The enclave's choice: the executor's own path into device memory when it has one.
+  // The enclave's choice: the executor's own path into device memory when it has one, else the
+  // host path over a TransferPath (made only then).
   ASSIGN_OR_RETURN(const runtime::Executor* executor, runtime::FindExecutor(options.executor));
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<BatchPath> off,
-      enclave::pcie::NewDevicePath(executor->name(), PcieMode::kOff, transfer_options));
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<BatchPath> emulated,
-      enclave::pcie::NewDevicePath(executor->name(), PcieMode::kEmulated, transfer_options));
-  if (off == nullptr) off = std::make_unique<enclave::pcie::HostBatchPath>(*host_off);
-  if (emulated == nullptr) {
-    emulated = std::make_unique<enclave::pcie::HostBatchPath>(*host_emulated);
-  }
+  std::vector<std::unique_ptr<TransferPath>> host_transfers;
+  auto path_for = [&](PcieMode mode) -> absl::StatusOr<std::unique_ptr<BatchPath>> {
+    ASSIGN_OR_RETURN(std::unique_ptr<BatchPath> device,
+                     enclave::pcie::NewDevicePath(executor->name(), mode, transfer_options));
+    if (device != nullptr) return device;
+    ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> transfer,
+                     TransferPath::Create(mode, transfer_options));
+    host_transfers.push_back(std::move(transfer));
+    return std::make_unique<enclave::pcie::HostBatchPath>(*host_transfers.back());
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchPath> off, path_for(PcieMode::kOff));
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchPath> emulated, path_for(PcieMode::kEmulated));
   std::vector<CcTaxResult> results;
   for (const std::string& model_name : options.models) {
     const auto& known = BenchModels();

@@ -143,14 +143,15 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
       std::make_unique<SessionManager>(&enclave->keys_, opts.clock, opts.session_limits);
   enclave->models_ = std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options,
                                                   opts.model_limits);
-  ASSIGN_OR_RETURN(enclave->transfer_, pcie::TransferPath::Create(opts.pcie_mode, opts.pcie_options));
   // A device executor with a path of its own takes batches into device memory (and in mode
-  // emulated decrypts them there); the others compute in host memory.
+  // emulated decrypts them there); the others compute in host memory, over a TransferPath.
   const std::string_view executor_name =
       opts.load_options.executor != nullptr ? opts.load_options.executor->name() : "cpu";
   ASSIGN_OR_RETURN(enclave->batch_path_,
                    pcie::NewDevicePath(executor_name, opts.pcie_mode, opts.pcie_options));
   if (enclave->batch_path_ == nullptr) {
+    ASSIGN_OR_RETURN(enclave->transfer_,
+                     pcie::TransferPath::Create(opts.pcie_mode, opts.pcie_options));
     enclave->batch_path_ = std::make_unique<pcie::HostBatchPath>(*enclave->transfer_);
   }
   if (opts.run_threads > 1) enclave->runs_ = std::make_unique<TaskPool>(opts.run_threads);
@@ -159,7 +160,7 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   Log(opts.pcie_mode == pcie::PcieMode::kOff && !sim_tee ? LogLevel::kWarning : LogLevel::kInfo,
       "pcie_path",
       {{"mode", std::string(pcie::PcieModeName(opts.pcie_mode))},
-       {"threads", enclave->transfer_->threads()},
+       {"threads", enclave->batch_path_->threads()},
        {"executor_memory", enclave->batch_path_->executor_memory_on_device() ? "device" : "host"},
        {"chunk_size", static_cast<unsigned long>(opts.pcie_options.chunk_size)},
        {"plaintext_on_bus", opts.pcie_mode == pcie::PcieMode::kOff ? "yes" : "no"}});

@@ -21,6 +21,7 @@
 #include "attest/collector.h"
 #include "attest/collectors/hardware_collector.h"
 #include "base/clock.h"
+#include "base/status.h"
 #include "base/task_pool.h"
 #include "cloister/boundary/v1/boundary.pb.h"
 #include "enclave/accounting/usage_ledger.h"
@@ -86,10 +87,14 @@ class Enclave {
   // fields, so a caller that is done with the call moves it in.
   boundary::v1::EnclaveToHost Handle(boundary::v1::HostToEnclave call);
 
-  // The batches' host transfer path (for its statistics; batches to a device executor with a
-  // path of its own take that path instead, see batch_path.h) and the enclave's public signing key
-  // (the one in its evidence bundle, which verifies its usage receipts).
-  const pcie::TransferPath& transfer_path() const { return *transfer_; }
+  // The batches' host transfer path, for its statistics: only when models compute in host
+  // memory (a device executor with a path of its own has no host path; see batch_path.h).
+  // And the enclave's public signing key (the one in its evidence bundle, which verifies its
+  // usage receipts).
+  const pcie::TransferPath& transfer_path() const {
+    CLOISTER_CHECK(transfer_ != nullptr);
+    return *transfer_;
+  }
   const Bytes& signing_public_key() const { return keys_.signing_public_key; }
 
  private:
@@ -128,7 +133,7 @@ class Enclave {
   std::deque<Bytes> recent_digests_ ABSL_GUARDED_BY(evidence_mu_);
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<ModelStore> models_;
-  std::unique_ptr<pcie::TransferPath> transfer_;
+  std::unique_ptr<pcie::TransferPath> transfer_;  // the host path's; null with a device path
   std::unique_ptr<pcie::BatchPath> batch_path_;  // over transfer_, or the executor's own
   std::unique_ptr<TaskPool> runs_;  // nullptr when run_threads is 1
   std::unique_ptr<UsageLedger> usage_;

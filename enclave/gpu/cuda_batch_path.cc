@@ -4,26 +4,12 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "enclave/gpu/cuda_device.h"
 
 namespace cloister::gpu {
 
 namespace pcie = enclave::pcie;
-
-namespace {
-
-pcie::PathBuffer Lease(CudaBuffer buffer) {
-  auto held = std::make_shared<CudaBuffer>(std::move(buffer));
-  pcie::PathBuffer lease;
-  lease.data = held->data();
-  lease.size = held->size();
-  lease.hold = std::move(held);
-  return lease;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBatchPath>> CudaBatchPath::Create(
     pcie::PcieMode mode, const pcie::TransferOptions& options) {
@@ -40,17 +26,17 @@ absl::StatusOr<std::unique_ptr<CudaBatchPath>> CudaBatchPath::Create(
 
 absl::StatusOr<pcie::PathBuffer> CudaBatchPath::AcquireHostStaging(size_t size) {
   ASSIGN_OR_RETURN(CudaBuffer buffer, transfer_->AcquireHostStaging(size));
-  return Lease(std::move(buffer));
+  return pcie::HoldLease(std::move(buffer));
 }
 
 absl::StatusOr<pcie::PathBuffer> CudaBatchPath::ToDevice(ByteSpan host) {
   ASSIGN_OR_RETURN(CudaBuffer buffer, transfer_->ToDevice(host));
-  return Lease(std::move(buffer));
+  return pcie::HoldLease(std::move(buffer));
 }
 
 absl::StatusOr<pcie::PathBuffer> CudaBatchPath::AcquireDeviceStaging(size_t size) {
   ASSIGN_OR_RETURN(CudaBuffer buffer, transfer_->AcquireDeviceStaging(size));
-  return Lease(std::move(buffer));
+  return pcie::HoldLease(std::move(buffer));
 }
 
 absl::Status CudaBatchPath::GatherOnDevice(const pcie::PathBuffer& staging,
@@ -59,10 +45,7 @@ absl::Status CudaBatchPath::GatherOnDevice(const pcie::PathBuffer& staging,
   // on the host); cudaMemcpyDefault tells them apart by address.
   const cudaStream_t stream = cudaStreamPerThread;
   for (const pcie::GatherPiece& piece : pieces) {
-    if (piece.offset > staging.size || piece.size > staging.size - piece.offset) {
-      return absl::InternalError(absl::StrCat("gather of ", piece.size, " bytes at ", piece.offset,
-                                              " overruns a staging buffer of ", staging.size));
-    }
+    RETURN_IF_ERROR(pcie::CheckGatherPiece(staging, piece));
     if (piece.size == 0) continue;
     RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(staging.data + piece.offset, piece.source,
                                                piece.size, cudaMemcpyDefault, stream),
@@ -73,7 +56,7 @@ absl::Status CudaBatchPath::GatherOnDevice(const pcie::PathBuffer& staging,
 
 absl::StatusOr<pcie::PathBuffer> CudaBatchPath::ToHost(const pcie::PathBuffer& device) {
   ASSIGN_OR_RETURN(CudaBuffer buffer, transfer_->ToHost(device.data, device.size));
-  return Lease(std::move(buffer));
+  return pcie::HoldLease(std::move(buffer));
 }
 
 }  // namespace cloister::gpu

@@ -24,6 +24,7 @@ class CudaBatchPath final : public enclave::pcie::BatchPath {
       enclave::pcie::PcieMode mode, const enclave::pcie::TransferOptions& options);
 
   enclave::pcie::PcieMode mode() const override { return transfer_->mode(); }
+  int threads() const override { return transfer_->threads(); }
   bool executor_memory_on_device() const override { return true; }
   absl::StatusOr<enclave::pcie::PathBuffer> AcquireHostStaging(size_t size) override;
   absl::StatusOr<enclave::pcie::PathBuffer> ToDevice(ByteSpan host) override;

@@ -205,6 +205,10 @@ absl::StatusOr<std::unique_ptr<CudaTransferPath>> CudaTransferPath::Create(
   return path;
 }
 
+int CudaTransferPath::threads() const {
+  return state_->cipher ? state_->cipher->threads() : 1;
+}
+
 absl::StatusOr<CudaBuffer> CudaTransferPath::AcquireHostStaging(size_t size) {
   RETURN_IF_ERROR(CheckTransferSize(size, state_->options.max_transfer_size));
   return state_->host_pool->Acquire(size);

@@ -79,6 +79,8 @@ class CudaTransferPath {
   CudaTransferPath& operator=(const CudaTransferPath&) = delete;
 
   enclave::pcie::PcieMode mode() const { return mode_; }
+  // CPU threads that seal and open chunks in mode emulated (1 otherwise).
+  int threads() const;
 
   // A zeroed pinned host buffer to gather a batch into.
   absl::StatusOr<CudaBuffer> AcquireHostStaging(size_t size);

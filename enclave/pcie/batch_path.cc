@@ -12,15 +12,6 @@ namespace cloister::enclave::pcie {
 
 namespace {
 
-PathBuffer Lease(StagingBuffer buffer) {
-  auto held = std::make_shared<StagingBuffer>(std::move(buffer));
-  PathBuffer lease;
-  lease.data = held->data();
-  lease.size = held->size();
-  lease.hold = std::move(held);
-  return lease;
-}
-
 struct DevicePaths {
   absl::Mutex mutex;
   std::map<std::string, DevicePathFactory, std::less<>> factories ABSL_GUARDED_BY(mutex);
@@ -33,28 +24,33 @@ DevicePaths& Registry() {
 
 }  // namespace
 
+absl::Status CheckGatherPiece(const PathBuffer& staging, const GatherPiece& piece) {
+  if (piece.offset <= staging.size && piece.size <= staging.size - piece.offset) {
+    return absl::OkStatus();
+  }
+  return absl::InternalError(absl::StrCat("gather of ", piece.size, " bytes at ", piece.offset,
+                                          " overruns a staging buffer of ", staging.size));
+}
+
 absl::StatusOr<PathBuffer> HostBatchPath::AcquireHostStaging(size_t size) {
   ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.AcquireHostStaging(size));
-  return Lease(std::move(buffer));
+  return HoldLease(std::move(buffer));
 }
 
 absl::StatusOr<PathBuffer> HostBatchPath::ToDevice(ByteSpan host) {
   ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.ToDevice(host));
-  return Lease(std::move(buffer));
+  return HoldLease(std::move(buffer));
 }
 
 absl::StatusOr<PathBuffer> HostBatchPath::AcquireDeviceStaging(size_t size) {
   ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.AcquireDeviceStaging(size));
-  return Lease(std::move(buffer));
+  return HoldLease(std::move(buffer));
 }
 
 absl::Status HostBatchPath::GatherOnDevice(const PathBuffer& staging,
                                            std::span<const GatherPiece> pieces) {
   for (const GatherPiece& piece : pieces) {
-    if (piece.offset > staging.size || piece.size > staging.size - piece.offset) {
-      return absl::InternalError(absl::StrCat("gather of ", piece.size, " bytes at ", piece.offset,
-                                              " overruns a staging buffer of ", staging.size));
-    }
+    RETURN_IF_ERROR(CheckGatherPiece(staging, piece));
     if (piece.size > 0) std::memcpy(staging.data + piece.offset, piece.source, piece.size);
   }
   return absl::OkStatus();
@@ -62,7 +58,7 @@ absl::Status HostBatchPath::GatherOnDevice(const PathBuffer& staging,
 
 absl::StatusOr<PathBuffer> HostBatchPath::ToHost(const PathBuffer& device) {
   ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.ToHost(device.view()));
-  return Lease(std::move(buffer));
+  return HoldLease(std::move(buffer));
 }
 
 void RegisterDevicePath(std::string executor_name, DevicePathFactory factory) {

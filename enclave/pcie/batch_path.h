@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "base/bytes.h"
@@ -47,6 +48,18 @@ struct PathBuffer {
   }
 };
 
+// A PathBuffer holding `lease` (a move-only buffer with data() and size(), which zeroes its
+// block when destroyed), for the implementations.
+template <typename Lease>
+PathBuffer HoldLease(Lease lease) {
+  auto held = std::make_shared<Lease>(std::move(lease));
+  PathBuffer buffer;
+  buffer.data = held->data();
+  buffer.size = held->size();
+  buffer.hold = std::move(held);
+  return buffer;
+}
+
 // `size` bytes from `source` (host memory, or the executor's memory) to `offset` of a buffer.
 struct GatherPiece {
   size_t offset = 0;
@@ -54,11 +67,16 @@ struct GatherPiece {
   size_t size = 0;
 };
 
+// Internal when `piece` would write past the end of `staging` (the caller's layout is wrong).
+absl::Status CheckGatherPiece(const PathBuffer& staging, const GatherPiece& piece);
+
 class BatchPath {
  public:
   virtual ~BatchPath() = default;
 
   virtual PcieMode mode() const = 0;
+  // CPU threads that seal and open chunks in mode emulated (1 otherwise).
+  virtual int threads() const = 0;
   // True when the executor-side buffers (ToDevice's result, AcquireDeviceStaging) are device
   // memory rather than host memory.
   virtual bool executor_memory_on_device() const = 0;
@@ -85,6 +103,7 @@ class HostBatchPath final : public BatchPath {
   explicit HostBatchPath(TransferPath& transfer) : transfer_(transfer) {}
 
   PcieMode mode() const override { return transfer_.mode(); }
+  int threads() const override { return transfer_.threads(); }
   bool executor_memory_on_device() const override { return false; }
   absl::StatusOr<PathBuffer> AcquireHostStaging(size_t size) override;
   absl::StatusOr<PathBuffer> ToDevice(ByteSpan host) override;
