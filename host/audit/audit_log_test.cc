@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
@@ -17,6 +18,8 @@
 #include "crypto/keys.h"
 #include "crypto/receipt.h"
 #include "gtest/gtest.h"
+#include "host/receipts/receipt_log.h"
+#include "host/receipts/receipt_signer_for_test.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/temp_dir.h"
 
@@ -317,6 +320,129 @@ TEST_F(AuditLogTest, RequireSignedFailsOnAnUnsignedTail) {
   EXPECT_EQ(RunAudit(absl::StrCat("verify ", path_), output), 0) << output;
   EXPECT_TRUE(absl::StrContains(output, "entries 7..8 are chained but not yet signed")) << output;
   EXPECT_EQ(RunAudit(absl::StrCat("verify ", path_, " --require-signed"), output), 1) << output;
+}
+
+// cloister-audit receipts: a receipt log written by the host's ReceiptLog, as cloisterd writes it.
+class ReceiptsCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    path_ = dir_ + "/receipts/receipts.jsonl";
+    auto log = ReceiptLog::Open(dir_);
+    ASSERT_TRUE(log.ok()) << log.status();
+    const std::string cls(32, 'c'), vad(32, 'v');
+    ASSERT_TRUE(
+        (*log)->Append("worker0", first_.public_key(), first_.Next("acme", 2, 200, cls)).ok());
+    ASSERT_TRUE(
+        (*log)->Append("worker1", second_.public_key(), second_.Next("acme", 3, 300, cls)).ok());
+    ASSERT_TRUE(
+        (*log)->Append("worker0", first_.public_key(), first_.Next("globex", 1, 50, vad)).ok());
+    ASSERT_TRUE(
+        (*log)->Append("worker0", first_.public_key(), first_.Next("acme", 4, 400, cls)).ok());
+  }
+
+  std::vector<std::string> Lines() {
+    auto text = ReadFile(path_);
+    EXPECT_TRUE(text.ok());
+    return absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  }
+  void WriteLines(const std::vector<std::string>& lines) {
+    ASSERT_TRUE(WriteFileAtomic(path_, absl::StrJoin(lines, "\n") + "\n", 0600).ok());
+  }
+
+  std::string dir_, path_;
+  testing::ReceiptSigner first_, second_;
+};
+
+TEST_F(ReceiptsCommandTest, PrintsEachTenantsUsageOnceTheLogHolds) {
+  std::string output;
+  ASSERT_EQ(RunAudit(absl::StrCat("receipts ", path_), output), 0) << output;
+  EXPECT_TRUE(absl::StrContains(output, "4 receipts from 2 enclave keys")) << output;
+  EXPECT_TRUE(absl::StrContains(output, "signing keys were not pinned")) << output;
+  EXPECT_TRUE(absl::StrContains(output, "verdict: pass")) << output;
+  // acme on cls: 9 requests in 3 batches over both keys, 900 input bytes, 9 µs.
+  EXPECT_TRUE(absl::StrContains(
+      output, absl::StrFormat("%-16s %-32s %8d %9d %7d %14d %14d %9.1f ms", "acme",
+                              std::string(32, 'c'), 3, 9, 0, 900, 72, 0.009)))
+      << output;
+
+  const std::string pinned = absl::StrCat(" --key ", HexEncode(first_.public_key()), " --key ",
+                                          HexEncode(second_.public_key()));
+  ASSERT_EQ(RunAudit(absl::StrCat("receipts ", path_, pinned, " --json --tenant globex"), output),
+            0)
+      << output;
+  nlohmann::json json = nlohmann::json::parse(output);
+  EXPECT_EQ(json["verdict"], "pass");
+  EXPECT_EQ(json["receipts"], 4);
+  EXPECT_EQ(json["keys"], nlohmann::json::array(
+                              {HexEncode(first_.public_key()), HexEncode(second_.public_key())}));
+  EXPECT_EQ(json["keys_pinned"], true);
+  ASSERT_EQ(json["usage"].size(), 1u) << output;
+  EXPECT_EQ(json["usage"][0]["tenant_id"], "globex");
+  EXPECT_EQ(json["usage"][0]["model_handle"], std::string(32, 'v'));
+  EXPECT_EQ(json["usage"][0]["requests"], 1);
+  EXPECT_EQ(json["usage"][0]["input_size"], 50);
+  EXPECT_EQ(json["usage"][0]["execution_ns"], 1000);
+
+  ASSERT_EQ(RunAudit(absl::StrCat("receipts ", path_, " --tenant initech"), output), 0) << output;
+  EXPECT_TRUE(absl::StrContains(output, "no receipts for tenant initech")) << output;
+}
+
+TEST_F(ReceiptsCommandTest, NamesTheFirstBadLine) {
+  std::string output;
+  // Only the first key pinned: the second key's receipt (line 2) is refused.
+  EXPECT_EQ(
+      RunAudit(absl::StrCat("receipts ", path_, " --key ", HexEncode(first_.public_key())), output),
+      1)
+      << output;
+  EXPECT_TRUE(absl::StrContains(output, "cloister-audit: " + path_ +
+                                            " line 2: receipt signed by a key that is not a "
+                                            "trusted enclave key"))
+      << output;
+
+  // globex's only receipt removed: its sequence number is missing.
+  std::vector<std::string> lines = Lines();
+  ASSERT_EQ(lines.size(), 4u);
+  WriteLines({lines[0], lines[1], lines[3]});
+  EXPECT_EQ(RunAudit(absl::StrCat("receipts ", path_, " --json"), output), 1) << output;
+  // The JSON document on stdout, beside the one-line error on stderr.
+  const size_t open = output.find('{');
+  ASSERT_NE(open, std::string::npos) << output;
+  nlohmann::json json = nlohmann::json::parse(output.substr(open, output.find('\n', open) - open));
+  EXPECT_EQ(json["verdict"], "fail");
+  EXPECT_TRUE(
+      absl::StrContains(json["error"].get<std::string>(), "line 3: receipt 3 of enclave key"))
+      << output;
+  EXPECT_FALSE(json.contains("usage"));
+
+  // The host raised acme's input bytes in the decoded copy and the signed one alike: the
+  // signature no longer verifies.
+  std::string edited = lines[3];
+  const size_t at = edited.find("\"receipt\":\"") + 30;
+  edited[at] = edited[at] == 'A' ? 'B' : 'A';
+  WriteLines({lines[0], lines[1], lines[2], edited});
+  EXPECT_EQ(RunAudit(absl::StrCat("receipts ", path_), output), 1) << output;
+  EXPECT_TRUE(absl::StrContains(output, "line 4: ")) << output;
+  EXPECT_FALSE(absl::StrContains(output, "verdict: pass")) << output;
+
+  // Not a receipt log at all.
+  WriteLines({"{\"seq\":1}"});
+  EXPECT_EQ(RunAudit(absl::StrCat("receipts ", path_), output), 1) << output;
+  EXPECT_TRUE(absl::StrContains(output, "line 1: ")) << output;
+}
+
+TEST_F(ReceiptsCommandTest, BadUsageIsExitTwo) {
+  std::string output;
+  EXPECT_EQ(RunAudit("receipts /nonexistent/receipts.jsonl", output), 2) << output;
+  EXPECT_TRUE(absl::StrContains(output, "cannot read receipt log /nonexistent/receipts.jsonl"))
+      << output;
+  EXPECT_EQ(RunAudit("receipts", output), 2) << output;
+  EXPECT_TRUE(absl::StrContains(output, "receipts needs the receipt log FILE")) << output;
+  EXPECT_EQ(RunAudit(absl::StrCat("receipts ", path_, " --require-signed"), output), 2) << output;
+  EXPECT_TRUE(absl::StrContains(output, "unknown flag --require-signed for receipts")) << output;
+  EXPECT_EQ(RunAudit(absl::StrCat("verify ", path_, " --tenant acme"), output), 2) << output;
+  EXPECT_EQ(RunAudit(absl::StrCat("receipts ", path_, " --tenant"), output), 2) << output;
+  EXPECT_EQ(RunAudit(absl::StrCat("receipts ", path_, " --key abcd"), output), 2) << output;
 }
 
 }  // namespace

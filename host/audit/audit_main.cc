@@ -1,9 +1,12 @@
-// cloister-audit: checks cloisterd's audit log (host/audit/audit_log.h) offline.
+// cloister-audit: checks cloisterd's audit log (host/audit/audit_log.h) and its log of the
+// enclaves' usage receipts (host/receipts/receipt_log.h) offline.
 //
 //   cloister-audit verify FILE [--evidence FILE]... [--key HEX]... [--require-signed] [--json]
+//   cloister-audit receipts FILE [--evidence FILE]... [--key HEX]... [--tenant ID] [--json]
 //
-// Exit status (DESIGN.md section 8): 0 the chain and every checkpoint signature hold; 1 they do
-// not (the first bad entry is named on stderr), or --require-signed and some entries are not
+// Exit status (DESIGN.md section 8): 0 the log holds (verify: the chain and every checkpoint
+// signature; receipts: every signature, sequence number and cumulative count); 1 it does not
+// (the first bad entry or line is named on stderr), or --require-signed and some entries are not
 // yet covered by a signed checkpoint; 2 bad usage or an unreadable file.
 #include <cstdio>
 #include <iostream>
@@ -11,37 +14,52 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "base/bytes.h"
 #include "base/file.h"
 #include "host/audit/audit_log.h"
+#include "host/receipts/receipt_log.h"
+#include "nlohmann/json.hpp"
 
 namespace {
 
 constexpr char kUsage[] =
-    "usage: cloister-audit verify FILE [--evidence FILE]... [--key HEX]... [--require-signed] "
-    "[--json]";
+    "usage: cloister-audit verify|receipts FILE [--evidence FILE]... [--key HEX]... "
+    "[--require-signed] [--tenant ID] [--json]";
 
 constexpr char kHelp[] = R"(usage: cloister-audit verify FILE [flags]
+       cloister-audit receipts FILE [flags]
 
-Checks a cloisterd audit log (DATA_DIR/audit/audit.jsonl): every entry is well formed, the
+verify checks a cloisterd audit log (DATA_DIR/audit/audit.jsonl): every entry is well formed, the
 entries are numbered without gaps, each one holds the SHA-256 of the one before, and every
 checkpoint is signed by an enclave key over the hash of the entry it covers. The first bad
 entry is named.
 
+receipts checks a log of usage receipts (DATA_DIR/receipts/receipts.jsonl) and prints what the
+enclaves counted per tenant and model: every receipt's signature verifies under the enclave key
+it names, each key's receipts are numbered 1, 2, 3... with none missing or repeated, and each
+tenant's cumulative counts add up receipt by receipt. The first bad line is named.
+
 flags:
   --evidence FILE   attestation evidence (an evidence bundle or challenge response): only the
-                    enclave signing key in it may sign checkpoints (repeatable)
+                    enclave signing key in it may sign (repeatable)
   --key HEX         an enclave signing key (32 bytes, hex) allowed to sign (repeatable)
-  --require-signed  fail when entries after the last checkpoint are not yet signed
-  --json            print {"verdict", "entries", "signed_entries", "checkpoints", "keys",
-                    "keys_pinned", "error"}
+  --require-signed  verify: fail when entries after the last checkpoint are not yet signed
+  --tenant ID       receipts: print the usage of this tenant only (the whole log is checked)
+  --json            verify: print {"verdict", "entries", "signed_entries", "checkpoints",
+                    "keys", "keys_pinned", "error"}; receipts: print {"verdict", "receipts",
+                    "keys", "keys_pinned", "usage": [{"tenant_id", "model_handle", "batches",
+                    "requests", "failed_requests", "input_size", "output_size", "execution_ns",
+                    "transfer_ns"}], "error"}
 
 Without --evidence or --key any key may sign: the signatures then show that the log was not
 changed after signing, but not by whom it was signed. Verify the evidence with cloister-verify.
-exit status: 0 verified, 1 a bad entry (or unsigned entries with --require-signed), 2 bad usage
-or unreadable input.
+Neither log can show lines cut off after its last signed checkpoint (verify) or after each
+key's last receipt (receipts).
+exit status: 0 verified, 1 a bad entry or line (or unsigned entries with --require-signed), 2
+bad usage or unreadable input.
 )";
 
 int Usage(const std::string& message) {
@@ -64,67 +82,21 @@ std::string JsonQuote(const std::string& text) {
   return out + "\"";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace cloister;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
-    std::printf("%s", kHelp);
-    return 0;
-  }
-  if (args.empty() || args[0] != "verify") return Usage("the only subcommand is verify");
+struct Flags {
+  std::string subcommand;
   std::string path;
-  std::vector<Bytes> keys;
+  std::vector<cloister::Bytes> keys;
   bool json = false;
   bool require_signed = false;
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help") {
-      std::printf("%s", kHelp);
-      return 0;
-    } else if (arg == "--json") {
-      json = true;
-    } else if (arg == "--require-signed") {
-      require_signed = true;
-    } else if (arg == "--evidence" || arg == "--key") {
-      if (i + 1 >= args.size()) return Usage(absl::StrCat(arg, " needs a value"));
-      const std::string& value = args[++i];
-      if (arg == "--key") {
-        absl::StatusOr<Bytes> key = HexDecode(value);
-        if (!key.ok() || key->size() != 32) {
-          return Usage(absl::StrCat("--key ", value, " is not 32 bytes of hex"));
-        }
-        keys.push_back(*std::move(key));
-      } else {
-        absl::StatusOr<std::string> evidence = ReadFile(value);
-        if (!evidence.ok()) {
-          std::fprintf(stderr, "cloister-audit: cannot read evidence %s: %s\n", value.c_str(),
-                       std::string(evidence.status().message()).c_str());
-          return 2;
-        }
-        absl::StatusOr<Bytes> key = host::SigningKeyFromEvidenceBytes(*evidence);
-        if (!key.ok()) {
-          std::fprintf(stderr, "cloister-audit: %s: %s\n", value.c_str(),
-                       std::string(key.status().message()).c_str());
-          return 2;
-        }
-        keys.push_back(*std::move(key));
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      return Usage(absl::StrCat("unknown flag ", arg));
-    } else if (path.empty()) {
-      path = arg;
-    } else {
-      return Usage(absl::StrCat("unexpected argument ", arg));
-    }
-  }
-  if (path.empty()) return Usage("verify needs the audit log FILE");
-  if (!FileExists(path)) {
-    std::fprintf(stderr, "cloister-audit: cannot read audit log %s\n", path.c_str());
-    return 2;
-  }
+  std::string tenant;
+};
 
+int Verify(const Flags& flags) {
+  using namespace cloister;
+  const std::string& path = flags.path;
+  const std::vector<Bytes>& keys = flags.keys;
+  const bool json = flags.json;
+  const bool require_signed = flags.require_signed;
   absl::StatusOr<host::AuditReport> report = host::VerifyAuditLog(path, keys);
   if (!report.ok() && absl::IsNotFound(report.status())) {
     std::fprintf(stderr, "cloister-audit: %s\n", std::string(report.status().message()).c_str());
@@ -190,4 +162,149 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+int Receipts(const Flags& flags) {
+  using namespace cloister;
+  absl::StatusOr<host::ReceiptAudit> audit = host::AuditReceiptLog(flags.path, flags.keys);
+  if (!audit.ok() && absl::IsNotFound(audit.status())) {
+    std::fprintf(stderr, "cloister-audit: %s\n", std::string(audit.status().message()).c_str());
+    return 2;
+  }
+  std::vector<std::pair<std::pair<std::string, std::string>, boundary::v1::UsageCounters>> usage;
+  if (audit.ok()) {
+    for (const auto& row : audit->totals) {
+      if (flags.tenant.empty() || row.first.first == flags.tenant) usage.push_back(row);
+    }
+  }
+  if (flags.json) {
+    nlohmann::ordered_json out;
+    out["verdict"] = audit.ok() ? "pass" : "fail";
+    if (audit.ok()) {
+      out["receipts"] = audit->receipts;
+      out["keys"] = nlohmann::json::array();
+      for (const Bytes& key : audit->keys) out["keys"].push_back(HexEncode(key));
+    }
+    out["keys_pinned"] = !flags.keys.empty();
+    if (audit.ok()) {
+      out["usage"] = nlohmann::json::array();
+      for (const auto& [id, counters] : usage) {
+        out["usage"].push_back(
+            nlohmann::ordered_json{{"tenant_id", id.first},
+                                   {"model_handle", id.second},
+                                   {"batches", counters.batches()},
+                                   {"requests", counters.requests()},
+                                   {"failed_requests", counters.failed_requests()},
+                                   {"input_size", counters.input_size()},
+                                   {"output_size", counters.output_size()},
+                                   {"execution_ns", counters.execution_ns()},
+                                   {"transfer_ns", counters.transfer_ns()}});
+      }
+    } else {
+      out["error"] = std::string(audit.status().message());
+    }
+    std::cout << out.dump() << "\n";
+  } else if (audit.ok()) {
+    std::cout << "receipt log " << flags.path << ": " << audit->receipts
+              << (audit->receipts == 1 ? " receipt" : " receipts") << " from " << audit->keys.size()
+              << (audit->keys.size() == 1 ? " enclave key\n" : " enclave keys\n");
+    for (const Bytes& key : audit->keys) {
+      std::cout << "  signed by " << HexEncode(key).substr(0, 16) << "...\n";
+    }
+    if (usage.empty()) {
+      std::cout << "  no receipts" << (flags.tenant.empty() ? "" : " for tenant " + flags.tenant)
+                << "\n";
+    } else {
+      std::cout << absl::StrFormat("%-16s %-32s %8s %9s %7s %14s %14s %12s %12s\n", "TENANT",
+                                   "MODEL HANDLE", "BATCHES", "REQUESTS", "FAILED", "INPUT BYTES",
+                                   "OUTPUT BYTES", "EXECUTION", "PCIE PATH");
+      for (const auto& [id, counters] : usage) {
+        std::cout << absl::StrFormat("%-16s %-32s %8d %9d %7d %14d %14d %9.1f ms %9.1f ms\n",
+                                     id.first, id.second, counters.batches(), counters.requests(),
+                                     counters.failed_requests(), counters.input_size(),
+                                     counters.output_size(), counters.execution_ns() / 1e6,
+                                     counters.transfer_ns() / 1e6);
+      }
+    }
+    if (flags.keys.empty()) {
+      std::cout << "  signing keys were not pinned (pass --evidence or --key)\n";
+    }
+    std::cout << "verdict: pass\n";
+  }
+  if (!audit.ok()) {
+    std::fprintf(stderr, "cloister-audit: %s\n", std::string(audit.status().message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace cloister;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
+    std::printf("%s", kHelp);
+    return 0;
+  }
+  if (args.empty() || (args[0] != "verify" && args[0] != "receipts")) {
+    return Usage("the subcommands are verify and receipts");
+  }
+  Flags flags;
+  flags.subcommand = args[0];
+  const bool receipts = flags.subcommand == "receipts";
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help") {
+      std::printf("%s", kHelp);
+      return 0;
+    } else if (arg == "--json") {
+      flags.json = true;
+    } else if (arg == "--require-signed" && !receipts) {
+      flags.require_signed = true;
+    } else if (arg == "--tenant" && receipts) {
+      if (i + 1 >= args.size() || args[i + 1].empty()) return Usage("--tenant needs a value");
+      flags.tenant = args[++i];
+    } else if (arg == "--evidence" || arg == "--key") {
+      if (i + 1 >= args.size()) return Usage(absl::StrCat(arg, " needs a value"));
+      const std::string& value = args[++i];
+      if (arg == "--key") {
+        absl::StatusOr<Bytes> key = HexDecode(value);
+        if (!key.ok() || key->size() != 32) {
+          return Usage(absl::StrCat("--key ", value, " is not 32 bytes of hex"));
+        }
+        flags.keys.push_back(*std::move(key));
+      } else {
+        absl::StatusOr<std::string> evidence = ReadFile(value);
+        if (!evidence.ok()) {
+          std::fprintf(stderr, "cloister-audit: cannot read evidence %s: %s\n", value.c_str(),
+                       std::string(evidence.status().message()).c_str());
+          return 2;
+        }
+        absl::StatusOr<Bytes> key = host::SigningKeyFromEvidenceBytes(*evidence);
+        if (!key.ok()) {
+          std::fprintf(stderr, "cloister-audit: %s: %s\n", value.c_str(),
+                       std::string(key.status().message()).c_str());
+          return 2;
+        }
+        flags.keys.push_back(*std::move(key));
+      }
+    } else if (!arg.empty() && arg[0] == '-') {
+      return Usage(absl::StrCat("unknown flag ", arg, " for ", flags.subcommand));
+    } else if (flags.path.empty()) {
+      flags.path = arg;
+    } else {
+      return Usage(absl::StrCat("unexpected argument ", arg));
+    }
+  }
+  if (flags.path.empty()) {
+    return Usage(receipts ? "receipts needs the receipt log FILE"
+                          : "verify needs the audit log FILE");
+  }
+  if (!FileExists(flags.path)) {
+    std::fprintf(stderr, "cloister-audit: cannot read %s %s\n",
+                 receipts ? "receipt log" : "audit log", flags.path.c_str());
+    return 2;
+  }
+  return receipts ? Receipts(flags) : Verify(flags);
 }

@@ -163,7 +163,9 @@ absl::StatusOr<ReceiptAudit> AuditReceiptLog(const std::string& path,
     }
     auto verified = VerifyUsageReceipt(key, line.signed_());
     if (!verified.ok()) return fail(verified.status().message());
-    by_key[named.enclave_signing_public_key()].push_back({line_number, std::move(*verified)});
+    std::vector<Entry>& entries = by_key[named.enclave_signing_public_key()];
+    if (entries.empty()) audit.keys.emplace_back(key.begin(), key.end());
+    entries.push_back({line_number, std::move(*verified)});
     ++audit.receipts;
   }
   for (auto& [key, entries] : by_key) {
@@ -173,10 +175,24 @@ absl::StatusOr<ReceiptAudit> AuditReceiptLog(const std::string& path,
     std::map<std::pair<std::string, std::string>, UsageCounters> running;
     for (size_t i = 0; i < entries.size(); ++i) {
       const UsageReceipt& receipt = entries[i].receipt;
-      if (i > 0 && receipt.sequence() == entries[i - 1].receipt.sequence()) {
+      const uint64_t previous = i > 0 ? entries[i - 1].receipt.sequence() : 0;
+      if (i > 0 && receipt.sequence() == previous) {
         return absl::DataLossError(absl::StrCat(path, " line ", entries[i].line,
                                                 ": sequence number ", receipt.sequence(),
                                                 " appears twice"));
+      }
+      // Every receipt an enclave key signs is numbered, so a gap is a receipt removed (of any
+      // tenant: the cumulative chain below only sees those of the same tenant and model).
+      if (receipt.sequence() != previous + 1) {
+        const std::string signer =
+            absl::StrCat("enclave key ", HexEncode(AsBytes(key)).substr(0, 16), "...");
+        return absl::DataLossError(absl::StrCat(
+            path, " line ", entries[i].line, ": ",
+            previous == 0
+                ? absl::StrCat("the first receipt of ", signer, " is number ", receipt.sequence())
+                : absl::StrCat("receipt ", receipt.sequence(), " of ", signer, " follows receipt ",
+                               previous),
+            ": ", receipt.sequence() - previous - 1, " missing"));
       }
       auto id = std::make_pair(receipt.tenant_id(), receipt.model_handle());
       UsageCounters expected = Sum(running[id], receipt.batch());

@@ -69,15 +69,18 @@ class ReceiptLog {
 
 struct ReceiptAudit {
   size_t receipts = 0;
+  // The enclave keys that signed them, in the order they first appear in the log.
+  std::vector<Bytes> keys;
   // The latest cumulative counters of each (tenant, model), summed over enclave keys.
   std::map<std::pair<std::string, std::string>, boundary::v1::UsageCounters> totals;
 };
 
 // Re-reads a receipt log and checks every line: it parses, its signature verifies under the key
 // its receipt names, that key is one of `trusted_keys` (attested enclave keys; empty: any key),
-// no sequence number repeats for a key, and for each (key, tenant, model), in sequence order,
-// every cumulative count is the previous one plus the batch. DataLoss naming the line for the
-// first failure; NotFound when the file cannot be read.
+// each key's sequence numbers run 1, 2, 3... with none repeated or missing, and for each (key,
+// tenant, model), in sequence order, every cumulative count is the previous one plus the batch.
+// DataLoss naming the line for the first failure; NotFound when the file cannot be read. What
+// no check can see is receipts cut off after each key's last one.
 absl::StatusOr<ReceiptAudit> AuditReceiptLog(const std::string& path,
                                              const std::vector<Bytes>& trusted_keys = {});
 

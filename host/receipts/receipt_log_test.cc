@@ -5,11 +5,11 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "cloister/attest/v1/evidence.pb.h"
-#include "crypto/keys.h"
-#include "crypto/receipt.h"
 #include "gtest/gtest.h"
+#include "host/receipts/receipt_signer_for_test.h"
 #include "tests/support/temp_dir.h"
 
 namespace cloister::host {
@@ -25,50 +25,7 @@ std::string TempDir() {
   return dir;
 }
 
-// Plays the enclave: numbers receipts and keeps cumulative counters, as the enclave's ledger does.
-class Signer {
- public:
-  Signer() : key_(crypto::GenerateEd25519()) {}
-
-  SignedUsageReceipt Next(const std::string& tenant, uint64_t requests, uint64_t input_size) {
-    UsageCounters batch;
-    batch.set_batches(1);
-    batch.set_requests(requests);
-    batch.set_input_size(input_size);
-    batch.set_output_size(requests * 8);
-    batch.set_execution_ns(1000 * requests);
-    UsageCounters& total = totals_[tenant];
-    total.set_batches(total.batches() + 1);
-    total.set_requests(total.requests() + requests);
-    total.set_input_size(total.input_size() + input_size);
-    total.set_output_size(total.output_size() + requests * 8);
-    total.set_execution_ns(total.execution_ns() + 1000 * requests);
-    UsageReceipt receipt;
-    receipt.set_enclave_signing_public_key(ToString(key_.public_key));
-    receipt.set_sequence(++sequence_);
-    receipt.set_tenant_id(tenant);
-    receipt.set_model_handle(std::string(32, 'a'));
-    receipt.set_pcie_mode("emulated");
-    *receipt.mutable_batch() = batch;
-    *receipt.mutable_cumulative() = total;
-    return Sign(receipt);
-  }
-
-  SignedUsageReceipt Sign(const UsageReceipt& receipt) {
-    SignedUsageReceipt signed_receipt;
-    signed_receipt.set_receipt(receipt.SerializeAsString());
-    signed_receipt.set_signature(
-        ToString(*crypto::SignUsageReceipt(key_.seed.span(), AsBytes(signed_receipt.receipt()))));
-    return signed_receipt;
-  }
-
-  const Bytes& public_key() const { return key_.public_key; }
-
- private:
-  crypto::Ed25519KeyPair key_;
-  uint64_t sequence_ = 0;
-  std::map<std::string, UsageCounters> totals_;
-};
+using Signer = testing::ReceiptSigner;
 
 TEST(ReceiptVerifyTest, AGenuineReceiptVerifiesAndATamperedOneFails) {
   Signer enclave;
@@ -186,6 +143,54 @@ TEST(ReceiptLogTest, TheAuditFindsEditedAndMissingLines) {
   write(lines);
   EXPECT_TRUE(AuditReceiptLog(path).ok());
   EXPECT_EQ(AuditReceiptLog(dir + "/nope.jsonl").status().code(), absl::StatusCode::kNotFound);
+}
+
+// The cumulative chains are per tenant and model, so only the sequence numbers show a removed
+// receipt that was a tenant's last, or the first of a key.
+TEST(ReceiptLogTest, TheAuditFindsARemovedReceiptThatNoChainShows) {
+  std::string dir = TempDir();
+  Signer first, second;
+  {
+    auto log = ReceiptLog::Open(dir);
+    ASSERT_TRUE(log.ok());
+    ASSERT_TRUE((*log)->Append("w0", first.public_key(), first.Next("alpha", 1, 10)).ok());
+    ASSERT_TRUE((*log)->Append("w1", second.public_key(), second.Next("alpha", 1, 10)).ok());
+    ASSERT_TRUE((*log)->Append("w0", first.public_key(), first.Next("beta", 2, 20)).ok());
+    ASSERT_TRUE((*log)->Append("w0", first.public_key(), first.Next("alpha", 3, 30)).ok());
+  }
+  const std::string path = dir + "/receipts/receipts.jsonl";
+  auto audit = AuditReceiptLog(path);
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  EXPECT_EQ(audit->receipts, 4u);
+  EXPECT_EQ(audit->keys, (std::vector<Bytes>{first.public_key(), second.public_key()}));
+  EXPECT_EQ((audit->totals[{"alpha", std::string(32, 'a')}].requests()), 1u + 1 + 3);
+
+  auto text = ReadFile(path);
+  ASSERT_TRUE(text.ok());
+  std::vector<std::string> lines = absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u);
+  auto write = [&](const std::vector<std::string>& content) {
+    std::ofstream out(path, std::ios::trunc);
+    for (const auto& line : content) out << line << "\n";
+  };
+  // Tenant beta's only receipt, between two of alpha's.
+  write({lines[0], lines[1], lines[3]});
+  auto gap = AuditReceiptLog(path);
+  EXPECT_EQ(gap.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(gap.status().message().find("line 3: receipt 3 of enclave key " +
+                                        HexEncode(first.public_key()).substr(0, 16) +
+                                        "... follows receipt 1: 1 missing"),
+            std::string::npos)
+      << gap.status();
+  // The first receipt of a key.
+  write({lines[1], lines[2], lines[3]});
+  auto head = AuditReceiptLog(path);
+  EXPECT_EQ(head.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(head.status().message().find("is number 2: 1 missing"), std::string::npos)
+      << head.status();
+  // The last receipt of every key can be cut off unseen: what no log check can find.
+  write({lines[0], lines[1], lines[2]});
+  EXPECT_TRUE(AuditReceiptLog(path).ok());
 }
 
 TEST(ReceiptLogTest, EnclaveKeyComesFromTheEvidence) {

@@ -138,6 +138,32 @@ TEST_F(ApplianceTest, AttestUploadInferAndServeAgainAfterRestart) {
   ExpectInferMatches(0, "cls");
   RunResult again = Cli({"models", "--json"});
   EXPECT_NE(again.out.find("\"cls\""), std::string::npos) << again.out;
+
+  // An auditor checks the receipts of both enclave runs (a restarted enclave signs with a new
+  // key) and reads what the tenant was metered: the three requests that ran.
+  const std::string receipt_log = appliance_->data_dir() + "/receipts/receipts.jsonl";
+  RunResult audit = testing::Run({CLOISTER_AUDIT_BINARY, "receipts", receipt_log, "--json"}, {},
+                                 absl::Seconds(60));
+  ASSERT_EQ(audit.exit_code, 0) << audit.out << audit.err;
+  EXPECT_NE(audit.out.find("\"verdict\":\"pass\",\"receipts\":3,"), std::string::npos) << audit.out;
+  const size_t keys = audit.out.find("\"keys\":[");
+  ASSERT_NE(keys, std::string::npos) << audit.out;
+  const std::string key_list = audit.out.substr(keys, audit.out.find(']', keys) - keys);
+  EXPECT_EQ(std::count(key_list.begin(), key_list.end(), '"'), 2 + 2 * 2) << key_list;
+  EXPECT_NE(audit.out.find("\"tenant_id\":\"demo\""), std::string::npos) << audit.out;
+  EXPECT_NE(audit.out.find("\"requests\":3,\"failed_requests\":0"), std::string::npos) << audit.out;
+  // A receipt the host drops is named.
+  std::vector<std::string> lines =
+      absl::StrSplit(ReadWholeFile(receipt_log), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u);
+  {
+    std::ofstream out(receipt_log, std::ios::trunc);
+    out << lines[1] << "\n" << lines[2] << "\n";
+  }
+  audit = testing::Run({CLOISTER_AUDIT_BINARY, "receipts", receipt_log}, {}, absl::Seconds(60));
+  EXPECT_EQ(audit.exit_code, 1) << audit.out << audit.err;
+  EXPECT_NE(audit.err.find("line 1: the first receipt of enclave key"), std::string::npos)
+      << audit.err;
 }
 
 TEST_F(ApplianceTest, JsonInferOutput) {
