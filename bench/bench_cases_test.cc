@@ -257,6 +257,14 @@ TEST(BrokerEfficiencyOutput, CpuPerRequestByProcess) {
                 "runtime 20.0 ms (direct)"),
             std::string::npos)
       << BrokerEfficiencyTable(result);
+  // 0.2 s of CPU direct against 0.34 s through the broker.
+  EXPECT_DOUBLE_EQ(line["cpu_ceiling"].get<double>(), 0.2 / 0.34);
+  EXPECT_NE(BrokerEfficiencyTable(result).find("CPU ceiling 0.588 "), std::string::npos)
+      << BrokerEfficiencyTable(result);
+  BrokerEfficiencyResult idle = result;
+  idle.broker_enclave_cpu_seconds = idle.broker_cloisterd_cpu_seconds =
+      idle.broker_client_cpu_seconds = 0;
+  EXPECT_EQ(idle.cpu_ceiling(), 0);
 }
 
 TEST(BrokerEfficiencyOutput, ProcessCpuSecondsCountsThisProcessAndNotAMissingOne) {

@@ -212,6 +212,7 @@ std::string BrokerEfficiencyJsonLine(const BrokerEfficiencyResult& result) {
   line["cloisterd_cpu_ms"] = result.broker_cloisterd_cpu_seconds * per_request;
   line["client_cpu_ms"] = result.broker_client_cpu_seconds * per_request;
   line["direct_cpu_ms"] = result.direct_cpu_seconds * per_request;
+  line["cpu_ceiling"] = result.cpu_ceiling();
   return line.dump();
 }
 
@@ -231,6 +232,10 @@ std::string BrokerEfficiencyTable(const BrokerEfficiencyResult& result) {
                         result.broker_cloisterd_cpu_seconds * per_request,
                         result.broker_client_cpu_seconds * per_request,
                         result.direct_cpu_seconds * per_request);
+  absl::StrAppendFormat(&table,
+                        "CPU ceiling %.3f (direct CPU over the broker side's: the ratio when both "
+                        "sides keep every core busy)\n",
+                        result.cpu_ceiling());
   absl::StrAppendFormat(&table, "ratio %.3f (target at least %.2f: %s)\n", result.ratio(),
                         kBrokerTargetRatio,
                         result.ratio() >= kBrokerTargetRatio ? "met" : "missed");

@@ -67,6 +67,14 @@ struct BrokerEfficiencyResult {
   double broker_rows_per_s() const { return requests * batch / broker_seconds; }
   double direct_rows_per_s() const { return requests * batch / direct_seconds; }
   double ratio() const { return broker_rows_per_s() / direct_rows_per_s(); }
+  // What the ratio can reach when every core is busy on both sides: the direct side's CPU over
+  // the sum of the broker side's (enclave, cloisterd and callers share the machine's cores).
+  // 0 when the broker side used no measurable CPU.
+  double cpu_ceiling() const {
+    const double broker_cpu =
+        broker_enclave_cpu_seconds + broker_cloisterd_cpu_seconds + broker_client_cpu_seconds;
+    return broker_cpu > 0 ? direct_cpu_seconds / broker_cpu : 0;
+  }
 };
 
 // The target: the broker keeps at least this fraction of the direct throughput at batch 16.
