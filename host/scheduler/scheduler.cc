@@ -18,6 +18,8 @@ using boundary::v1::SealedReplyItem;
 namespace {
 
 constexpr int64_t kMinItemCostNs = 1000;  // so a batch always costs something
+// A realtime tenant whose gaps are this many breaks in a row has a new pace.
+constexpr int kBreaksToRelearn = 3;
 
 int64_t Nanos(absl::Duration duration) { return absl::ToInt64Nanoseconds(duration); }
 
@@ -486,27 +488,6 @@ int Scheduler::BatchCountLocked(const Queue& queue, int64_t item_cost_ns, absl::
   return available;
 }
 
-void Scheduler::RecordArrivalLocked(Tenant& tenant, absl::Time now) {
-  if (tenant.arrivals == 0) realtime_tenants_.push_back(&tenant);
-  if (tenant.arrivals > 0) {
-    const int64_t gap = Nanos(now - tenant.last_arrival);
-    if (tenant.arrivals == 1) {
-      tenant.gap_ns = gap;
-      tenant.jitter_ns = gap / 2;  // unproven until a few gaps agree
-    } else {
-      tenant.jitter_ns += (std::abs(gap - tenant.gap_ns) - tenant.jitter_ns) / 4;
-      tenant.gap_ns += (gap - tenant.gap_ns) / 4;
-    }
-  }
-  const absl::Time expected = tenant.next_due;
-  const absl::Duration gap = absl::Nanoseconds(tenant.gap_ns);
-  const bool late = tenant.arrivals > 0 && expected != absl::InfinitePast() && now > expected &&
-                    now - expected < gap / 2;
-  tenant.next_due = late ? expected + gap : now + gap;
-  tenant.last_arrival = now;
-  tenant.arrivals = std::min(tenant.arrivals + 1, 1 << 20);
-}
-
 namespace {
 
 // A realtime tenant's period is trusted once four gaps agree within a quarter of it, and only
@@ -516,6 +497,42 @@ bool PeriodTrusted(int arrivals, int64_t gap_ns, int64_t jitter_ns) {
 }
 
 }  // namespace
+
+void Scheduler::RecordArrivalLocked(Tenant& tenant, absl::Time now) {
+  if (tenant.arrivals == 0) realtime_tenants_.push_back(&tenant);
+  if (tenant.arrivals > 0) {
+    const int64_t gap = Nanos(now - tenant.last_arrival);
+    // A gap of more than one and a half trusted periods is a break in the stream (frames
+    // skipped, or a pause before it starts again), not a new period: learning it would take the
+    // period's trust away for dozens of arrivals, and with it the hold-backs, just when the
+    // stream resumes at its old pace. The period is kept and the schedule starts again from
+    // this arrival. Three such gaps in a row are a new pace, learnt afresh.
+    const bool broken = tenant.arrivals > 1 &&
+                        PeriodTrusted(tenant.arrivals, tenant.gap_ns, tenant.jitter_ns) &&
+                        gap > tenant.gap_ns + tenant.gap_ns / 2;
+    tenant.breaks = broken ? tenant.breaks + 1 : 0;
+    if (tenant.arrivals == 1 || tenant.breaks >= kBreaksToRelearn) {
+      tenant.gap_ns = gap;
+      tenant.jitter_ns = gap / 2;  // unproven until a few gaps agree
+      tenant.breaks = 0;
+      if (tenant.arrivals > 1) tenant.arrivals = 1;
+    } else if (broken) {
+      // Period and jitter stay as learnt.
+    } else {
+      tenant.jitter_ns += (std::abs(gap - tenant.gap_ns) - tenant.jitter_ns) / 4;
+      tenant.gap_ns += (gap - tenant.gap_ns) / 4;
+    }
+  }
+  const absl::Time expected = tenant.next_due;
+  const absl::Duration gap = absl::Nanoseconds(tenant.gap_ns);
+  const bool late = tenant.arrivals > 0 && expected != absl::InfinitePast() && now > expected &&
+                    now - expected < gap / 2;
+  tenant.late_ns -= tenant.late_ns / 256;
+  if (late) tenant.late_ns = std::max(tenant.late_ns, Nanos(now - expected));
+  tenant.next_due = late ? expected + gap : now + gap;
+  tenant.last_arrival = now;
+  tenant.arrivals = std::min(tenant.arrivals + 1, 1 << 20);
+}
 
 std::optional<int64_t> Scheduler::RealtimeRoomLocked(absl::Time now) const {
   if (options_.realtime_arrival_guard <= absl::ZeroDuration() || realtime_queued_ > 0) {
@@ -546,8 +563,12 @@ bool Scheduler::HoldBackLocked(int worker, absl::Time now, int64_t cost_ns) {
   for (const Tenant* tenant : realtime_tenants_) {
     if (!PeriodTrusted(tenant->arrivals, tenant->gap_ns, tenant->jitter_ns)) continue;
     const absl::Time due = tenant->next_due;
-    const absl::Time latest = due + absl::Nanoseconds(guard + tenant->jitter_ns);
-    // Due before this batch would finish, and not yet overdue beyond the guard.
+    // A request later than the guard, its jitter and its recent lateness (at most a quarter
+    // period) is not coming on schedule: stop waiting for it.
+    const int64_t allowance =
+        std::max(tenant->jitter_ns, std::min(tenant->late_ns, tenant->gap_ns / 4));
+    const absl::Time latest = due + absl::Nanoseconds(guard + allowance);
+    // Due before this batch would finish, and not yet overdue beyond the allowance.
     if (now + absl::Nanoseconds(cost_ns + guard) >= due && now < latest) {
       until = std::max(until, latest);
     }

@@ -132,7 +132,8 @@ struct SchedulerOptions {
   // Periodic realtime tenants (a frame every N ms, as audio and video streams send): once a
   // realtime tenant's arrivals are regular, a batch of another class whose estimated execution
   // would still run when its next request is due, give or take this guard, is held back until
-  // that request has come (or is overdue by the guard), so the request finds the worker free.
+  // that request has come (or is overdue by the guard plus how late that tenant's requests have
+  // lately come, at most a quarter period), so the request finds the worker free.
   // Holding back never idles a worker while another worker is idle. 0 turns it off.
   absl::Duration realtime_arrival_guard = absl::Milliseconds(1);  // 0..1 s
   // Deficit round robin: credit per round per unit of weight, in execution time.
@@ -271,6 +272,14 @@ class Scheduler {
     absl::Time next_due = absl::InfinitePast();
     int64_t gap_ns = 0;     // smoothed gap between arrivals
     int64_t jitter_ns = 0;  // smoothed distance of a gap from gap_ns
+    // How late against next_due its requests have come lately: the largest lateness seen,
+    // decaying by 1/256 per arrival (a half-life of about 180 arrivals). The rare late request
+    // (a sender's timer firing a millisecond or more late) is what jitter_ns, an average,
+    // forgets at once; a hold-back lasts this long past the due time.
+    int64_t late_ns = 0;
+    // Gaps in a row longer than one and a half trusted periods (a break in the stream; see
+    // RecordArrivalLocked).
+    int breaks = 0;
     int arrivals = 0;
     // Every tenant: the smoothed share of its arrivals that came within max_queue_delay of the
     // one before (adaptive_queue_delay), and how many it has had, up to kCompanionWarmup.

@@ -883,6 +883,100 @@ TEST_F(SchedulerTest, ALateRealtimeRequestDoesNotShiftTheExpectedSchedule) {
   EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b0"}));
 }
 
+// A sender whose timer fired 3 ms late once is waited for that much past its due time from then
+// on (the guard and the smoothed jitter alone would give up after about 2 ms and let a
+// best-effort batch start just before it comes), and no longer than that when it does not come.
+TEST_F(SchedulerTest, AHoldBackWaitsAsLongAsTheRealtimeTenantHasLatelyComeLate) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options_.realtime_arrival_guard = absl::Milliseconds(1);
+  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
+  for (int i = 0; i < 12; ++i) {  // every 20 ms, 0 to 220 ms
+    if (i > 0) Advance(absl::Milliseconds(20));
+    Submit("rt", kModelB, absl::StrCat("rt", i));
+    EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{absl::StrCat("rt", i)}));
+  }
+  Advance(absl::Milliseconds(23));  // 243 ms: due at 240, 3 ms late
+  Submit("rt", kModelB, "late");
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"late"}));
+  // The next one is due at about 260.8 ms (the smoothed gap took in the 23 ms one). A best-effort
+  // request at 259 ms waits, and still waits at 263.5 ms, 2.7 ms overdue.
+  Advance(absl::Milliseconds(16));
+  Submit("be", kModelA, "b0");
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_TRUE(enclave_.Pending().empty());
+  Advance(absl::Microseconds(4500));
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_TRUE(enclave_.Pending().empty()) << "still held for a request that comes late lately";
+  Submit("rt", kModelB, "late-again");
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"late-again"}));
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b0"}));
+  // Next due at about 281.4 ms. At 280 ms a best-effort request waits; the realtime request
+  // never comes, and 4 ms past its due time (the guard and the 3 ms lateness) the batch goes.
+  Advance(absl::Microseconds(16500));
+  Submit("be", kModelA, "b1");
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_TRUE(enclave_.Pending().empty());
+  Advance(absl::Milliseconds(4));  // 284 ms
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_TRUE(enclave_.Pending().empty());
+  Advance(absl::Milliseconds(2));  // 286 ms
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b1"}));
+}
+
+// A realtime stream that pauses and resumes at its old pace is protected from its second request
+// on: the pause is a break, not a period to learn (which would cost the period its trust for
+// dozens of requests). Three long gaps in a row are a new pace, learnt afresh.
+TEST_F(SchedulerTest, ARealtimeStreamThatPausesKeepsItsLearntPeriod) {
+  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+  options_.realtime_arrival_guard = absl::Milliseconds(1);
+  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
+  auto arrive = [&](const std::string& id) {
+    Submit("rt", kModelB, id);
+    EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{id}));
+  };
+  auto held = [&] {
+    absl::SleepFor(absl::Milliseconds(30));
+    return enclave_.Pending().empty();
+  };
+  for (int i = 0; i < 12; ++i) {  // every 20 ms, 0 to 220 ms
+    if (i > 0) Advance(absl::Milliseconds(20));
+    arrive(absl::StrCat("rt", i));
+  }
+  Advance(absl::Seconds(2));  // a pause; the stream resumes at 2220 ms
+  arrive("resumed");
+  // Its next request is due at 2240 ms: a 1 ms best-effort request at 2239 ms waits for it.
+  Advance(absl::Milliseconds(19));
+  Submit("be", kModelA, "b0");
+  EXPECT_TRUE(held()) << "the period learnt before the pause still holds";
+  Advance(absl::Milliseconds(1));
+  arrive("on-pace");
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b0"}));
+  // The sender slows to one request every 60 ms. After the third such gap (2420 ms) the pace
+  // is learnt afresh, so nothing is predicted yet: a best-effort request at 2479 ms goes.
+  for (int i = 0; i < 3; ++i) {
+    Advance(absl::Milliseconds(60));
+    arrive(absl::StrCat("slow", i));
+  }
+  Advance(absl::Milliseconds(59));
+  Submit("be", kModelA, "b1");
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b1"}));
+  // Once four more 60 ms gaps agree (2480 to 2720 ms), the new period is trusted: a best-effort
+  // request at 2779 ms waits for the request due at 2780 ms.
+  Advance(absl::Milliseconds(1));
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) Advance(absl::Milliseconds(60));
+    arrive(absl::StrCat("paced", i));
+  }
+  Advance(absl::Milliseconds(59));
+  Submit("be", kModelA, "b2");
+  EXPECT_TRUE(held()) << "the new 60 ms period is trusted";
+  Advance(absl::Milliseconds(1));
+  arrive("paced5");
+  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b2"}));
+}
+
 TEST_F(SchedulerTest, BestEffortBatchTimeCapUsesTheCostEstimate) {
   options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
   options_.tenant_limits["be"].priority = PriorityClass::kBatch;
