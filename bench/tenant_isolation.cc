@@ -213,17 +213,20 @@ class Flooder {
   std::thread thread_;
 };
 
-// Sends one request every 1/rate seconds for `duration_ms` on the calling thread and returns the
-// latency of each (submission to answer, ms) once all are answered.
+// Sends one request every 1/rate seconds for `untimed_ms` plus `duration_ms` on the calling
+// thread and returns the latency (submission to answer, ms) of each one sent after the first
+// `untimed_ms`, once all are answered. One unbroken pace, so the scheduler sees a steady
+// period from warm-up into the timed requests.
 absl::StatusOr<std::vector<double>> PacedLatencies(host::Scheduler& scheduler,
                                                    const std::string& tenant, int rate,
-                                                   int duration_ms) {
+                                                   int untimed_ms, int duration_ms) {
   absl::Mutex mu;
   std::vector<double> latencies;
   int outstanding = 0;
   int64_t failed = 0;
   const auto interval = std::chrono::nanoseconds(1'000'000'000 / rate);
-  const int64_t count = std::max<int64_t>(1, int64_t{duration_ms} * rate / 1000);
+  const int64_t untimed = int64_t{untimed_ms} * rate / 1000;
+  const int64_t count = untimed + std::max<int64_t>(1, int64_t{duration_ms} * rate / 1000);
   const auto first = SteadyClock::now();
   for (int64_t i = 0; i < count; ++i) {
     std::this_thread::sleep_until(first + i * interval);
@@ -232,13 +235,14 @@ absl::StatusOr<std::vector<double>> PacedLatencies(host::Scheduler& scheduler,
       ++outstanding;
     }
     const auto submitted = SteadyClock::now();
+    const bool timed = i >= untimed;
     scheduler.Submit(MakeRequest(tenant, i),
-                     [&, submitted](absl::StatusOr<boundary::v1::SealedReplyItem> reply) {
+                     [&, submitted, timed](absl::StatusOr<boundary::v1::SealedReplyItem> reply) {
                        const double ms = MillisSince(submitted);
                        absl::MutexLock lock(&mu);
                        --outstanding;
                        if (reply.ok()) {
-                         latencies.push_back(ms);
+                         if (timed) latencies.push_back(ms);
                        } else {
                          ++failed;
                        }
@@ -510,13 +514,9 @@ absl::StatusOr<NoisyNeighbourResult> RunNoisyNeighbour(const NoisyNeighbourOptio
     // Phase 1: the realtime tenant alone.
     progress(absl::StrCat(prefix, "realtime alone, ", options.warmup_ms, " + ", options.duration_ms,
                           " ms"));
-    if (options.warmup_ms > 0) {
-      RETURN_IF_ERROR(
-          PacedLatencies(*scheduler, realtime, options.realtime_rate, options.warmup_ms).status());
-    }
-    ASSIGN_OR_RETURN(
-        std::vector<double> latencies,
-        PacedLatencies(*scheduler, realtime, options.realtime_rate, options.duration_ms));
+    ASSIGN_OR_RETURN(std::vector<double> latencies,
+                     PacedLatencies(*scheduler, realtime, options.realtime_rate, options.warmup_ms,
+                                    options.duration_ms));
     alone.insert(alone.end(), latencies.begin(), latencies.end());
     // Phase 2: the best-effort tenant alone.
     progress(absl::StrCat(prefix, "best-effort alone, ", options.warmup_ms, " + ",
@@ -542,11 +542,17 @@ absl::StatusOr<NoisyNeighbourResult> RunNoisyNeighbour(const NoisyNeighbourOptio
     {
       Flooder flood(scheduler.get(), best_effort, options.queue_depth);
       flood.Start();
-      SleepMs(options.warmup_ms);
       absl::Status load_status;
       int loads_done = 0;
       double loads_ms = 0;
+      // The realtime tenant sends through the warm-up too (untimed, as alone); this thread opens
+      // the timed window when the warm-up ends and starts the loads with it.
+      int64_t answered_start = 0;
+      SteadyClock::time_point start;
       std::thread loader([&] {
+        SleepMs(options.warmup_ms);
+        answered_start = flood.answered();
+        start = SteadyClock::now();
         for (int i = 0; i < options.loads; ++i) {
           const auto start = SteadyClock::now();
           // threads 0: leave the process-wide BLAS thread count as the executor set it.
@@ -559,13 +565,13 @@ absl::StatusOr<NoisyNeighbourResult> RunNoisyNeighbour(const NoisyNeighbourOptio
           ++loads_done;
         }
       });
-      const int64_t answered_start = flood.answered();
-      const auto start = SteadyClock::now();
-      auto shared_latencies =
-          PacedLatencies(*scheduler, realtime, options.realtime_rate, options.duration_ms);
-      be_shared_answered += flood.answered() - answered_start;
-      be_shared_ms += MillisSince(start);
+      auto shared_latencies = PacedLatencies(*scheduler, realtime, options.realtime_rate,
+                                             options.warmup_ms, options.duration_ms);
+      const int64_t answered_end = flood.answered();
+      const auto end = SteadyClock::now();
       loader.join();
+      be_shared_answered += answered_end - answered_start;
+      be_shared_ms += std::chrono::duration<double, std::milli>(end - start).count();
       flood.Stop();
       RETURN_IF_ERROR(shared_latencies.status());
       if (!load_status.ok()) {
