@@ -140,6 +140,31 @@ class SchedulerTest : public ::testing::Test {
     return call;
   }
 
+  // A realtime tenant "rt" and a best-effort tenant "be" on one worker that runs one batch at a
+  // time, with a 1 ms arrival guard; "rt" sends every 20 ms from 0 to 220 ms (each request runs
+  // at once), so by 220 ms its period is trusted.
+  void StartWithAPeriodicRealtimeTenant() {
+    options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
+    options_.tenant_limits["be"].priority = PriorityClass::kBatch;
+    options_.realtime_arrival_guard = absl::Milliseconds(1);
+    Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
+    for (int i = 0; i < 12; ++i) {
+      if (i > 0) Advance(absl::Milliseconds(20));
+      RealtimeArrivesAndRuns(absl::StrCat("rt", i));
+    }
+  }
+  // Submits a request of "rt" and checks that it is the next batch; completes it.
+  void RealtimeArrivesAndRuns(const std::string& id) {
+    Submit("rt", kModelB, id);
+    EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{id}));
+  }
+  // Whether no batch was dispatched in 30 ms of real time (the fake clock standing still): the
+  // batcher had every chance to send one.
+  bool NothingDispatched() {
+    absl::SleepFor(absl::Milliseconds(30));
+    return enclave_.Pending().empty();
+  }
+
   void TearDown() override {
     // Answer whatever is still pending so Stop() can finish.
     if (scheduler_) StopFailingPending(*scheduler_, enclave_);
@@ -777,8 +802,7 @@ TEST_F(SchedulerTest, ReservedSlotKeepsRoomForRealtime) {
   options_.realtime_reserved_slots = 1;
   options_.realtime_activity_window = absl::Seconds(1);
   Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/2);
-  Submit("rt", kModelB, "rt0");
-  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"rt0"}));
+  RealtimeArrivesAndRuns("rt0");
   for (int i = 0; i < 4; ++i) Submit("be", kModelA, absl::StrCat("b", i));
   ASSERT_TRUE(enclave_.WaitForPending(1));
   absl::SleepFor(absl::Milliseconds(30));  // the batcher had every chance to fill both slots
@@ -811,15 +835,13 @@ TEST_F(SchedulerTest, BestEffortMakesWayForAPeriodicRealtimeArrival) {
   absl::SleepFor(absl::Milliseconds(30));
   EXPECT_TRUE(enclave_.Pending().empty()) << "held back for the realtime request";
   Advance(absl::Microseconds(1500));  // 100 ms: it comes and finds the worker free
-  Submit("rt", kModelB, "rt5");
-  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"rt5"}));
+  RealtimeArrivesAndRuns("rt5");
   EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b0"}));
   // Next due at 120 ms; at 119 ms a best-effort request waits, and the realtime one never
   // comes: once it is overdue beyond the guard and the jitter, the batch goes anyway.
   Advance(absl::Milliseconds(19));
   Submit("be", kModelA, "b1");
-  absl::SleepFor(absl::Milliseconds(30));
-  EXPECT_TRUE(enclave_.Pending().empty());
+  EXPECT_TRUE(NothingDispatched());
   Advance(absl::Milliseconds(10));
   EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b1"}));
 }
@@ -859,27 +881,16 @@ TEST_F(SchedulerTest, BestEffortFillsTheGapBetweenPeriodicRealtimeRequests) {
 // A clock-driven realtime sender whose request came late once keeps its schedule: the next
 // one is expected a period after the late one was due, not a period after it came.
 TEST_F(SchedulerTest, ALateRealtimeRequestDoesNotShiftTheExpectedSchedule) {
-  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
-  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
-  options_.realtime_arrival_guard = absl::Milliseconds(1);
-  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
-  for (int i = 0; i < 12; ++i) {  // every 20 ms, 0 to 220 ms
-    if (i > 0) Advance(absl::Milliseconds(20));
-    Submit("rt", kModelB, absl::StrCat("rt", i));
-    EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{absl::StrCat("rt", i)}));
-  }
+  StartWithAPeriodicRealtimeTenant();  // rt every 20 ms, 0 to 220 ms
   Advance(absl::Milliseconds(23));  // 243 ms: due at 240, 3 ms late
-  Submit("rt", kModelB, "late");
-  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"late"}));
+  RealtimeArrivesAndRuns("late");
   // At 259 ms a 1 ms best-effort request would still run at 260 ms, when the sender's next
   // request is due on its schedule (not at 263 ms, a period after the late one): it waits.
   Advance(absl::Milliseconds(16));
   Submit("be", kModelA, "b0");
-  absl::SleepFor(absl::Milliseconds(30));
-  EXPECT_TRUE(enclave_.Pending().empty()) << "held back for the request due at 260 ms";
+  EXPECT_TRUE(NothingDispatched()) << "held back for the request due at 260 ms";
   Advance(absl::Milliseconds(1));
-  Submit("rt", kModelB, "on-time");
-  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"on-time"}));
+  RealtimeArrivesAndRuns("on-time");
   EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b0"}));
 }
 
@@ -887,39 +898,25 @@ TEST_F(SchedulerTest, ALateRealtimeRequestDoesNotShiftTheExpectedSchedule) {
 // on (the guard and the smoothed jitter alone would give up after about 2 ms and let a
 // best-effort batch start just before it comes), and no longer than that when it does not come.
 TEST_F(SchedulerTest, AHoldBackWaitsAsLongAsTheRealtimeTenantHasLatelyComeLate) {
-  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
-  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
-  options_.realtime_arrival_guard = absl::Milliseconds(1);
-  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
-  for (int i = 0; i < 12; ++i) {  // every 20 ms, 0 to 220 ms
-    if (i > 0) Advance(absl::Milliseconds(20));
-    Submit("rt", kModelB, absl::StrCat("rt", i));
-    EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{absl::StrCat("rt", i)}));
-  }
+  StartWithAPeriodicRealtimeTenant();  // rt every 20 ms, 0 to 220 ms
   Advance(absl::Milliseconds(23));  // 243 ms: due at 240, 3 ms late
-  Submit("rt", kModelB, "late");
-  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"late"}));
+  RealtimeArrivesAndRuns("late");
   // The next one is due at about 260.8 ms (the smoothed gap took in the 23 ms one). A best-effort
   // request at 259 ms waits, and still waits at 263.5 ms, 2.7 ms overdue.
   Advance(absl::Milliseconds(16));
   Submit("be", kModelA, "b0");
-  absl::SleepFor(absl::Milliseconds(30));
-  EXPECT_TRUE(enclave_.Pending().empty());
+  EXPECT_TRUE(NothingDispatched());
   Advance(absl::Microseconds(4500));
-  absl::SleepFor(absl::Milliseconds(30));
-  EXPECT_TRUE(enclave_.Pending().empty()) << "still held for a request that comes late lately";
-  Submit("rt", kModelB, "late-again");
-  EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"late-again"}));
+  EXPECT_TRUE(NothingDispatched()) << "still held for a request that comes late lately";
+  RealtimeArrivesAndRuns("late-again");
   EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b0"}));
   // Next due at about 281.4 ms. At 280 ms a best-effort request waits; the realtime request
   // never comes, and 4 ms past its due time (the guard and the 3 ms lateness) the batch goes.
   Advance(absl::Microseconds(16500));
   Submit("be", kModelA, "b1");
-  absl::SleepFor(absl::Milliseconds(30));
-  EXPECT_TRUE(enclave_.Pending().empty());
+  EXPECT_TRUE(NothingDispatched());
   Advance(absl::Milliseconds(4));  // 284 ms
-  absl::SleepFor(absl::Milliseconds(30));
-  EXPECT_TRUE(enclave_.Pending().empty());
+  EXPECT_TRUE(NothingDispatched());
   Advance(absl::Milliseconds(2));  // 286 ms
   EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b1"}));
 }
@@ -928,36 +925,21 @@ TEST_F(SchedulerTest, AHoldBackWaitsAsLongAsTheRealtimeTenantHasLatelyComeLate) 
 // on: the pause is a break, not a period to learn (which would cost the period its trust for
 // dozens of requests). Three long gaps in a row are a new pace, learnt afresh.
 TEST_F(SchedulerTest, ARealtimeStreamThatPausesKeepsItsLearntPeriod) {
-  options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
-  options_.tenant_limits["be"].priority = PriorityClass::kBatch;
-  options_.realtime_arrival_guard = absl::Milliseconds(1);
-  Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
-  auto arrive = [&](const std::string& id) {
-    Submit("rt", kModelB, id);
-    EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{id}));
-  };
-  auto held = [&] {
-    absl::SleepFor(absl::Milliseconds(30));
-    return enclave_.Pending().empty();
-  };
-  for (int i = 0; i < 12; ++i) {  // every 20 ms, 0 to 220 ms
-    if (i > 0) Advance(absl::Milliseconds(20));
-    arrive(absl::StrCat("rt", i));
-  }
+  StartWithAPeriodicRealtimeTenant();  // rt every 20 ms, 0 to 220 ms
   Advance(absl::Seconds(2));  // a pause; the stream resumes at 2220 ms
-  arrive("resumed");
+  RealtimeArrivesAndRuns("resumed");
   // Its next request is due at 2240 ms: a 1 ms best-effort request at 2239 ms waits for it.
   Advance(absl::Milliseconds(19));
   Submit("be", kModelA, "b0");
-  EXPECT_TRUE(held()) << "the period learnt before the pause still holds";
+  EXPECT_TRUE(NothingDispatched()) << "the period learnt before the pause still holds";
   Advance(absl::Milliseconds(1));
-  arrive("on-pace");
+  RealtimeArrivesAndRuns("on-pace");
   EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b0"}));
   // The sender slows to one request every 60 ms. After the third such gap (2420 ms) the pace
   // is learnt afresh, so nothing is predicted yet: a best-effort request at 2479 ms goes.
   for (int i = 0; i < 3; ++i) {
     Advance(absl::Milliseconds(60));
-    arrive(absl::StrCat("slow", i));
+    RealtimeArrivesAndRuns(absl::StrCat("slow", i));
   }
   Advance(absl::Milliseconds(59));
   Submit("be", kModelA, "b1");
@@ -967,13 +949,13 @@ TEST_F(SchedulerTest, ARealtimeStreamThatPausesKeepsItsLearntPeriod) {
   Advance(absl::Milliseconds(1));
   for (int i = 0; i < 5; ++i) {
     if (i > 0) Advance(absl::Milliseconds(60));
-    arrive(absl::StrCat("paced", i));
+    RealtimeArrivesAndRuns(absl::StrCat("paced", i));
   }
   Advance(absl::Milliseconds(59));
   Submit("be", kModelA, "b2");
-  EXPECT_TRUE(held()) << "the new 60 ms period is trusted";
+  EXPECT_TRUE(NothingDispatched()) << "the new 60 ms period is trusted";
   Advance(absl::Milliseconds(1));
-  arrive("paced5");
+  RealtimeArrivesAndRuns("paced5");
   EXPECT_EQ(RequestIds(CompleteOldest()), (std::vector<std::string>{"b2"}));
 }
 
