@@ -134,6 +134,11 @@ absl::StatusOr<ReceiptAudit> AuditReceiptLog(const std::string& path,
                                              const std::vector<Bytes>& trusted_keys) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read receipt log ", path));
+  return AuditReceiptLines(in, path, trusted_keys);
+}
+
+absl::StatusOr<ReceiptAudit> AuditReceiptLines(std::istream& in, const std::string& path,
+                                               const std::vector<Bytes>& trusted_keys) {
   struct Entry {
     size_t line;
     UsageReceipt receipt;
@@ -183,6 +188,10 @@ absl::StatusOr<ReceiptAudit> AuditReceiptLog(const std::string& path,
       }
       // Every receipt an enclave key signs is numbered, so a gap is a receipt removed (of any
       // tenant: the cumulative chain below only sees those of the same tenant and model).
+      if (receipt.sequence() == 0) {
+        return absl::DataLossError(absl::StrCat(path, " line ", entries[i].line,
+                                                ": receipt numbered 0 (numbers start at 1)"));
+      }
       if (receipt.sequence() != previous + 1) {
         const std::string signer =
             absl::StrCat("enclave key ", HexEncode(AsBytes(key)).substr(0, 16), "...");

@@ -8,6 +8,7 @@
 // Ownership: ReceiptLog owns its file descriptor.
 #pragma once
 
+#include <istream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -83,5 +84,9 @@ struct ReceiptAudit {
 // no check can see is receipts cut off after each key's last one.
 absl::StatusOr<ReceiptAudit> AuditReceiptLog(const std::string& path,
                                              const std::vector<Bytes>& trusted_keys = {});
+
+// The same checks over the lines of `in`; errors name `name` (the file) and the line.
+absl::StatusOr<ReceiptAudit> AuditReceiptLines(std::istream& in, const std::string& name,
+                                               const std::vector<Bytes>& trusted_keys = {});
 
 }  // namespace cloister::host

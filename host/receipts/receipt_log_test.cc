@@ -3,11 +3,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "cloister/attest/v1/evidence.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "host/receipts/receipt_signer_for_test.h"
 #include "tests/support/temp_dir.h"
@@ -191,6 +193,32 @@ TEST(ReceiptLogTest, TheAuditFindsARemovedReceiptThatNoChainShows) {
   // The last receipt of every key can be cut off unseen: what no log check can find.
   write({lines[0], lines[1], lines[2]});
   EXPECT_TRUE(AuditReceiptLog(path).ok());
+}
+
+// A key's receipts start at 1; one numbered 0 (which no enclave issues, but anyone with a key of
+// their own can sign when keys are not pinned) is named as such.
+TEST(ReceiptLogTest, TheAuditRefusesAReceiptNumberedZero) {
+  Signer signer;
+  UsageReceipt receipt;
+  ASSERT_TRUE(receipt.ParseFromString(signer.Next("alpha", 1, 10).receipt()));
+  receipt.set_sequence(0);
+  auto line = [&](const SignedUsageReceipt& signed_receipt) {
+    boundary::v1::ReceiptLogLine log_line;
+    *log_line.mutable_signed_() = signed_receipt;
+    std::string json;
+    EXPECT_TRUE(google::protobuf::util::MessageToJsonString(log_line, &json).ok());
+    return json + "\n";
+  };
+  std::istringstream in(line(signer.Sign(receipt)));
+  auto audit = AuditReceiptLines(in, "receipts.jsonl");
+  EXPECT_EQ(audit.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(audit.status().message(),
+            "receipts.jsonl line 1: receipt numbered 0 (numbers start at 1)");
+  // A first receipt numbered 2: receipt 1 is missing.
+  std::istringstream good(line(signer.Next("alpha", 2, 20)));
+  EXPECT_EQ(AuditReceiptLines(good, "receipts.jsonl").status().message(),
+            "receipts.jsonl line 1: the first receipt of enclave key " +
+                HexEncode(signer.public_key()).substr(0, 16) + "... is number 2: 1 missing");
 }
 
 TEST(ReceiptLogTest, EnclaveKeyComesFromTheEvidence) {
