@@ -184,6 +184,17 @@ CliError Refused(std::string message) { return {kExitRefused, std::move(message)
 CliError Usage(const absl::Status& status) { return Usage(std::string(status.message())); }
 CliError Refused(const absl::Status& status) { return Refused(std::string(status.message())); }
 
+// A refusal of a call that named a model: the enclave's "model not found" (it sees only the
+// model's handle) gets the name the user typed and where to look.
+CliError RefusedForModel(const absl::Status& status, const std::string& name) {
+  if (absl::IsNotFound(status) && status.message() == "model not found") {
+    return Refused(
+        absl::StrCat("model not found: no model '", name,
+                     "' uploaded with this identity key (`cloister models` lists yours)"));
+  }
+  return Refused(status);
+}
+
 // ---- Flags. ----
 
 enum class FlagKind { kValue, kRepeated, kBool };
@@ -684,7 +695,7 @@ Result RunDelete(const Flags& flags, CliIo& io) {
   auto client = Client::Connect(*options);
   if (!client.ok()) return Refused(client.status());
   absl::Status deleted = (*client)->DeleteModel(*name);
-  if (!deleted.ok()) return Refused(deleted);
+  if (!deleted.ok()) return RefusedForModel(deleted, *name);
   if (flags.Has("json")) {
     io.out << "{\"deleted\":" << JsonString(*name) << "}\n";
   } else {
@@ -731,7 +742,7 @@ Result RunInfer(const Flags& flags, CliIo& io) {
   auto client = Client::Connect(*options);
   if (!client.ok()) return Refused(client.status());
   auto outputs = (*client)->Infer(*name, std::move(inputs), flags.All("output"));
-  if (!outputs.ok()) return Refused(outputs.status());
+  if (!outputs.ok()) return RefusedForModel(outputs.status(), *name);
 
   if (json) {
     std::vector<std::string> items;

@@ -208,10 +208,14 @@ TEST_F(ApplianceTest, AnotherIdentityKeyCannotUseOrDeleteTheModel) {
 
   RunResult infer = Cli({"infer", "--model", "cls", "--input", "x=" + InputNpy(0), "--json"}, as_other);
   EXPECT_EQ(infer.exit_code, 1);
-  EXPECT_NE(infer.err.find("model not found"), std::string::npos) << infer.err;
+  EXPECT_EQ(infer.err,
+            "cloister: model not found: no model 'cls' uploaded with this identity key "
+            "(`cloister models` lists yours)\n");
   RunResult del = Cli({"delete", "--model", "cls"}, as_other);
   EXPECT_EQ(del.exit_code, 1);
-  EXPECT_NE(del.err.find("model not found"), std::string::npos) << del.err;
+  EXPECT_EQ(del.err,
+            "cloister: model not found: no model 'cls' uploaded with this identity key "
+            "(`cloister models` lists yours)\n");
   RunResult models = Cli({"models", "--json"}, as_other);
   EXPECT_EQ(models.out.find("\"cls\""), std::string::npos) << models.out;
 
