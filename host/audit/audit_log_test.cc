@@ -359,6 +359,10 @@ TEST_F(ReceiptsCommandTest, PrintsEachTenantsUsageOnceTheLogHolds) {
   ASSERT_EQ(RunAudit(absl::StrCat("receipts ", path_), output), 0) << output;
   EXPECT_TRUE(absl::StrContains(output, "4 receipts from 2 enclave keys")) << output;
   EXPECT_TRUE(absl::StrContains(output, "signing keys were not pinned")) << output;
+  EXPECT_TRUE(absl::StrContains(output,
+                                "receipts cut off after each key's last one here would "
+                                "not show"))
+      << output;
   EXPECT_TRUE(absl::StrContains(output, "verdict: pass")) << output;
   // acme on cls: 9 requests in 3 batches over both keys, 900 input bytes, 9 µs.
   EXPECT_TRUE(absl::StrContains(
