@@ -435,6 +435,21 @@ TEST_F(ReceiptsCommandTest, NamesTheFirstBadLine) {
   EXPECT_TRUE(absl::StrContains(output, "line 1: ")) << output;
 }
 
+// A log whose name is not UTF-8 still gets one JSON document (the byte shown as U+FFFD).
+TEST_F(ReceiptsCommandTest, JsonOutputSurvivesAFileNameThatIsNotUtf8) {
+  const std::string odd = dir_ + "/receipts/log-\xff.jsonl";
+  ASSERT_TRUE(WriteFileAtomic(odd, "not a receipt\n", 0600).ok());
+  std::string output;
+  EXPECT_EQ(RunAudit(absl::StrCat("receipts '", odd, "' --json"), output), 1) << output;
+  const size_t open = output.find('{');
+  ASSERT_NE(open, std::string::npos) << output;
+  nlohmann::json json = nlohmann::json::parse(output.substr(open, output.find('\n', open) - open));
+  EXPECT_EQ(json["verdict"], "fail");
+  EXPECT_TRUE(
+      absl::StrContains(json["error"].get<std::string>(), "log-\xef\xbf\xbd.jsonl line 1: "))
+      << output;
+}
+
 TEST_F(ReceiptsCommandTest, BadUsageIsExitTwo) {
   std::string output;
   EXPECT_EQ(RunAudit("receipts /nonexistent/receipts.jsonl", output), 2) << output;

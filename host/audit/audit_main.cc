@@ -82,6 +82,12 @@ std::string JsonQuote(const std::string& text) {
   return out + "\"";
 }
 
+// One JSON document on one line. Strings come from files and the command line, which need not
+// be UTF-8 (a file name, say): invalid bytes print as U+FFFD instead of aborting the dump.
+void PrintJson(const nlohmann::ordered_json& document) {
+  std::cout << document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
 struct Flags {
   std::string subcommand;
   std::string path;
@@ -203,7 +209,7 @@ int Receipts(const Flags& flags) {
     } else {
       out["error"] = std::string(audit.status().message());
     }
-    std::cout << out.dump() << "\n";
+    PrintJson(out);
   } else if (audit.ok()) {
     std::cout << "receipt log " << flags.path << ": " << audit->receipts
               << (audit->receipts == 1 ? " receipt" : " receipts") << " from " << audit->keys.size()
