@@ -15,7 +15,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "base/bytes.h"
 #include "base/file.h"
@@ -67,21 +66,6 @@ int Usage(const std::string& message) {
   return 2;
 }
 
-std::string JsonQuote(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrCat("\\u00", c < 0x10 ? "0" : "", absl::Hex(static_cast<unsigned char>(c)));
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out + "\"";
-}
-
 // One JSON document on one line. Strings come from files and the command line, which need not
 // be UTF-8 (a file name, say): invalid bytes print as U+FFFD instead of aborting the dump.
 void PrintJson(const nlohmann::ordered_json& document) {
@@ -124,26 +108,26 @@ int Verify(const Flags& flags) {
   }
 
   if (json) {
-    std::string out = absl::StrCat("{\"verdict\":\"", pass ? "pass" : "fail", "\"");
+    nlohmann::ordered_json out;
+    out["verdict"] = pass ? "pass" : "fail";
     if (report.ok()) {
-      std::vector<std::string> checkpoints, key_hexes;
+      out["entries"] = report->entries;
+      out["signed_entries"] = report->signed_entries;
+      out["checkpoints"] = nlohmann::json::array();
       for (const auto& checkpoint : report->checkpoints) {
-        checkpoints.push_back(absl::StrCat(
-            "{\"entry\":", checkpoint.entry, ",\"covers\":", checkpoint.covers, ",\"key\":\"",
-            HexEncode(checkpoint.signing_public_key), "\",\"signed_at\":\"",
-            absl::FormatTime(absl::RFC3339_sec, checkpoint.signed_at, absl::UTCTimeZone()), "\"}"));
+        out["checkpoints"].push_back(nlohmann::ordered_json{
+            {"entry", checkpoint.entry},
+            {"covers", checkpoint.covers},
+            {"key", HexEncode(checkpoint.signing_public_key)},
+            {"signed_at",
+             absl::FormatTime(absl::RFC3339_sec, checkpoint.signed_at, absl::UTCTimeZone())}});
       }
-      for (const Bytes& key : report->signing_keys) {
-        key_hexes.push_back(absl::StrCat("\"", HexEncode(key), "\""));
-      }
-      absl::StrAppend(&out, ",\"entries\":", report->entries,
-                      ",\"signed_entries\":", report->signed_entries, ",\"checkpoints\":[",
-                      absl::StrJoin(checkpoints, ","), "],\"keys\":[",
-                      absl::StrJoin(key_hexes, ","), "]");
+      out["keys"] = nlohmann::json::array();
+      for (const Bytes& key : report->signing_keys) out["keys"].push_back(HexEncode(key));
     }
-    absl::StrAppend(&out, ",\"keys_pinned\":", keys.empty() ? "false" : "true");
-    if (!error.empty()) absl::StrAppend(&out, ",\"error\":", JsonQuote(error));
-    std::cout << out << "}\n";
+    out["keys_pinned"] = !keys.empty();
+    if (!error.empty()) out["error"] = error;
+    PrintJson(out);
   } else if (report.ok()) {
     std::cout << "audit log " << path << ": " << report->entries << " entries, "
               << report->checkpoints.size() << " signed checkpoints\n";
