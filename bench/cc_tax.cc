@@ -26,7 +26,6 @@ namespace {
 
 using enclave::pcie::BatchPath;
 using enclave::pcie::PcieMode;
-using enclave::pcie::TransferPath;
 using Clock = std::chrono::steady_clock;
 using NamedTensors = std::vector<std::pair<std::string, runtime::Tensor>>;
 
@@ -218,20 +217,13 @@ absl::StatusOr<std::vector<CcTaxResult>> RunCcTax(const CcTaxOptions& options, s
   enclave::pcie::TransferOptions transfer_options;
   transfer_options.threads = options.transfer_threads;
   // The enclave's choice: the executor's own path into device memory when it has one, else the
-  // host path over a TransferPath (made only then).
+  // host path.
   ASSIGN_OR_RETURN(const runtime::Executor* executor, runtime::FindExecutor(options.executor));
-  std::vector<std::unique_ptr<TransferPath>> host_transfers;
-  auto path_for = [&](PcieMode mode) -> absl::StatusOr<std::unique_ptr<BatchPath>> {
-    ASSIGN_OR_RETURN(std::unique_ptr<BatchPath> device,
-                     enclave::pcie::NewDevicePath(executor->name(), mode, transfer_options));
-    if (device != nullptr) return device;
-    ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> transfer,
-                     TransferPath::Create(mode, transfer_options));
-    host_transfers.push_back(std::move(transfer));
-    return std::make_unique<enclave::pcie::HostBatchPath>(*host_transfers.back());
-  };
-  ASSIGN_OR_RETURN(std::unique_ptr<BatchPath> off, path_for(PcieMode::kOff));
-  ASSIGN_OR_RETURN(std::unique_ptr<BatchPath> emulated, path_for(PcieMode::kEmulated));
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchPath> off,
+                   enclave::pcie::NewBatchPath(executor->name(), PcieMode::kOff, transfer_options));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<BatchPath> emulated,
+      enclave::pcie::NewBatchPath(executor->name(), PcieMode::kEmulated, transfer_options));
   std::vector<CcTaxResult> results;
   for (const std::string& model_name : options.models) {
     const auto& known = BenchModels();

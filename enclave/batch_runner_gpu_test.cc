@@ -33,6 +33,14 @@ TEST(DevicePathSelection, TheCpuExecutorTakesTheHostPath) {
   auto path = pcie::NewDevicePath("cpu", PcieMode::kEmulated, {});
   ASSERT_TRUE(path.ok()) << path.status();
   EXPECT_EQ(*path, nullptr);
+  // So its batches take a host path over a TransferPath of their own.
+  auto batch_path = pcie::NewBatchPath("cpu", PcieMode::kEmulated, {});
+  ASSERT_TRUE(batch_path.ok()) << batch_path.status();
+  const auto* host = dynamic_cast<const pcie::HostBatchPath*>(batch_path->get());
+  ASSERT_NE(host, nullptr);
+  EXPECT_FALSE(host->executor_memory_on_device());
+  EXPECT_EQ(host->mode(), PcieMode::kEmulated);
+  EXPECT_EQ(host->transfer().mode(), PcieMode::kEmulated);
 }
 
 TEST(DevicePathSelection, CudaHasADevicePathThatNeedsADevice) {

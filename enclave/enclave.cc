@@ -148,12 +148,7 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   const std::string_view executor_name =
       opts.load_options.executor != nullptr ? opts.load_options.executor->name() : "cpu";
   ASSIGN_OR_RETURN(enclave->batch_path_,
-                   pcie::NewDevicePath(executor_name, opts.pcie_mode, opts.pcie_options));
-  if (enclave->batch_path_ == nullptr) {
-    ASSIGN_OR_RETURN(enclave->transfer_,
-                     pcie::TransferPath::Create(opts.pcie_mode, opts.pcie_options));
-    enclave->batch_path_ = std::make_unique<pcie::HostBatchPath>(*enclave->transfer_);
-  }
+                   pcie::NewBatchPath(executor_name, opts.pcie_mode, opts.pcie_options));
   if (opts.run_threads > 1) enclave->runs_ = std::make_unique<TaskPool>(opts.run_threads);
   enclave->usage_ = std::make_unique<UsageLedger>(
       enclave->keys_.signing_public_key, std::string(pcie::PcieModeName(opts.pcie_mode)), opts.clock);

@@ -92,8 +92,9 @@ class Enclave {
   // And the enclave's public signing key (the one in its evidence bundle, which verifies its
   // usage receipts).
   const pcie::TransferPath& transfer_path() const {
-    CLOISTER_CHECK(transfer_ != nullptr);
-    return *transfer_;
+    const auto* host = dynamic_cast<const pcie::HostBatchPath*>(batch_path_.get());
+    CLOISTER_CHECK(host != nullptr);
+    return host->transfer();
   }
   const Bytes& signing_public_key() const { return keys_.signing_public_key; }
 
@@ -133,8 +134,7 @@ class Enclave {
   std::deque<Bytes> recent_digests_ ABSL_GUARDED_BY(evidence_mu_);
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<ModelStore> models_;
-  std::unique_ptr<pcie::TransferPath> transfer_;  // the host path's; null with a device path
-  std::unique_ptr<pcie::BatchPath> batch_path_;  // over transfer_, or the executor's own
+  std::unique_ptr<pcie::BatchPath> batch_path_;  // a HostBatchPath, or the executor's own
   std::unique_ptr<TaskPool> runs_;  // nullptr when run_threads is 1
   std::unique_ptr<UsageLedger> usage_;
 };

@@ -32,6 +32,12 @@ absl::Status CheckGatherPiece(const PathBuffer& staging, const GatherPiece& piec
                                           " overruns a staging buffer of ", staging.size));
 }
 
+absl::StatusOr<std::unique_ptr<HostBatchPath>> HostBatchPath::Create(
+    PcieMode mode, const TransferOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<TransferPath> transfer, TransferPath::Create(mode, options));
+  return std::unique_ptr<HostBatchPath>(new HostBatchPath(std::move(transfer)));
+}
+
 absl::StatusOr<PathBuffer> HostBatchPath::AcquireHostStaging(size_t size) {
   ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.AcquireHostStaging(size));
   return HoldLease(std::move(buffer));
@@ -79,6 +85,15 @@ absl::StatusOr<std::unique_ptr<BatchPath>> NewDevicePath(std::string_view execut
     factory = it->second;
   }
   return factory(mode, options);
+}
+
+absl::StatusOr<std::unique_ptr<BatchPath>> NewBatchPath(std::string_view executor_name,
+                                                        PcieMode mode,
+                                                        const TransferOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchPath> device, NewDevicePath(executor_name, mode, options));
+  if (device != nullptr) return device;
+  ASSIGN_OR_RETURN(std::unique_ptr<HostBatchPath> host, HostBatchPath::Create(mode, options));
+  return std::unique_ptr<BatchPath>(std::move(host));
 }
 
 }  // namespace cloister::enclave::pcie

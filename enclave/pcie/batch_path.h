@@ -97,9 +97,13 @@ class BatchPath {
   virtual absl::StatusOr<PathBuffer> ToHost(const PathBuffer& device) = 0;
 };
 
-// The host path over `transfer`, which must outlive it.
+// The host path over a TransferPath: one of its own (Create), or `transfer`, which must outlive
+// it.
 class HostBatchPath final : public BatchPath {
  public:
+  // TransferPath::Create's errors.
+  static absl::StatusOr<std::unique_ptr<HostBatchPath>> Create(PcieMode mode,
+                                                               const TransferOptions& options);
   explicit HostBatchPath(TransferPath& transfer) : transfer_(transfer) {}
 
   PcieMode mode() const override { return transfer_.mode(); }
@@ -112,7 +116,14 @@ class HostBatchPath final : public BatchPath {
                               std::span<const GatherPiece> pieces) override;
   absl::StatusOr<PathBuffer> ToHost(const PathBuffer& device) override;
 
+  // For its statistics.
+  const TransferPath& transfer() const { return transfer_; }
+
  private:
+  explicit HostBatchPath(std::unique_ptr<TransferPath> owned)
+      : owned_(std::move(owned)), transfer_(*owned_) {}
+
+  std::unique_ptr<TransferPath> owned_;  // null when borrowed
   TransferPath& transfer_;
 };
 
@@ -130,5 +141,12 @@ void RegisterDevicePath(std::string executor_name, DevicePathFactory factory);
 absl::StatusOr<std::unique_ptr<BatchPath>> NewDevicePath(std::string_view executor_name,
                                                          PcieMode mode,
                                                          const TransferOptions& options);
+
+// The path batches for the executor named `executor_name` take: its device path when one is
+// registered, else a HostBatchPath over a TransferPath of its own (made only then, so a device
+// executor starts no idle host cipher threads).
+absl::StatusOr<std::unique_ptr<BatchPath>> NewBatchPath(std::string_view executor_name,
+                                                        PcieMode mode,
+                                                        const TransferOptions& options);
 
 }  // namespace cloister::enclave::pcie
