@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -350,6 +351,14 @@ class ReceiptsCommandTest : public ::testing::Test {
     ASSERT_TRUE(WriteFileAtomic(path_, absl::StrJoin(lines, "\n") + "\n", 0600).ok());
   }
 
+  // The JSON document on stdout (the line that opens with '{'), beside any one-line error on
+  // stderr; nothing when there is none.
+  static std::optional<nlohmann::json> JsonDocumentIn(const std::string& output) {
+    const size_t open = output.find('{');
+    if (open == std::string::npos) return std::nullopt;
+    return nlohmann::json::parse(output.substr(open, output.find('\n', open) - open));
+  }
+
   std::string dir_, path_;
   testing::ReceiptSigner first_, second_;
 };
@@ -409,10 +418,9 @@ TEST_F(ReceiptsCommandTest, NamesTheFirstBadLine) {
   ASSERT_EQ(lines.size(), 4u);
   WriteLines({lines[0], lines[1], lines[3]});
   EXPECT_EQ(RunAudit(absl::StrCat("receipts ", path_, " --json"), output), 1) << output;
-  // The JSON document on stdout, beside the one-line error on stderr.
-  const size_t open = output.find('{');
-  ASSERT_NE(open, std::string::npos) << output;
-  nlohmann::json json = nlohmann::json::parse(output.substr(open, output.find('\n', open) - open));
+  std::optional<nlohmann::json> document = JsonDocumentIn(output);
+  ASSERT_TRUE(document.has_value()) << output;
+  nlohmann::json& json = *document;
   EXPECT_EQ(json["verdict"], "fail");
   EXPECT_TRUE(
       absl::StrContains(json["error"].get<std::string>(), "line 3: receipt 3 of enclave key"))
@@ -441,9 +449,9 @@ TEST_F(ReceiptsCommandTest, JsonOutputSurvivesAFileNameThatIsNotUtf8) {
   ASSERT_TRUE(WriteFileAtomic(odd, "not a receipt\n", 0600).ok());
   std::string output;
   EXPECT_EQ(RunAudit(absl::StrCat("receipts '", odd, "' --json"), output), 1) << output;
-  const size_t open = output.find('{');
-  ASSERT_NE(open, std::string::npos) << output;
-  nlohmann::json json = nlohmann::json::parse(output.substr(open, output.find('\n', open) - open));
+  std::optional<nlohmann::json> document = JsonDocumentIn(output);
+  ASSERT_TRUE(document.has_value()) << output;
+  nlohmann::json& json = *document;
   EXPECT_EQ(json["verdict"], "fail");
   EXPECT_TRUE(
       absl::StrContains(json["error"].get<std::string>(), "log-\xef\xbf\xbd.jsonl line 1: "))
