@@ -1,0 +1,330 @@
+#include "enclave/llm/generator.h"
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "enclave/llm/block_manager.h"
+#include "enclave/llm/stop_matcher.h"
+
+namespace cloister::llm {
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "none";
+}
+
+namespace {
+
+struct Sequence {
+  uint64_t id = 0;
+  GenerationRequest request;
+  std::vector<int32_t> tokens;  // prompt, then generated
+  int64_t prompt_size = 0;
+  int64_t computed = 0;  // tokens whose keys and values are in the cache
+  int64_t cached = 0;    // prompt tokens taken from the prefix cache
+  std::vector<int32_t> blocks;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StreamDecoder> decoder;
+  std::unique_ptr<StopMatcher> stop;
+  bool admitted = false;
+  bool registered_prefix = false;
+  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_size; }
+};
+
+int64_t BlocksFor(int64_t tokens, int32_t block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
+}  // namespace
+
+class Generator::Impl {
+ public:
+  Impl(const Model& model, const GeneratorOptions& options, int32_t kv_blocks)
+      : model_(model),
+        options_(options),
+        pool_(options.threads),
+        cache_(model.config(), kv_blocks, options.block_size),
+        blocks_(kv_blocks, options.block_size, [this](int32_t block) { cache_.ScrubBlock(block); }) {}
+
+  absl::StatusOr<uint64_t> Add(GenerationRequest request) {
+    const ModelConfig& config = model_.config();
+    RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+    const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
+    if (prompt == 0) return absl::InvalidArgumentError("the prompt has no tokens");
+    for (int32_t id : request.prompt_ids) {
+      if (id < 0 || id >= config.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt token id ", id, " is not below the vocabulary size ",
+                         config.vocab_size));
+      }
+    }
+    const int64_t context = config.max_position_embeddings;
+    if (prompt >= context) {
+      return absl::InvalidArgumentError(absl::StrCat("the prompt has ", prompt,
+                                                     " tokens; the model's context holds ",
+                                                     context, " (prompt and output together)"));
+    }
+    if (request.max_tokens < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_tokens must be at least 1, got ", request.max_tokens));
+    }
+    if (prompt + request.max_tokens > context) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_tokens ", request.max_tokens, " with a prompt of ", prompt,
+          " tokens runs past the model's context of ", context, " tokens (at most ",
+          context - prompt, ")"));
+    }
+    const int64_t needed = BlocksFor(prompt + request.max_tokens, options_.block_size);
+    if (needed > cache_.num_blocks()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the sequence needs ", needed, " KV blocks; the cache has ",
+                       cache_.num_blocks()));
+    }
+    auto sequence = std::make_unique<Sequence>();
+    sequence->id = next_id_++;
+    sequence->tokens = request.prompt_ids;
+    sequence->prompt_size = prompt;
+    sequence->sampler = std::make_unique<Sampler>(request.sampling);
+    sequence->sampler->SetPrompt(request.prompt_ids);
+    sequence->decoder = std::make_unique<StreamDecoder>(model_.tokenizer(), true);
+    sequence->stop = std::make_unique<StopMatcher>(request.stop);
+    sequence->request = std::move(request);
+    const uint64_t id = sequence->id;
+    order_.push_back(id);
+    sequences_.emplace(id, std::move(sequence));
+    return id;
+  }
+
+  void Cancel(uint64_t id) {
+    auto it = sequences_.find(id);
+    if (it == sequences_.end()) return;
+    Release(*it->second);
+    cancelled_.push_back(id);
+  }
+
+  bool idle() const { return sequences_.empty() && cancelled_.empty(); }
+  size_t active() const { return sequences_.size(); }
+  const KvCache& cache() const { return cache_; }
+
+  absl::StatusOr<std::vector<TokenEvent>> Step() {
+    std::vector<TokenEvent> events;
+    for (uint64_t id : cancelled_) {
+      TokenEvent event;
+      event.sequence = id;
+      event.finish = FinishReason::kCancelled;
+      if (auto it = sequences_.find(id); it != sequences_.end()) {
+        event.completion_tokens = it->second->generated();
+        event.cached_tokens = it->second->cached;
+      }
+      Remove(id);
+      events.push_back(std::move(event));
+    }
+    cancelled_.clear();
+    Admit();
+
+    // Decode tokens of running sequences first, then prefill chunks, under the token budget.
+    std::vector<Sequence*> step;
+    std::vector<StepSequence> parts;
+    int64_t budget = options_.max_step_tokens;
+    for (uint64_t id : order_) {
+      Sequence& s = *sequences_.at(id);
+      if (!s.admitted || s.computed < s.prompt_size) continue;
+      if (budget <= 0) break;
+      step.push_back(&s);
+      budget -= 1;
+    }
+    for (uint64_t id : order_) {
+      Sequence& s = *sequences_.at(id);
+      if (!s.admitted || s.computed >= s.prompt_size) continue;
+      if (budget <= 0) break;
+      step.push_back(&s);
+      budget -= std::min<int64_t>(budget, s.prompt_size - s.computed);
+    }
+    if (step.empty()) return events;
+    budget = options_.max_step_tokens;
+    for (Sequence* s : step) {
+      StepSequence part;
+      const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->computed;
+      const int64_t count = std::min<int64_t>(remaining, std::max<int64_t>(budget, 1));
+      budget -= count;
+      part.tokens = std::span<const int32_t>(s->tokens).subspan(s->computed, count);
+      part.start_position = s->computed;
+      part.block_table = s->blocks;
+      part.want_logits = s->computed + count == static_cast<int64_t>(s->tokens.size());
+      parts.push_back(part);
+    }
+    RETURN_IF_ERROR(model_.Forward(parts, cache_, pool_, logits_));
+
+    const int64_t vocab = model_.config().vocab_size;
+    int64_t logit_index = 0;
+    for (size_t i = 0; i < step.size(); ++i) {
+      Sequence& s = *step[i];
+      s.computed += static_cast<int64_t>(parts[i].tokens.size());
+      if (!s.registered_prefix && s.computed >= s.prompt_size) RegisterPrefix(s);
+      if (!parts[i].want_logits) continue;
+      std::span<float> row(logits_.data() + logit_index * vocab, vocab);
+      ++logit_index;
+      TokenEvent event;
+      event.sequence = s.id;
+      event.token = s.sampler->Sample(row);
+      s.tokens.push_back(event.token.id);
+      FinishReason finish = FinishReason::kNone;
+      const ModelConfig& config = model_.config();
+      const int32_t id = event.token.id;
+      bool is_stop_token = std::find(s.request.stop_token_ids.begin(),
+                                     s.request.stop_token_ids.end(), id) !=
+                           s.request.stop_token_ids.end();
+      if (!s.request.ignore_eos &&
+          std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) !=
+              config.eos_token_ids.end()) {
+        is_stop_token = true;
+      }
+      if (is_stop_token) {
+        finish = FinishReason::kStop;
+      } else {
+        ASSIGN_OR_RETURN(std::string delta, s.decoder->Push(id));
+        StopMatcher::Result emitted = s.stop->Push(delta);
+        event.text = std::move(emitted.text);
+        if (emitted.stopped) finish = FinishReason::kStop;
+      }
+      if (finish == FinishReason::kNone &&
+          (s.generated() >= s.request.max_tokens ||
+           static_cast<int64_t>(s.tokens.size()) >= config.max_position_embeddings)) {
+        finish = FinishReason::kLength;
+      }
+      if (finish != FinishReason::kNone) {
+        if (!s.stop->stopped()) {
+          StopMatcher::Result tail = s.stop->Push(s.decoder->Finish());
+          event.text += tail.text;
+          if (!tail.stopped) event.text += s.stop->Finish();
+        }
+        event.finish = finish;
+        event.cached_tokens = s.cached;
+        event.completion_tokens = s.generated();
+      }
+      events.push_back(std::move(event));
+      if (finish != FinishReason::kNone) {
+        Release(s);
+        Remove(s.id);
+      }
+    }
+    return events;
+  }
+
+ private:
+  // Admits waiting sequences in arrival order while there are slots and KV blocks for them.
+  void Admit() {
+    int64_t running = 0;
+    for (uint64_t id : order_) running += sequences_.at(id)->admitted ? 1 : 0;
+    for (uint64_t id : order_) {
+      Sequence& s = *sequences_.at(id);
+      if (s.admitted) continue;
+      if (running >= options_.max_sequences) return;
+      const int64_t total = s.prompt_size + s.request.max_tokens;
+      std::vector<int32_t> cached;
+      if (!s.request.prefix_salt.empty()) {
+        cached = blocks_.MatchPrefix(s.request.tenant, s.request.prefix_salt,
+                                     std::span<const int32_t>(s.tokens).first(s.prompt_size));
+        // Keep the prompt's last token to compute: its logits start the output.
+        while (!cached.empty() &&
+               static_cast<int64_t>(cached.size()) * options_.block_size >= s.prompt_size) {
+          blocks_.Release(s.request.tenant, std::span<const int32_t>(&cached.back(), 1));
+          cached.pop_back();
+        }
+      }
+      const int64_t fresh = BlocksFor(total, options_.block_size) - static_cast<int64_t>(cached.size());
+      absl::StatusOr<std::vector<int32_t>> allocated =
+          blocks_.Allocate(s.request.tenant, static_cast<int32_t>(fresh));
+      if (!allocated.ok()) {
+        blocks_.Release(s.request.tenant, cached);
+        return;  // wait for blocks; arrival order is kept
+      }
+      s.blocks = std::move(cached);
+      s.cached = static_cast<int64_t>(s.blocks.size()) * options_.block_size;
+      s.computed = s.cached;
+      s.blocks.insert(s.blocks.end(), allocated->begin(), allocated->end());
+      s.admitted = true;
+      ++running;
+    }
+  }
+
+  void RegisterPrefix(Sequence& s) {
+    s.registered_prefix = true;
+    if (s.request.prefix_salt.empty()) return;
+    const int64_t full = s.prompt_size / options_.block_size;
+    std::span<const int32_t> prompt = std::span<const int32_t>(s.tokens).first(s.prompt_size);
+    for (int64_t b = 0; b < full; ++b) {
+      blocks_.RegisterFullBlock(s.request.tenant, s.request.prefix_salt, prompt,
+                                static_cast<int32_t>(b), s.blocks[b]);
+    }
+  }
+
+  void Release(Sequence& s) {
+    if (!s.blocks.empty()) blocks_.Release(s.request.tenant, s.blocks);
+    s.blocks.clear();
+    s.admitted = false;
+  }
+
+  void Remove(uint64_t id) {
+    sequences_.erase(id);
+    order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
+  }
+
+  const Model& model_;
+  GeneratorOptions options_;
+  ThreadPool pool_;
+  KvCache cache_;
+  BlockManager blocks_;
+  uint64_t next_id_ = 1;
+  std::deque<uint64_t> order_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
+  std::vector<uint64_t> cancelled_;
+  std::vector<float> logits_;
+};
+
+absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const Model& model,
+                                                            const GeneratorOptions& options) {
+  if (options.threads < 1 || options.block_size < 1 || options.max_sequences < 1 ||
+      options.max_step_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "threads, block_size, max_sequences and max_step_tokens must be at least 1");
+  }
+  int64_t blocks = options.kv_blocks;
+  if (blocks == 0) {
+    blocks = options.max_sequences *
+             BlocksFor(model.config().max_position_embeddings, options.block_size);
+  }
+  if (blocks < 1 || blocks > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_blocks ", blocks, " is out of range"));
+  }
+  return std::unique_ptr<Generator>(
+      new Generator(std::make_unique<Impl>(model, options, static_cast<int32_t>(blocks))));
+}
+
+Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Generator::~Generator() = default;
+absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
+  return impl_->Add(std::move(request));
+}
+void Generator::Cancel(uint64_t sequence) { impl_->Cancel(sequence); }
+bool Generator::idle() const { return impl_->idle(); }
+size_t Generator::active() const { return impl_->active(); }
+absl::StatusOr<std::vector<TokenEvent>> Generator::Step() { return impl_->Step(); }
+const KvCache& Generator::cache() const { return impl_->cache(); }
+
+}  // namespace cloister::llm

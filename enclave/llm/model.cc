@@ -1,0 +1,592 @@
+#include "enclave/llm/model.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numbers>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/file.h"
+#include "base/status.h"
+#include "enclave/llm/chat_template.h"
+#include "enclave/llm/kernels.h"
+#include "nlohmann/json.hpp"
+
+namespace cloister::llm {
+
+namespace {
+
+std::string_view AsText(std::span<const uint8_t> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+// Memory for weights: 64-byte aligned, zeroed before it is returned to the system.
+struct AlignedBuffer {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes) : size(bytes) {
+    data = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  }
+  ~AlignedBuffer() {
+    if (data) {
+      std::memset(data, 0, size);
+      std::free(data);
+    }
+  }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  void Allocate(size_t bytes) {
+    size = bytes;
+    data = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  }
+};
+
+float ToFloat(DType dtype, const uint8_t* p) {
+  if (dtype == DType::kF32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return dtype == DType::kBF16 ? Bf16ToFloat(h) : F16ToFloat(h);
+}
+
+void CopyConverted(const TensorView& tensor, DType to, uint8_t* out) {
+  if (tensor.dtype == to) {
+    std::memcpy(out, tensor.data.data(), tensor.data.size());
+    return;
+  }
+  // Only ever upcasts to float32.
+  const size_t from = DTypeSize(tensor.dtype);
+  float* dst = reinterpret_cast<float*>(out);
+  for (int64_t i = 0; i < tensor.count(); ++i) dst[i] = ToFloat(tensor.dtype, tensor.data.data() + i * from);
+}
+
+std::vector<float> ToFloatVector(const TensorView& tensor) {
+  std::vector<float> out(tensor.count());
+  CopyConverted(tensor, DType::kF32, reinterpret_cast<uint8_t*>(out.data()));
+  return out;
+}
+
+}  // namespace
+
+struct Model::Weights {
+  struct Layer {
+    std::vector<float> input_norm;
+    std::vector<float> post_norm;
+    WeightMatrix qkv;  // [q_dim + 2 * kv_dim, hidden]
+    std::vector<float> qkv_bias;
+    WeightMatrix o;        // [hidden, q_dim]
+    WeightMatrix gate_up;  // [2 * ffn, hidden]: gate rows, then up rows
+    WeightMatrix down;     // [hidden, ffn]
+  };
+  AlignedBuffer storage;
+  WeightMatrix embed;
+  WeightMatrix lm_head;
+  std::vector<float> final_norm;
+  std::vector<Layer> layers;
+  std::vector<float> inv_freq;  // head_dim / 2 RoPE frequencies (llama3 scaling applied)
+};
+
+Model::Model() = default;
+Model::~Model() = default;
+
+namespace {
+
+// The RoPE inverse frequencies as transformers computes them in float32, with the llama3
+// rescaling of long wavelengths where configured.
+std::vector<float> RopeFrequencies(const ModelConfig& config) {
+  const int64_t half = config.head_dim / 2;
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(config.head_dim);
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(config.rope_theta), exponent);
+  }
+  const RopeScaling& scaling = config.rope_scaling;
+  if (scaling.type == RopeScaling::Type::kLlama3) {
+    const double old_context = static_cast<double>(scaling.original_max_position_embeddings);
+    const double low_wavelen = old_context / scaling.low_freq_factor;
+    const double high_wavelen = old_context / scaling.high_freq_factor;
+    for (float& f : inv_freq) {
+      const float wavelen = 2.0f * std::numbers::pi_v<float> / f;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / scaling.factor);
+      } else if (wavelen >= high_wavelen) {
+        const float smooth = static_cast<float>(
+            (old_context / wavelen - scaling.low_freq_factor) /
+            (scaling.high_freq_factor - scaling.low_freq_factor));
+        f = (1.0f - smooth) * f / static_cast<float>(scaling.factor) + smooth * f;
+      }
+    }
+  }
+  return inv_freq;
+}
+
+struct PlannedMatrix {
+  std::vector<const TensorView*> parts;  // stacked by rows
+  int64_t rows = 0;
+  int64_t cols = 0;
+  DType dtype = DType::kF32;
+  size_t offset = 0;  // in the storage buffer
+  WeightMatrix* target = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
+                                                   const LoadOptions& options) {
+  auto file = [&](std::string_view name) -> const std::span<const uint8_t>* {
+    auto it = files.find(name);
+    return it == files.end() ? nullptr : &it->second;
+  };
+  const auto* config_file = file("config.json");
+  if (config_file == nullptr) return absl::InvalidArgumentError("checkpoint has no config.json");
+  const auto* generation_file = file("generation_config.json");
+  ASSIGN_OR_RETURN(ModelConfig config,
+                   ParseModelConfig(AsText(*config_file),
+                                    generation_file ? AsText(*generation_file) : ""));
+
+  const auto* tokenizer_file = file("tokenizer.json");
+  if (tokenizer_file == nullptr) {
+    return absl::InvalidArgumentError("checkpoint has no tokenizer.json");
+  }
+  const auto* tokenizer_config_file = file("tokenizer_config.json");
+  std::string_view tokenizer_config =
+      tokenizer_config_file ? AsText(*tokenizer_config_file) : std::string_view();
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                   Tokenizer::Load(AsText(*tokenizer_file), tokenizer_config));
+  if (tokenizer->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer.json has ", tokenizer->vocab_size(), " tokens but config.json vocab_size is ",
+        config.vocab_size));
+  }
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (!tokenizer_config.empty()) {
+    nlohmann::json parsed = nlohmann::json::parse(tokenizer_config, nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object()) {
+      return absl::InvalidArgumentError("tokenizer_config.json: not a JSON object");
+    }
+    absl::StatusOr<std::string> source = SelectChatTemplate(parsed, "");
+    if (source.ok()) {
+      ASSIGN_OR_RETURN(chat_template, ChatTemplate::Parse(*source));
+    } else if (!absl::IsNotFound(source.status())) {
+      return source.status();
+    }
+  }
+
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(files));
+
+  // Plan every tensor (names, shapes, types) before allocating anything.
+  auto model = std::unique_ptr<Model>(new Model());
+  auto weights = std::make_unique<Weights>();
+  const int64_t hidden = config.hidden_size;
+  const int64_t q_dim = config.num_heads * config.head_dim;
+  const int64_t kv_dim = config.num_kv_heads * config.head_dim;
+  const int64_t ffn = config.intermediate_size;
+  std::map<std::string, bool, std::less<>> used;
+  auto need = [&](const std::string& name,
+                  std::vector<int64_t> shape) -> absl::StatusOr<const TensorView*> {
+    const TensorView* tensor = checkpoint.Find(name);
+    if (tensor == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint lacks tensor \"", name, "\""));
+    }
+    if (tensor->shape != shape) {
+      auto dims = [](const std::vector<int64_t>& s) {
+        std::string out = "[";
+        for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
+        return out + "]";
+      };
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\" has shape ",
+                                                     dims(tensor->shape), ", config.json implies ",
+                                                     dims(shape)));
+    }
+    used[name] = true;
+    return tensor;
+  };
+
+  std::vector<PlannedMatrix> plan;
+  auto plan_matrix = [&](WeightMatrix* target,
+                         std::vector<std::pair<std::string, int64_t>> parts) -> absl::Status {
+    PlannedMatrix m;
+    m.target = target;
+    for (auto& [name, rows] : parts) {
+      std::vector<int64_t> shape = {rows, -1};
+      const TensorView* tensor = checkpoint.Find(name);
+      if (tensor != nullptr && tensor->shape.size() == 2) shape[1] = tensor->shape[1];
+      if (m.cols == 0) m.cols = shape[1];
+      ASSIGN_OR_RETURN(const TensorView* t, need(name, {rows, m.cols}));
+      m.parts.push_back(t);
+      m.rows += rows;
+    }
+    m.dtype = m.parts[0]->dtype;
+    for (const TensorView* t : m.parts) {
+      if (t->dtype != m.dtype) m.dtype = DType::kF32;
+    }
+    if (options.weights == WeightFormat::kF32) m.dtype = DType::kF32;
+    plan.push_back(std::move(m));
+    return absl::OkStatus();
+  };
+  auto vector_of = [&](const std::string& name, int64_t size) -> absl::StatusOr<std::vector<float>> {
+    ASSIGN_OR_RETURN(const TensorView* t, need(name, {size}));
+    return ToFloatVector(*t);
+  };
+
+  // Check all the expected columns agree with config.json, then plan.
+  auto expect_cols = [&](const std::string& name, int64_t cols) -> absl::Status {
+    const TensorView* tensor = checkpoint.Find(name);
+    if (tensor != nullptr && tensor->shape.size() == 2 && tensor->shape[1] != cols) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\" has ",
+                                                     tensor->shape[1], " columns, config.json implies ",
+                                                     cols));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(expect_cols("model.embed_tokens.weight", hidden));
+  RETURN_IF_ERROR(plan_matrix(&weights->embed, {{"model.embed_tokens.weight", config.vocab_size}}));
+  if (!config.tie_word_embeddings) {
+    RETURN_IF_ERROR(expect_cols("lm_head.weight", hidden));
+    RETURN_IF_ERROR(plan_matrix(&weights->lm_head, {{"lm_head.weight", config.vocab_size}}));
+  } else if (checkpoint.Find("lm_head.weight") != nullptr) {
+    used["lm_head.weight"] = true;  // tied: transformers ignores a stored copy too
+  }
+  ASSIGN_OR_RETURN(weights->final_norm, vector_of("model.norm.weight", hidden));
+  weights->layers.resize(config.num_layers);
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    Weights::Layer& layer = weights->layers[l];
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    ASSIGN_OR_RETURN(layer.input_norm, vector_of(p + "input_layernorm.weight", hidden));
+    ASSIGN_OR_RETURN(layer.post_norm, vector_of(p + "post_attention_layernorm.weight", hidden));
+    for (const char* name : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                             "self_attn.v_proj.weight", "mlp.gate_proj.weight",
+                             "mlp.up_proj.weight"}) {
+      RETURN_IF_ERROR(expect_cols(p + name, hidden));
+    }
+    RETURN_IF_ERROR(expect_cols(p + "self_attn.o_proj.weight", q_dim));
+    RETURN_IF_ERROR(expect_cols(p + "mlp.down_proj.weight", ffn));
+    RETURN_IF_ERROR(plan_matrix(&layer.qkv, {{p + "self_attn.q_proj.weight", q_dim},
+                                             {p + "self_attn.k_proj.weight", kv_dim},
+                                             {p + "self_attn.v_proj.weight", kv_dim}}));
+    if (config.qkv_bias) {
+      ASSIGN_OR_RETURN(auto qb, vector_of(p + "self_attn.q_proj.bias", q_dim));
+      ASSIGN_OR_RETURN(auto kb, vector_of(p + "self_attn.k_proj.bias", kv_dim));
+      ASSIGN_OR_RETURN(auto vb, vector_of(p + "self_attn.v_proj.bias", kv_dim));
+      layer.qkv_bias = std::move(qb);
+      layer.qkv_bias.insert(layer.qkv_bias.end(), kb.begin(), kb.end());
+      layer.qkv_bias.insert(layer.qkv_bias.end(), vb.begin(), vb.end());
+    }
+    RETURN_IF_ERROR(plan_matrix(&layer.o, {{p + "self_attn.o_proj.weight", hidden}}));
+    RETURN_IF_ERROR(plan_matrix(&layer.gate_up, {{p + "mlp.gate_proj.weight", ffn},
+                                                 {p + "mlp.up_proj.weight", ffn}}));
+    RETURN_IF_ERROR(plan_matrix(&layer.down, {{p + "mlp.down_proj.weight", hidden}}));
+  }
+  for (const auto& [name, tensor] : checkpoint.tensors()) {
+    if (used.count(name) == 0 && !absl::EndsWith(name, "rotary_emb.inv_freq")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor \"", name, "\" is not used by ",
+                       config.architecture_name, " as config.json describes it"));
+    }
+  }
+
+  size_t total = 0;
+  for (PlannedMatrix& m : plan) {
+    m.offset = total;
+    total += (static_cast<size_t>(m.rows) * m.cols * DTypeSize(m.dtype) + 63) / 64 * 64;
+  }
+  if (options.max_weight_bytes != 0 && total > options.max_weight_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the model's weights need ", total,
+                                                     " bytes, over the limit of ",
+                                                     options.max_weight_bytes));
+  }
+  weights->storage.Allocate(total);
+  if (weights->storage.data == nullptr && total != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", total, " weight bytes"));
+  }
+  for (PlannedMatrix& m : plan) {
+    uint8_t* out = weights->storage.data + m.offset;
+    for (const TensorView* part : m.parts) {
+      CopyConverted(*part, m.dtype, out);
+      out += static_cast<size_t>(part->count()) * DTypeSize(m.dtype);
+    }
+    *m.target = WeightMatrix{m.dtype, m.rows, m.cols, weights->storage.data + m.offset};
+  }
+  if (config.tie_word_embeddings) weights->lm_head = weights->embed;
+  weights->inv_freq = RopeFrequencies(config);
+
+  model->weight_bytes_ = total;
+  model->config_ = std::move(config);
+  model->tokenizer_ = std::move(tokenizer);
+  model->chat_template_ = std::move(chat_template);
+  model->weights_ = std::move(weights);
+  return model;
+}
+
+// ---- KV cache --------------------------------------------------------------------------------
+
+KvCache::KvCache(const ModelConfig& config, int32_t num_blocks, int32_t block_size)
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      layers_(config.num_layers),
+      block_stride_(static_cast<size_t>(config.num_kv_heads) * block_size * config.head_dim),
+      data_(static_cast<size_t>(layers_) * 2 * num_blocks * block_stride_, 0.0f) {}
+
+size_t KvCache::bytes_per_token() const {
+  return static_cast<size_t>(layers_) * 2 * (block_stride_ / block_size_) * sizeof(float);
+}
+
+void KvCache::ScrubBlock(int32_t block) {
+  for (int64_t layer = 0; layer < layers_; ++layer) {
+    std::memset(key(layer, block), 0, block_stride_ * sizeof(float));
+    std::memset(value(layer, block), 0, block_stride_ * sizeof(float));
+  }
+}
+
+// ---- forward ---------------------------------------------------------------------------------
+
+absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
+                            ThreadPool& pool, std::vector<float>& logits) const {
+  const ModelConfig& c = config_;
+  const Weights& w = *weights_;
+  const int64_t hidden = c.hidden_size;
+  const int64_t head_dim = c.head_dim;
+  const int64_t half = head_dim / 2;
+  const int64_t q_dim = c.num_heads * head_dim;
+  const int64_t kv_dim = c.num_kv_heads * head_dim;
+  const int64_t qkv_rows = q_dim + 2 * kv_dim;
+  const int64_t ffn = c.intermediate_size;
+  const int64_t group = c.num_heads / c.num_kv_heads;
+  const int32_t block_size = cache.block_size();
+
+  // Flatten the step: one row per token.
+  struct Row {
+    int32_t part;
+    int64_t position;
+  };
+  std::vector<Row> rows;
+  std::vector<int32_t> logit_rows;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const StepSequence& part = parts[p];
+    if (part.tokens.empty()) return absl::InvalidArgumentError("a step part has no tokens");
+    const int64_t last = part.start_position + static_cast<int64_t>(part.tokens.size()) - 1;
+    if (part.start_position < 0 || last >= c.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat("position ", last, " is past the context of ",
+                                                     c.max_position_embeddings, " tokens"));
+    }
+    if (last / block_size >= static_cast<int64_t>(part.block_table.size())) {
+      return absl::InvalidArgumentError("a block table does not cover its positions");
+    }
+    for (int32_t block : part.block_table) {
+      if (block < 0 || block >= cache.num_blocks()) {
+        return absl::InvalidArgumentError(absl::StrCat("block ", block, " is not in the cache"));
+      }
+    }
+    for (size_t i = 0; i < part.tokens.size(); ++i) {
+      if (part.tokens[i] < 0 || part.tokens[i] >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", part.tokens[i],
+                                                       " is not below vocab_size ", c.vocab_size));
+      }
+      rows.push_back({static_cast<int32_t>(p), part.start_position + static_cast<int64_t>(i)});
+    }
+    if (part.want_logits) logit_rows.push_back(static_cast<int32_t>(rows.size() - 1));
+  }
+  const int64_t tokens = static_cast<int64_t>(rows.size());
+
+  std::vector<float> x(tokens * hidden), xn(tokens * hidden), qkv(tokens * qkv_rows),
+      attn(tokens * q_dim), gate_up(tokens * 2 * ffn), act(tokens * ffn);
+  std::vector<float> cos(tokens * half), sin(tokens * half);
+  std::vector<int32_t> token_ids(tokens);
+  {
+    int64_t t = 0;
+    for (const StepSequence& part : parts)
+      for (int32_t id : part.tokens) token_ids[t++] = id;
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float position = static_cast<float>(rows[t].position);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = position * w.inv_freq[i];
+      cos[t * half + i] = std::cos(angle);
+      sin[t * half + i] = std::sin(angle);
+    }
+  }
+  pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) RowToFloat(w.embed, token_ids[t], &x[t * hidden]);
+  });
+
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t window = c.sliding_window.value_or(0);
+  int64_t max_span = 1;
+  for (const Row& row : rows) {
+    const int64_t first = window > 0 ? std::max<int64_t>(0, row.position - window + 1) : 0;
+    max_span = std::max(max_span, row.position - first + 1);
+  }
+  // Attention work items: (token, kv head); interleaved over threads so causal rows balance.
+  const int64_t items = tokens * c.num_kv_heads;
+
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Weights::Layer& layer = w.layers[l];
+    pool.Run([&](int thread) {
+      const int n = pool.size();
+      for (int64_t t = thread; t < tokens; t += n) {
+        RmsNorm(&x[t * hidden], layer.input_norm.data(), hidden, eps, &xn[t * hidden]);
+      }
+    });
+    pool.For(qkv_rows, 16, [&](int64_t begin, int64_t end) {
+      MatMul(xn.data(), tokens, hidden, layer.qkv, begin, end, qkv.data(), qkv_rows, false);
+    });
+    // Bias, RoPE, and the new keys and values into the cache.
+    pool.Run([&](int thread) {
+      const int n = pool.size();
+      for (int64_t t = thread; t < tokens; t += n) {
+        float* row = &qkv[t * qkv_rows];
+        if (!layer.qkv_bias.empty()) {
+          for (int64_t i = 0; i < qkv_rows; ++i) row[i] += layer.qkv_bias[i];
+        }
+        for (int64_t h = 0; h < c.num_heads + c.num_kv_heads; ++h) {
+          ApplyRope(row + h * head_dim, &cos[t * half], &sin[t * half], half);
+        }
+        const StepSequence& part = parts[rows[t].part];
+        const int64_t position = rows[t].position;
+        const int32_t block = part.block_table[position / block_size];
+        const int64_t slot = position % block_size;
+        float* keys = cache.key(l, block);
+        float* values = cache.value(l, block);
+        for (int64_t g = 0; g < c.num_kv_heads; ++g) {
+          std::memcpy(keys + (g * block_size + slot) * head_dim, row + q_dim + g * head_dim,
+                      head_dim * sizeof(float));
+          std::memcpy(values + (g * block_size + slot) * head_dim,
+                      row + q_dim + kv_dim + g * head_dim, head_dim * sizeof(float));
+        }
+      }
+    });
+    pool.Run([&](int thread) {
+      const int n = pool.size();
+      std::vector<float> scores(group * max_span);
+      for (int64_t item = thread; item < items; item += n) {
+        const int64_t t = item / c.num_kv_heads;
+        const int64_t g = item % c.num_kv_heads;
+        const StepSequence& part = parts[rows[t].part];
+        const int64_t position = rows[t].position;
+        const int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+        const int64_t span = position - first + 1;
+        const float* q = &qkv[t * qkv_rows + g * group * head_dim];
+        float* out = &attn[t * q_dim + g * group * head_dim];
+        std::vector<float> maxima(group, -std::numeric_limits<float>::infinity());
+        for (int64_t pos = first; pos <= position; ++pos) {
+          const float* key = cache.key(l, part.block_table[pos / block_size]) +
+                             (g * block_size + pos % block_size) * head_dim;
+          for (int64_t h = 0; h < group; ++h) {
+            const float s = Dot(q + h * head_dim, key, head_dim) * scale;
+            scores[h * max_span + (pos - first)] = s;
+            maxima[h] = std::max(maxima[h], s);
+          }
+        }
+        for (int64_t h = 0; h < group; ++h) {
+          float* sh = &scores[h * max_span];
+          float sum = 0;
+          for (int64_t i = 0; i < span; ++i) {
+            sh[i] = std::exp(sh[i] - maxima[h]);
+            sum += sh[i];
+          }
+          const float inverse = 1.0f / sum;
+          for (int64_t i = 0; i < span; ++i) sh[i] *= inverse;
+          std::memset(out + h * head_dim, 0, head_dim * sizeof(float));
+        }
+        for (int64_t pos = first; pos <= position; ++pos) {
+          const float* value = cache.value(l, part.block_table[pos / block_size]) +
+                               (g * block_size + pos % block_size) * head_dim;
+          for (int64_t h = 0; h < group; ++h) {
+            Axpy(scores[h * max_span + (pos - first)], value, out + h * head_dim, head_dim);
+          }
+        }
+      }
+    });
+    pool.For(hidden, 16, [&](int64_t begin, int64_t end) {
+      MatMul(attn.data(), tokens, q_dim, layer.o, begin, end, x.data(), hidden, true);
+    });
+    pool.Run([&](int thread) {
+      const int n = pool.size();
+      for (int64_t t = thread; t < tokens; t += n) {
+        RmsNorm(&x[t * hidden], layer.post_norm.data(), hidden, eps, &xn[t * hidden]);
+      }
+    });
+    pool.For(2 * ffn, 16, [&](int64_t begin, int64_t end) {
+      MatMul(xn.data(), tokens, hidden, layer.gate_up, begin, end, gate_up.data(), 2 * ffn, false);
+    });
+    pool.Run([&](int thread) {
+      const int n = pool.size();
+      for (int64_t t = thread; t < tokens; t += n) {
+        SiluMul(&gate_up[t * 2 * ffn], &gate_up[t * 2 * ffn + ffn], ffn, &act[t * ffn]);
+      }
+    });
+    pool.For(hidden, 16, [&](int64_t begin, int64_t end) {
+      MatMul(act.data(), tokens, ffn, layer.down, begin, end, x.data(), hidden, true);
+    });
+  }
+
+  // Final norm and the vocabulary projection, only for the rows that want logits.
+  const int64_t outputs = static_cast<int64_t>(logit_rows.size());
+  logits.resize(outputs * c.vocab_size);
+  if (outputs == 0) return absl::OkStatus();
+  std::vector<float> final_rows(outputs * hidden);
+  for (int64_t i = 0; i < outputs; ++i) {
+    RmsNorm(&x[logit_rows[i] * hidden], w.final_norm.data(), hidden, eps, &final_rows[i * hidden]);
+  }
+  pool.For(c.vocab_size, 16, [&](int64_t begin, int64_t end) {
+    MatMul(final_rows.data(), outputs, hidden, w.lm_head, begin, end, logits.data(), c.vocab_size,
+           false);
+  });
+  return absl::OkStatus();
+}
+
+// ---- reading a folder ------------------------------------------------------------------------
+
+absl::StatusOr<CheckpointFiles> ReadCheckpointDir(const std::string& dir,
+                                                  std::vector<std::vector<uint8_t>>& storage) {
+  CheckpointFiles files;
+  std::vector<std::string> names = {"config.json", "generation_config.json", "tokenizer.json",
+                                    "tokenizer_config.json", "model.safetensors",
+                                    "model.safetensors.index.json"};
+  storage.reserve(storage.size() + 64);
+  auto read = [&](const std::string& name, bool required) -> absl::Status {
+    const std::string path = dir + "/" + name;
+    if (!FileExists(path)) {
+      if (required) return absl::NotFoundError(absl::StrCat(dir, " has no ", name));
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(std::string bytes, ReadFile(path, uint64_t{1} << 40));
+    storage.emplace_back(bytes.begin(), bytes.end());
+    files.emplace(name, std::span<const uint8_t>(storage.back()));
+    return absl::OkStatus();
+  };
+  for (const std::string& name : names) RETURN_IF_ERROR(read(name, name == "config.json"));
+  if (auto index = files.find("model.safetensors.index.json"); index != files.end()) {
+    nlohmann::json root = nlohmann::json::parse(AsText(index->second), nullptr, false);
+    if (root.is_object() && root.contains("weight_map") && root["weight_map"].is_object()) {
+      std::vector<std::string> shards;
+      for (const auto& value : root["weight_map"]) {
+        if (value.is_string()) shards.push_back(value.get<std::string>());
+      }
+      std::sort(shards.begin(), shards.end());
+      shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+      for (const std::string& shard : shards) {
+        if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("model.safetensors.index.json names a shard outside the folder: ", shard));
+        }
+        RETURN_IF_ERROR(read(shard, true));
+      }
+    }
+  }
+  return files;
+}
+
+}  // namespace cloister::llm

@@ -1,0 +1,354 @@
+// The engine against the shared tiny model's independent references (made by a float32 torch
+// model from the BF16 weights and confirmed token for token by llama.cpp): last-position logits,
+// greedy ids alone and all prompts in one batch, with the KV cache paged across blocks and
+// prompts prefilled in chunks; and the load-time refusals.
+#include "enclave/llm/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <algorithm>
+#include <fstream>
+#include <list>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "enclave/llm/generator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace cloister::llm {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kModelDir = std::string(CLOISTER_LLM_MODELS_DIR) + "/tiny-llama";
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// A float32 .npy vector (little-endian, C order).
+std::vector<float> ReadNpy(const std::string& path) {
+  std::string bytes = ReadText(path);
+  EXPECT_EQ(bytes.substr(1, 5), "NUMPY");
+  uint16_t header_size = static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8);
+  std::string header = bytes.substr(10, header_size);
+  EXPECT_THAT(header, HasSubstr("'<f4'"));
+  size_t offset = 10 + header_size;
+  std::vector<float> values((bytes.size() - offset) / 4);
+  std::memcpy(values.data(), bytes.data() + offset, values.size() * 4);
+  return values;
+}
+
+struct Reference {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;
+  std::string generated_text;
+  std::vector<double> margins;
+};
+
+std::vector<Reference> LoadReferences() {
+  nlohmann::json root = nlohmann::json::parse(ReadText(kModelDir + "/reference.json"));
+  std::vector<Reference> out;
+  for (const auto& prompt : root["prompts"]) {
+    Reference r;
+    r.prompt_ids = prompt["prompt_ids"].get<std::vector<int32_t>>();
+    r.generated_ids = prompt["generated_ids"].get<std::vector<int32_t>>();
+    r.generated_text = prompt["generated_text"].get<std::string>();
+    r.margins = prompt["margins"].get<std::vector<double>>();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+class TinyModelTest : public ::testing::Test {
+ protected:
+  static std::unique_ptr<Model> LoadModel(WeightFormat format) {
+    std::vector<std::vector<uint8_t>> storage;
+    auto files = ReadCheckpointDir(kModelDir, storage);
+    EXPECT_TRUE(files.ok()) << files.status();
+    LoadOptions options;
+    options.weights = format;
+    auto model = Model::Load(*files, options);
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() ? std::move(*model) : nullptr;
+  }
+
+  // Greedy ids for every reference prompt, run together through one generator.
+  static std::vector<std::vector<int32_t>> GenerateAll(const Model& model,
+                                                       const std::vector<Reference>& refs,
+                                                       GeneratorOptions options,
+                                                       std::vector<std::string>* texts = nullptr) {
+    auto generator = Generator::Create(model, options);
+    EXPECT_TRUE(generator.ok()) << generator.status();
+    std::vector<uint64_t> ids;
+    for (const Reference& r : refs) {
+      GenerationRequest request;
+      request.prompt_ids = r.prompt_ids;
+      request.sampling.temperature = 0;
+      request.max_tokens = 48;
+      auto id = (*generator)->Add(request);
+      EXPECT_TRUE(id.ok()) << id.status();
+      ids.push_back(*id);
+    }
+    std::vector<std::vector<int32_t>> out(refs.size());
+    if (texts) texts->assign(refs.size(), "");
+    int steps = 0;
+    while (!(*generator)->idle() && steps++ < 10000) {
+      auto events = (*generator)->Step();
+      EXPECT_TRUE(events.ok()) << events.status();
+      if (!events.ok()) break;
+      for (const TokenEvent& event : *events) {
+        size_t index = std::find(ids.begin(), ids.end(), event.sequence) - ids.begin();
+        out[index].push_back(event.token.id);
+        if (texts) (*texts)[index] += event.text;
+      }
+    }
+    return out;
+  }
+};
+
+TEST_F(TinyModelTest, LastPositionLogitsMatchTheReference) {
+  for (WeightFormat format : {WeightFormat::kAsStored, WeightFormat::kF32}) {
+    auto model = LoadModel(format);
+    ASSERT_NE(model, nullptr);
+    std::vector<float> expected = ReadNpy(kModelDir + "/reference_logits.npy");
+    std::vector<Reference> refs = LoadReferences();
+    ASSERT_EQ(static_cast<int64_t>(expected.size()), model->config().vocab_size);
+    KvCache cache(model->config(), 8, 16);
+    ThreadPool pool(2);
+    std::vector<int32_t> table = {3, 0, 5};  // out of order, so paging is exercised
+    StepSequence part{refs[0].prompt_ids, 0, table, true};
+    std::vector<float> logits;
+    ASSERT_TRUE(model->Forward({&part, 1}, cache, pool, logits).ok());
+    ASSERT_EQ(logits.size(), expected.size());
+    double worst = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      double error = std::abs(logits[i] - expected[i]) / std::max(1.0, std::abs(double{expected[i]}));
+      worst = std::max(worst, error);
+    }
+    EXPECT_LT(worst, 1e-3);
+    RecordProperty("worst_relative_error", std::to_string(worst));
+  }
+}
+
+TEST_F(TinyModelTest, GreedyIdsMatchAloneAndTogether) {
+  auto model = LoadModel(WeightFormat::kAsStored);
+  ASSERT_NE(model, nullptr);
+  std::vector<Reference> refs = LoadReferences();
+  // Alone, one thread, 16-token blocks.
+  for (const Reference& r : refs) {
+    GeneratorOptions options;
+    options.max_sequences = 1;
+    auto ids = GenerateAll(*model, {r}, options);
+    EXPECT_EQ(ids[0], r.generated_ids);
+  }
+  // All six in one batch, two threads, 5-token blocks and 7-token prefill chunks.
+  GeneratorOptions options;
+  options.threads = 2;
+  options.block_size = 5;
+  options.max_step_tokens = 7 + 6;
+  std::vector<std::string> texts;
+  auto ids = GenerateAll(*model, refs, options, &texts);
+  for (size_t i = 0; i < refs.size(); ++i) {
+    EXPECT_EQ(ids[i], refs[i].generated_ids) << "prompt " << i;
+    EXPECT_EQ(texts[i], refs[i].generated_text) << "prompt " << i;
+  }
+}
+
+TEST_F(TinyModelTest, Float32WeightsGiveTheSameIds) {
+  auto model = LoadModel(WeightFormat::kF32);
+  ASSERT_NE(model, nullptr);
+  std::vector<Reference> refs = LoadReferences();
+  GeneratorOptions options;
+  options.threads = 2;
+  auto ids = GenerateAll(*model, refs, options);
+  for (size_t i = 0; i < refs.size(); ++i) EXPECT_EQ(ids[i], refs[i].generated_ids);
+}
+
+TEST_F(TinyModelTest, PrefixCacheReusesBlocksOfOneTenantOnly) {
+  auto model = LoadModel(WeightFormat::kAsStored);
+  ASSERT_NE(model, nullptr);
+  std::vector<Reference> refs = LoadReferences();
+  const Reference& r = refs[5];  // 153 prompt tokens
+  GeneratorOptions options;
+  options.block_size = 16;
+  auto generator = Generator::Create(*model, options);
+  ASSERT_TRUE(generator.ok());
+  auto run = [&](const std::string& tenant, std::vector<uint8_t> salt) {
+    GenerationRequest request;
+    request.prompt_ids = r.prompt_ids;
+    request.sampling.temperature = 0;
+    request.max_tokens = 48;
+    request.tenant = tenant;
+    request.prefix_salt = salt;
+    auto id = (*generator)->Add(request);
+    EXPECT_TRUE(id.ok());
+    std::vector<int32_t> ids;
+    int64_t cached = -1;
+    while (!(*generator)->idle()) {
+      auto events = (*generator)->Step();
+      EXPECT_TRUE(events.ok());
+      for (const TokenEvent& e : *events) {
+        ids.push_back(e.token.id);
+        if (e.finish != FinishReason::kNone) cached = e.cached_tokens;
+      }
+    }
+    return std::make_pair(ids, cached);
+  };
+  std::vector<uint8_t> salt_a(32, 0xa1), salt_b(32, 0xb2);
+  auto first = run("a", salt_a);
+  EXPECT_EQ(first.first, r.generated_ids);
+  EXPECT_EQ(first.second, 0);
+  auto second = run("a", salt_a);
+  EXPECT_EQ(second.first, r.generated_ids);
+  EXPECT_EQ(second.second, 144);  // 9 full blocks of the 153-token prompt
+  auto other = run("b", salt_b);
+  EXPECT_EQ(other.first, r.generated_ids);
+  EXPECT_EQ(other.second, 0);
+}
+
+TEST_F(TinyModelTest, RefusesPromptsAndMaxTokensPastTheContext) {
+  auto model = LoadModel(WeightFormat::kAsStored);
+  ASSERT_NE(model, nullptr);
+  auto generator = Generator::Create(*model, GeneratorOptions{});
+  ASSERT_TRUE(generator.ok());
+  GenerationRequest request;
+  request.prompt_ids.assign(512, 72);
+  auto added = (*generator)->Add(request);
+  ASSERT_FALSE(added.ok());
+  EXPECT_THAT(added.status().message(), HasSubstr("the prompt has 512 tokens"));
+  request.prompt_ids.assign(500, 72);
+  request.max_tokens = 13;
+  added = (*generator)->Add(request);
+  ASSERT_FALSE(added.ok());
+  EXPECT_THAT(added.status().message(), HasSubstr("max_tokens 13 with a prompt of 500"));
+  request.max_tokens = 12;
+  EXPECT_TRUE((*generator)->Add(request).ok());
+  request.prompt_ids = {5000};
+  added = (*generator)->Add(request);
+  ASSERT_FALSE(added.ok());
+  EXPECT_THAT(added.status().message(), HasSubstr("not below the vocabulary size"));
+}
+
+TEST_F(TinyModelTest, CancelFreesTheSequenceAtOnce) {
+  auto model = LoadModel(WeightFormat::kAsStored);
+  ASSERT_NE(model, nullptr);
+  GeneratorOptions options;
+  options.max_sequences = 1;
+  options.kv_blocks = 4;  // room for one 64-token sequence only
+  auto generator = Generator::Create(*model, options);
+  ASSERT_TRUE(generator.ok());
+  GenerationRequest request;
+  request.prompt_ids = LoadReferences()[3].prompt_ids;
+  request.max_tokens = 40;
+  request.ignore_eos = true;
+  auto first = (*generator)->Add(request);
+  auto second = (*generator)->Add(request);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_TRUE((*generator)->Step().ok());
+  (*generator)->Cancel(*first);
+  auto events = (*generator)->Step();
+  ASSERT_TRUE(events.ok());
+  bool cancelled = false, second_ran = false;
+  for (const TokenEvent& e : *events) {
+    if (e.sequence == *first) cancelled = e.finish == FinishReason::kCancelled;
+    if (e.sequence == *second) second_ran = true;
+  }
+  EXPECT_TRUE(cancelled);
+  EXPECT_TRUE(second_ran);  // admitted in the same step, into the freed blocks
+}
+
+// ---- refusals at load ------------------------------------------------------------------------
+
+class LoadRefusalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto files = ReadCheckpointDir(kModelDir, storage_);
+    ASSERT_TRUE(files.ok());
+    files_ = *files;
+  }
+  absl::Status LoadWith(const std::string& name, const std::string& bytes) {
+    replaced_.push_back(std::vector<uint8_t>(bytes.begin(), bytes.end()));
+    CheckpointFiles files = files_;
+    files[name] = replaced_.back();
+    return Model::Load(files, LoadOptions{}).status();
+  }
+  std::string Text(const std::string& name) {
+    auto span = files_.at(name);
+    return std::string(reinterpret_cast<const char*>(span.data()), span.size());
+  }
+  std::vector<std::vector<uint8_t>> storage_;
+  std::list<std::vector<uint8_t>> replaced_;
+  CheckpointFiles files_;
+};
+
+TEST_F(LoadRefusalTest, UnsupportedArchitectureIsNamed) {
+  std::string config = Text("config.json");
+  config.replace(config.find("LlamaForCausalLM"), 16, "GPT2LMHeadModel");
+  absl::Status status = LoadWith("config.json", config);
+  EXPECT_THAT(status.message(), HasSubstr("architectures[0] \"GPT2LMHeadModel\" is not supported"));
+}
+
+TEST_F(LoadRefusalTest, UnsupportedRopeScalingIsNamed) {
+  std::string config = Text("config.json");
+  config.replace(config.find("\"rope_scaling\": null"), 20,
+                 "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}");
+  EXPECT_THAT(LoadWith("config.json", config).message(),
+              HasSubstr("rope_scaling type \"yarn\" is not supported"));
+}
+
+TEST_F(LoadRefusalTest, ConfigThatDisagreesWithTheTensorsIsRefused) {
+  std::string config = Text("config.json");
+  config.replace(config.find("\"intermediate_size\": 768"), 24, "\"intermediate_size\": 512");
+  EXPECT_THAT(LoadWith("config.json", config).message(),
+              HasSubstr("has 768 columns, config.json implies 512"));
+}
+
+TEST_F(LoadRefusalTest, TruncatedSafetensorsIsRefused) {
+  std::string weights = Text("model.safetensors");
+  EXPECT_THAT(LoadWith("model.safetensors", weights.substr(0, weights.size() / 2)).message(),
+              HasSubstr("lie outside the"));
+  EXPECT_THAT(LoadWith("model.safetensors", weights.substr(0, 5)).message(),
+              HasSubstr("shorter than the 8-byte header length"));
+}
+
+TEST_F(LoadRefusalTest, LyingHeaderIsRefused) {
+  std::string weights = Text("model.safetensors");
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<uint8_t>(weights[i]);
+  std::string header = weights.substr(8, header_size);
+  // The header claims a bigger shape for the first layer's q_proj than its byte range holds.
+  size_t at = header.find("\"model.layers.0.self_attn.q_proj.weight\"");
+  ASSERT_NE(at, std::string::npos);
+  size_t shape = header.find("[256,256]", at);
+  if (shape == std::string::npos) shape = header.find("[256, 256]", at);
+  ASSERT_NE(shape, std::string::npos) << header.substr(at, 200);
+  std::string lying = header;
+  lying.replace(shape + 1, 3, "999");
+  std::string file = weights.substr(0, 8) + lying + weights.substr(8 + header_size);
+  EXPECT_THAT(LoadWith("model.safetensors", file).message(),
+              HasSubstr("data_offsets span 131072 bytes but the shape needs"));
+  // A length field that points past the end.
+  std::string huge = weights;
+  huge[5] = 1;
+  EXPECT_THAT(LoadWith("model.safetensors", huge).message(), HasSubstr("header length"));
+}
+
+TEST_F(LoadRefusalTest, WeightLimitIsCheckedBeforeAllocation) {
+  LoadOptions options;
+  options.max_weight_bytes = 1 << 20;
+  auto model = Model::Load(files_, options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(model.status().message(), HasSubstr("over the limit of 1048576"));
+}
+
+}  // namespace
+}  // namespace cloister::llm
