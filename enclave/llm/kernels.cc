@@ -39,68 +39,74 @@ CLOISTER_AVX512 inline __m512 LoadMasked(const uint8_t* row, int64_t k, __mmask1
   }
 }
 
-// Sums each of 16 registers and returns the 16 sums as one register (lane i = sum of acc[i]).
-CLOISTER_AVX512 inline float Reduce(__m512 v) { return _mm512_reduce_add_ps(v); }
-
-// R weight rows x T tokens, all columns.
-template <DType kType, int R, int T>
-CLOISTER_AVX512 void Block(const float* x, int64_t x_stride, const WeightMatrix& w, int64_t row,
-                           float* y, int64_t y_stride, bool accumulate) {
-  __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  const uint8_t* rows[R];
-  for (int r = 0; r < R; ++r) rows[r] = w.row(row + r);
-  const int64_t cols = w.cols;
-  int64_t k = 0;
-  for (; k + 16 <= cols; k += 16) {
-    __m512 xv[T];
-    for (int t = 0; t < T; ++t) xv[t] = _mm512_loadu_ps(x + t * x_stride + k);
-    for (int r = 0; r < R; ++r) {
-      __m512 wv = Load16<kType>(rows[r], k);
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+// P panels (16 rows each) x T tokens over columns [k0, k1): acc[p][t] holds 16 output rows of
+// token t. One vector load of weights per panel and column, one broadcast per token and column.
+template <DType kType, int P, int T>
+CLOISTER_AVX512 void PanelBlock(const float* x, int64_t x_stride, const WeightMatrix& w,
+                                int64_t panel, int64_t k0, int64_t k1, float* y, int64_t y_stride,
+                                int64_t row_end, bool accumulate) {
+  __m512 acc[P][T];
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+  const size_t element = DTypeSize(kType);
+  const uint8_t* base[P];
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) base[p] = w.panel(panel + p) + k0 * kPanelRows * element;
+  for (int64_t k = k0; k < k1; ++k) {
+    __m512 wv[P];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      wv[p] = Load16<kType>(base[p], 0);
+      base[p] += kPanelRows * element;
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512 xb = _mm512_set1_ps(x[t * x_stride + k]);
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) acc[p][t] = _mm512_fmadd_ps(wv[p], xb, acc[p][t]);
     }
   }
-  if (k < cols) {
-    __mmask16 mask = static_cast<__mmask16>((1u << (cols - k)) - 1);
-    __m512 xv[T];
-    for (int t = 0; t < T; ++t) xv[t] = _mm512_maskz_loadu_ps(mask, x + t * x_stride + k);
-    for (int r = 0; r < R; ++r) {
-      __m512 wv = LoadMasked<kType>(rows[r], k, mask);
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
-    }
-  }
-  for (int t = 0; t < T; ++t) {
-    float* out = y + t * y_stride + row;
-    for (int r = 0; r < R; ++r) {
-      float sum = Reduce(acc[r][t]);
-      out[r] = accumulate ? out[r] + sum : sum;
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) {
+    const int64_t row = (panel + p) * kPanelRows;
+    const int64_t valid = std::min<int64_t>(kPanelRows, row_end - row);
+    if (valid <= 0) break;
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      float* out = y + t * y_stride + row;
+      __m512 v = acc[p][t];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
+      _mm512_mask_storeu_ps(out, mask, v);
     }
   }
 }
 
-template <DType kType, int R>
-CLOISTER_AVX512 void RowsForTokens(const float* x, int64_t tokens, int64_t x_stride,
-                                   const WeightMatrix& w, int64_t row, float* y, int64_t y_stride,
-                                   bool accumulate) {
+template <DType kType, int P>
+CLOISTER_AVX512 void PanelsForTokens(const float* x, int64_t tokens, int64_t x_stride,
+                                     const WeightMatrix& w, int64_t panel, int64_t k0, int64_t k1,
+                                     float* y, int64_t y_stride, int64_t row_end,
+                                     bool accumulate) {
   int64_t t = 0;
-  for (; t + 4 <= tokens; t += 4) {
-    Block<kType, R, 4>(x + t * x_stride, x_stride, w, row, y + t * y_stride, y_stride, accumulate);
+  for (; t + 8 <= tokens; t += 8) {
+    PanelBlock<kType, P, 8>(x + t * x_stride, x_stride, w, panel, k0, k1, y + t * y_stride,
+                            y_stride, row_end, accumulate);
   }
-  const float* xt = x + t * x_stride;
-  float* yt = y + t * y_stride;
-  switch (tokens - t) {
-    case 3:
-      Block<kType, R, 3>(xt, x_stride, w, row, yt, y_stride, accumulate);
-      break;
-    case 2:
-      Block<kType, R, 2>(xt, x_stride, w, row, yt, y_stride, accumulate);
-      break;
-    case 1:
-      Block<kType, R, 1>(xt, x_stride, w, row, yt, y_stride, accumulate);
-      break;
-    default:
-      break;
+  if (tokens - t >= 4) {
+    PanelBlock<kType, P, 4>(x + t * x_stride, x_stride, w, panel, k0, k1, y + t * y_stride,
+                            y_stride, row_end, accumulate);
+    t += 4;
+  }
+  if (tokens - t >= 2) {
+    PanelBlock<kType, P, 2>(x + t * x_stride, x_stride, w, panel, k0, k1, y + t * y_stride,
+                            y_stride, row_end, accumulate);
+    t += 2;
+  }
+  if (tokens - t >= 1) {
+    PanelBlock<kType, P, 1>(x + t * x_stride, x_stride, w, panel, k0, k1, y + t * y_stride,
+                            y_stride, row_end, accumulate);
   }
 }
 
@@ -108,25 +114,28 @@ template <DType kType>
 CLOISTER_AVX512 void MatMulAvx512(const float* x, int64_t tokens, int64_t x_stride,
                                   const WeightMatrix& w, int64_t row_begin, int64_t row_end,
                                   float* y, int64_t y_stride, bool accumulate) {
+  const int64_t first = row_begin / kPanelRows;
+  const int64_t last = (row_end + kPanelRows - 1) / kPanelRows;  // exclusive
   if (tokens == 1) {
-    int64_t r = row_begin;
-    for (; r + 8 <= row_end; r += 8) Block<kType, 8, 1>(x, x_stride, w, r, y, y_stride, accumulate);
-    for (; r < row_end; ++r) Block<kType, 1, 1>(x, x_stride, w, r, y, y_stride, accumulate);
+    // Decode: memory-bound; four panels give four independent FMA chains.
+    int64_t p = first;
+    for (; p + 4 <= last; p += 4) PanelBlock<kType, 4, 1>(x, x_stride, w, p, 0, w.cols, y, y_stride, row_end, accumulate);
+    for (; p < last; ++p) PanelBlock<kType, 1, 1>(x, x_stride, w, p, 0, w.cols, y, y_stride, row_end, accumulate);
     return;
   }
-  // Rows in blocks that stay in L2 while every token passes over them; tokens in blocks so
-  // their activations stay in cache as well.
-  constexpr int64_t kRowBlock = 64;
-  constexpr int64_t kTokenBlock = 64;
-  for (int64_t rb = row_begin; rb < row_end; rb += kRowBlock) {
-    const int64_t re = std::min(row_end, rb + kRowBlock);
-    for (int64_t tb = 0; tb < tokens; tb += kTokenBlock) {
-      const int64_t tn = std::min(tokens - tb, kTokenBlock);
-      const float* xb = x + tb * x_stride;
-      float* yb = y + tb * y_stride;
-      int64_t r = rb;
-      for (; r + 4 <= re; r += 4) RowsForTokens<kType, 4>(xb, tn, x_stride, w, r, yb, y_stride, accumulate);
-      for (; r < re; ++r) RowsForTokens<kType, 1>(xb, tn, x_stride, w, r, yb, y_stride, accumulate);
+  // Columns in slices whose two-panel weights stay in L1 while every token passes over them;
+  // the first slice writes y, the later ones add to it.
+  constexpr int64_t kColumnSlice = 384;
+  for (int64_t p = first; p < last; p += 2) {
+    const bool pair = p + 2 <= last;
+    for (int64_t k0 = 0; k0 < w.cols; k0 += kColumnSlice) {
+      const int64_t k1 = std::min(w.cols, k0 + kColumnSlice);
+      const bool add = accumulate || k0 > 0;
+      if (pair) {
+        PanelsForTokens<kType, 2>(x, tokens, x_stride, w, p, k0, k1, y, y_stride, row_end, add);
+      } else {
+        PanelsForTokens<kType, 1>(x, tokens, x_stride, w, p, k0, k1, y, y_stride, row_end, add);
+      }
     }
   }
 }
@@ -160,26 +169,29 @@ CLOISTER_AVX512 void AxpyAvx512(float a, const float* x, float* y, int64_t size)
 
 // ---- portable -----------------------------------------------------------------------------
 
-float WeightAt(const WeightMatrix& w, int64_t r, int64_t k) {
-  const uint8_t* row = w.row(r);
-  switch (w.dtype) {
+float ElementToFloat(DType dtype, const uint8_t* p) {
+  switch (dtype) {
     case DType::kF32: {
       float f;
-      std::memcpy(&f, row + 4 * k, 4);
+      std::memcpy(&f, p, 4);
       return f;
     }
     case DType::kBF16: {
       uint16_t h;
-      std::memcpy(&h, row + 2 * k, 2);
+      std::memcpy(&h, p, 2);
       return Bf16ToFloat(h);
     }
     case DType::kF16: {
       uint16_t h;
-      std::memcpy(&h, row + 2 * k, 2);
+      std::memcpy(&h, p, 2);
       return F16ToFloat(h);
     }
   }
   return 0;
+}
+
+float WeightAt(const WeightMatrix& w, int64_t r, int64_t k) {
+  return ElementToFloat(w.dtype, static_cast<const uint8_t*>(w.data) + w.Index(r, k) * w.element_size());
 }
 
 void MatMulPortable(const float* x, int64_t tokens, int64_t x_stride, const WeightMatrix& w,
@@ -237,6 +249,24 @@ bool HaveAvx512() {
 
 void RowToFloat(const WeightMatrix& w, int64_t row, float* out) {
   for (int64_t k = 0; k < w.cols; ++k) out[k] = WeightAt(w, row, k);
+}
+
+void PackRows(const uint8_t* source, DType from, int64_t rows, int64_t row_offset, uint8_t* packed,
+              const WeightMatrix& w) {
+  const size_t in_size = DTypeSize(from);
+  const size_t out_size = w.element_size();
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* in = source + static_cast<size_t>(r) * w.cols * in_size;
+    for (int64_t k = 0; k < w.cols; ++k) {
+      uint8_t* out = packed + w.Index(row_offset + r, k) * out_size;
+      if (from == w.dtype) {
+        std::memcpy(out, in + k * in_size, in_size);
+      } else {
+        const float f = ElementToFloat(from, in + k * in_size);
+        std::memcpy(out, &f, sizeof(f));
+      }
+    }
+  }
 }
 
 void MatMul(const float* x, int64_t tokens, int64_t x_stride, const WeightMatrix& w,

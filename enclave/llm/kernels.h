@@ -14,15 +14,26 @@
 
 namespace cloister::llm {
 
-// A row-major [rows, cols] weight matrix (Hugging Face Linear layout: [out, in]).
+// A [rows, cols] weight matrix (Hugging Face Linear layout: [out, in]) in the engine's packed
+// layout: rows in panels of kPanelRows, each panel column-major, so that element (r, k) lies at
+// index (r / 16) * 16 * cols + k * 16 + r % 16. A matrix product then reads 16 output rows'
+// weights for one input column with one vector load. Rows are padded with zeros to a whole
+// panel.
+inline constexpr int64_t kPanelRows = 16;
+
 struct WeightMatrix {
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
-  size_t row_size() const { return static_cast<size_t>(cols) * DTypeSize(dtype); }
-  const uint8_t* row(int64_t r) const {
-    return static_cast<const uint8_t*>(data) + static_cast<size_t>(r) * row_size();
+  static int64_t PaddedRows(int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows * kPanelRows; }
+  size_t element_size() const { return DTypeSize(dtype); }
+  // The packed index of element (r, k).
+  size_t Index(int64_t r, int64_t k) const {
+    return static_cast<size_t>(r / kPanelRows) * kPanelRows * cols + k * kPanelRows + r % kPanelRows;
+  }
+  const uint8_t* panel(int64_t p) const {
+    return static_cast<const uint8_t*>(data) + static_cast<size_t>(p) * kPanelRows * cols * element_size();
   }
 };
 
@@ -38,7 +49,7 @@ float F16ToFloat(uint16_t value);
 bool HaveAvx512();
 
 // y[t * y_stride + r] (=|+=) sum_k x[t * x_stride + k] * w[r][k] for t in [0, tokens) and
-// r in [row_begin, row_end).
+// r in [row_begin, row_end); row_begin must be a multiple of kPanelRows.
 void MatMul(const float* x, int64_t tokens, int64_t x_stride, const WeightMatrix& w,
             int64_t row_begin, int64_t row_end, float* y, int64_t y_stride, bool accumulate);
 
@@ -55,7 +66,12 @@ float Dot(const float* a, const float* b, int64_t size);
 // y += a * x
 void Axpy(float a, const float* x, float* y, int64_t size);
 
-// Converts a row of `count` weights to float32.
+// Converts row `row` (cols weights) to float32.
 void RowToFloat(const WeightMatrix& w, int64_t row, float* out);
+
+// Packs a row-major [rows, cols] block of `source` (dtype `from`) into `w`'s storage at rows
+// [row_offset, row_offset + rows), converting to w.dtype (the same type or float32).
+void PackRows(const uint8_t* source, DType from, int64_t rows, int64_t row_offset, uint8_t* packed,
+              const WeightMatrix& w);
 
 }  // namespace cloister::llm

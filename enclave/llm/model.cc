@@ -299,7 +299,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
   size_t total = 0;
   for (PlannedMatrix& m : plan) {
     m.offset = total;
-    total += (static_cast<size_t>(m.rows) * m.cols * DTypeSize(m.dtype) + 63) / 64 * 64;
+    total += (static_cast<size_t>(WeightMatrix::PaddedRows(m.rows)) * m.cols * DTypeSize(m.dtype) +
+              63) / 64 * 64;
   }
   if (options.max_weight_bytes != 0 && total > options.max_weight_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("the model's weights need ", total,
@@ -310,13 +311,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
   if (weights->storage.data == nullptr && total != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", total, " weight bytes"));
   }
+  std::memset(weights->storage.data, 0, total);  // the panels' padding rows stay zero
   for (PlannedMatrix& m : plan) {
     uint8_t* out = weights->storage.data + m.offset;
+    *m.target = WeightMatrix{m.dtype, m.rows, m.cols, out};
+    int64_t row = 0;
     for (const TensorView* part : m.parts) {
-      CopyConverted(*part, m.dtype, out);
-      out += static_cast<size_t>(part->count()) * DTypeSize(m.dtype);
+      PackRows(part->data.data(), part->dtype, part->shape[0], row, out, *m.target);
+      row += part->shape[0];
     }
-    *m.target = WeightMatrix{m.dtype, m.rows, m.cols, weights->storage.data + m.offset};
   }
   if (config.tie_word_embeddings) weights->lm_head = weights->embed;
   weights->inv_freq = RopeFrequencies(config);
@@ -439,7 +442,7 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
         RmsNorm(&x[t * hidden], layer.input_norm.data(), hidden, eps, &xn[t * hidden]);
       }
     });
-    pool.For(qkv_rows, 16, [&](int64_t begin, int64_t end) {
+    pool.For(qkv_rows, 32, [&](int64_t begin, int64_t end) {
       MatMul(xn.data(), tokens, hidden, layer.qkv, begin, end, qkv.data(), qkv_rows, false);
     });
     // Bias, RoPE, and the new keys and values into the cache.
@@ -509,7 +512,7 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
         }
       }
     });
-    pool.For(hidden, 16, [&](int64_t begin, int64_t end) {
+    pool.For(hidden, 32, [&](int64_t begin, int64_t end) {
       MatMul(attn.data(), tokens, q_dim, layer.o, begin, end, x.data(), hidden, true);
     });
     pool.Run([&](int thread) {
@@ -518,7 +521,7 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
         RmsNorm(&x[t * hidden], layer.post_norm.data(), hidden, eps, &xn[t * hidden]);
       }
     });
-    pool.For(2 * ffn, 16, [&](int64_t begin, int64_t end) {
+    pool.For(2 * ffn, 32, [&](int64_t begin, int64_t end) {
       MatMul(xn.data(), tokens, hidden, layer.gate_up, begin, end, gate_up.data(), 2 * ffn, false);
     });
     pool.Run([&](int thread) {
@@ -527,7 +530,7 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
         SiluMul(&gate_up[t * 2 * ffn], &gate_up[t * 2 * ffn + ffn], ffn, &act[t * ffn]);
       }
     });
-    pool.For(hidden, 16, [&](int64_t begin, int64_t end) {
+    pool.For(hidden, 32, [&](int64_t begin, int64_t end) {
       MatMul(act.data(), tokens, ffn, layer.down, begin, end, x.data(), hidden, true);
     });
   }
@@ -540,7 +543,7 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
   for (int64_t i = 0; i < outputs; ++i) {
     RmsNorm(&x[logit_rows[i] * hidden], w.final_norm.data(), hidden, eps, &final_rows[i * hidden]);
   }
-  pool.For(c.vocab_size, 16, [&](int64_t begin, int64_t end) {
+  pool.For(c.vocab_size, 32, [&](int64_t begin, int64_t end) {
     MatMul(final_rows.data(), outputs, hidden, w.lm_head, begin, end, logits.data(), c.vocab_size,
            false);
   });

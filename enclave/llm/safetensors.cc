@@ -52,7 +52,6 @@ std::string_view DTypeName(DType dtype) {
   return "?";
 }
 
-size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
 int64_t TensorView::count() const {
   int64_t n = 1;

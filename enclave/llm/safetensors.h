@@ -20,7 +20,7 @@ namespace cloister::llm {
 enum class DType { kF32, kF16, kBF16 };
 
 std::string_view DTypeName(DType dtype);
-size_t DTypeSize(DType dtype);
+inline size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
 struct TensorView {
   DType dtype = DType::kF32;
