@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/status.h"
+#include "enclave/llm/chat_template.h"
 #include "enclave/llm/generator.h"
 #include "enclave/llm/model.h"
 #include "nlohmann/json.hpp"

@@ -89,6 +89,13 @@ class Generator::Impl {
           " tokens runs past the model's context of ", context, " tokens (at most ",
           context - prompt, ")"));
     }
+    if (!request.prefix_salt.empty() &&
+        (request.prefix_salt.size() < BlockManager::kMinSaltSize ||
+         request.prefix_salt.size() > BlockManager::kMaxSaltSize)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the prefix-cache salt must be ", BlockManager::kMinSaltSize, " to ",
+          BlockManager::kMaxSaltSize, " bytes, got ", request.prefix_salt.size()));
+    }
     const int64_t needed = BlocksFor(prompt + request.max_tokens, options_.block_size);
     if (needed > cache_.num_blocks()) {
       return absl::ResourceExhaustedError(
@@ -266,12 +273,8 @@ class Generator::Impl {
   void RegisterPrefix(Sequence& s) {
     s.registered_prefix = true;
     if (s.request.prefix_salt.empty()) return;
-    const int64_t full = s.prompt_size / options_.block_size;
     std::span<const int32_t> prompt = std::span<const int32_t>(s.tokens).first(s.prompt_size);
-    for (int64_t b = 0; b < full; ++b) {
-      blocks_.RegisterFullBlock(s.request.tenant, s.request.prefix_salt, prompt,
-                                static_cast<int32_t>(b), s.blocks[b]);
-    }
+    blocks_.RegisterFullBlocks(s.request.tenant, s.request.prefix_salt, prompt, s.blocks);
   }
 
   void Release(Sequence& s) {

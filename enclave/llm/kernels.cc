@@ -167,6 +167,59 @@ CLOISTER_AVX512 void AxpyAvx512(float a, const float* x, float* y, int64_t size)
   for (; i < size; ++i) y[i] += a * x[i];
 }
 
+CLOISTER_AVX512 void AttendPagedAvx512(const float* q, int64_t group, int64_t head_dim,
+                                       const float* const* key_blocks,
+                                       const float* const* value_blocks, int32_t block_size,
+                                       int64_t first, int64_t last, float* scores, float* out) {
+  const int64_t span = last - first + 1;
+  const int64_t vectors = head_dim / 16;  // head_dim is a multiple of 16 on this path
+  constexpr int kMaxGroup = 16;
+  float maxima[kMaxGroup];
+  for (int64_t h = 0; h < group; ++h) maxima[h] = -INFINITY;
+  for (int64_t pos = first; pos <= last; ++pos) {
+    const float* key = key_blocks[pos / block_size] + (pos % block_size) * head_dim;
+    for (int64_t h = 0; h < group; ++h) {
+      const float* qh = q + h * head_dim;
+      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_loadu_ps(key));
+      for (int64_t v = 1; v < vectors; ++v) {
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * v), _mm512_loadu_ps(key + 16 * v), acc);
+      }
+      const float s = _mm512_reduce_add_ps(acc);
+      scores[h * span + (pos - first)] = s;
+      maxima[h] = std::max(maxima[h], s);
+    }
+  }
+  for (int64_t h = 0; h < group; ++h) {
+    float* sh = scores + h * span;
+    float sum = 0;
+    for (int64_t i = 0; i < span; ++i) {
+      sh[i] = std::exp(sh[i] - maxima[h]);
+      sum += sh[i];
+    }
+    const float inverse = 1.0f / sum;
+    for (int64_t i = 0; i < span; ++i) sh[i] *= inverse;
+  }
+  for (int64_t h = 0; h < group; ++h) {
+    const float* sh = scores + h * span;
+    float* oh = out + h * head_dim;
+    int64_t v = 0;
+    // Up to 8 vectors (head_dim 128) of the output stay in registers over all positions.
+    for (; v < vectors; v += 8) {
+      const int64_t n = std::min<int64_t>(8, vectors - v);
+      __m512 acc[8];
+      for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
+      for (int64_t pos = first; pos <= last; ++pos) {
+        const float* value = value_blocks[pos / block_size] + (pos % block_size) * head_dim + 16 * v;
+        const __m512 p = _mm512_set1_ps(sh[pos - first]);
+        for (int i = 0; i < 8; ++i) {
+          if (i < n) acc[i] = _mm512_fmadd_ps(p, _mm512_loadu_ps(value + 16 * i), acc[i]);
+        }
+      }
+      for (int i = 0; i < n; ++i) _mm512_storeu_ps(oh + 16 * (v + i), acc[i]);
+    }
+  }
+}
+
 // ---- portable -----------------------------------------------------------------------------
 
 float ElementToFloat(DType dtype, const uint8_t* p) {
@@ -313,6 +366,39 @@ void ApplyRope(float* head, const float* cos, const float* sin, int64_t half) {
     const float b = head[i + half];
     head[i] = a * cos[i] - b * sin[i];
     head[i + half] = b * cos[i] + a * sin[i];
+  }
+}
+
+void AttendPaged(const float* q, int64_t group, int64_t head_dim, const float* const* key_blocks,
+                 const float* const* value_blocks, int32_t block_size, int64_t first,
+                 int64_t last, float* scores, float* out) {
+  if (HaveAvx512() && head_dim % 16 == 0 && group <= 16) {
+    return AttendPagedAvx512(q, group, head_dim, key_blocks, value_blocks, block_size, first,
+                             last, scores, out);
+  }
+  const int64_t span = last - first + 1;
+  for (int64_t h = 0; h < group; ++h) {
+    float* sh = scores + h * span;
+    float maximum = -INFINITY;
+    for (int64_t pos = first; pos <= last; ++pos) {
+      const float* key = key_blocks[pos / block_size] + (pos % block_size) * head_dim;
+      float s = 0;
+      for (int64_t i = 0; i < head_dim; ++i) s += q[h * head_dim + i] * key[i];
+      sh[pos - first] = s;
+      maximum = std::max(maximum, s);
+    }
+    float sum = 0;
+    for (int64_t i = 0; i < span; ++i) {
+      sh[i] = std::exp(sh[i] - maximum);
+      sum += sh[i];
+    }
+    float* oh = out + h * head_dim;
+    for (int64_t i = 0; i < head_dim; ++i) oh[i] = 0;
+    for (int64_t pos = first; pos <= last; ++pos) {
+      const float* value = value_blocks[pos / block_size] + (pos % block_size) * head_dim;
+      const float p = sh[pos - first] / sum;
+      for (int64_t i = 0; i < head_dim; ++i) oh[i] += p * value[i];
+    }
   }
 }
 

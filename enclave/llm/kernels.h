@@ -66,6 +66,15 @@ float Dot(const float* a, const float* b, int64_t size);
 // y += a * x
 void Axpy(float a, const float* x, float* y, int64_t size);
 
+// Causal attention of `group` query heads (q: group x head_dim, already scaled) that share one
+// KV head, over positions [first, last] of a paged cache: position pos lies in
+// key_blocks[pos / block_size] (and value_blocks) at slot pos % block_size, head_dim floats.
+// `scores` has room for group x (last - first + 1) floats; out receives group x head_dim.
+// Softmax in float32 with the maximum subtracted, as transformers' eager attention.
+void AttendPaged(const float* q, int64_t group, int64_t head_dim, const float* const* key_blocks,
+                 const float* const* value_blocks, int32_t block_size, int64_t first,
+                 int64_t last, float* scores, float* out);
+
 // Converts row `row` (cols weights) to float32.
 void RowToFloat(const WeightMatrix& w, int64_t row, float* out);
 

@@ -5,7 +5,9 @@
 #include "enclave/llm/model.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <algorithm>
 #include <fstream>
 #include <list>
@@ -53,8 +55,8 @@ struct Reference {
   std::vector<double> margins;
 };
 
-std::vector<Reference> LoadReferences() {
-  nlohmann::json root = nlohmann::json::parse(ReadText(kModelDir + "/reference.json"));
+std::vector<Reference> LoadReferences(const std::string& dir = kModelDir) {
+  nlohmann::json root = nlohmann::json::parse(ReadText(dir + "/reference.json"));
   std::vector<Reference> out;
   for (const auto& prompt : root["prompts"]) {
     Reference r;
@@ -69,9 +71,9 @@ std::vector<Reference> LoadReferences() {
 
 class TinyModelTest : public ::testing::Test {
  protected:
-  static std::unique_ptr<Model> LoadModel(WeightFormat format) {
+  static std::unique_ptr<Model> LoadModel(WeightFormat format, const std::string& dir = kModelDir) {
     std::vector<std::vector<uint8_t>> storage;
-    auto files = ReadCheckpointDir(kModelDir, storage);
+    auto files = ReadCheckpointDir(dir, storage);
     EXPECT_TRUE(files.ok()) << files.status();
     LoadOptions options;
     options.weights = format;
@@ -92,10 +94,11 @@ class TinyModelTest : public ::testing::Test {
       GenerationRequest request;
       request.prompt_ids = r.prompt_ids;
       request.sampling.temperature = 0;
-      request.max_tokens = 48;
+      request.max_tokens = std::min<int64_t>(
+          48, model.config().max_position_embeddings - static_cast<int64_t>(r.prompt_ids.size()));
       auto id = (*generator)->Add(request);
       EXPECT_TRUE(id.ok()) << id.status();
-      ids.push_back(*id);
+      ids.push_back(id.ok() ? *id : 0);
     }
     std::vector<std::vector<int32_t>> out(refs.size());
     if (texts) texts->assign(refs.size(), "");
@@ -263,6 +266,49 @@ TEST_F(TinyModelTest, CancelFreesTheSequenceAtOnce) {
   }
   EXPECT_TRUE(cancelled);
   EXPECT_TRUE(second_ran);  // admitted in the same step, into the freed blocks
+}
+
+// Checkpoints of the other architecture variants, made by the shared generator (its torch model
+// is the reference) when CLOISTER_LLM_VARIANTS_DIR names a folder of them: see
+// scripts/llm-variants.sh (ctest label slow).
+TEST_F(TinyModelTest, ArchitectureVariantsMatchTheirReferences) {
+  const char* root = std::getenv("CLOISTER_LLM_VARIANTS_DIR");
+  if (root == nullptr) GTEST_SKIP() << "CLOISTER_LLM_VARIANTS_DIR is not set";
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    const std::string dir = entry.path().string();
+    if (!std::filesystem::exists(dir + "/reference.json")) continue;
+    SCOPED_TRACE(dir);
+    auto model = LoadModel(WeightFormat::kAsStored, dir);
+    ASSERT_NE(model, nullptr);
+    std::vector<Reference> refs = LoadReferences(dir);
+    nlohmann::json root_json = nlohmann::json::parse(ReadText(dir + "/reference.json"));
+    for (const auto& check : root_json["tokenizer_checks"]) {
+      auto ids = model->tokenizer().Encode(check["text"].get<std::string>(), false);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      EXPECT_EQ(*ids, check["ids"].get<std::vector<int32_t>>()) << check["text"];
+    }
+    std::vector<float> expected = ReadNpy(dir + "/reference_logits.npy");
+    KvCache cache(model->config(), 64, 16);
+    ThreadPool pool(1);
+    std::vector<int32_t> table(64);
+    for (int i = 0; i < 64; ++i) table[i] = i;
+    StepSequence part{refs[0].prompt_ids, 0, table, true};
+    std::vector<float> logits;
+    ASSERT_TRUE(model->Forward({&part, 1}, cache, pool, logits).ok());
+    double worst = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      worst = std::max(worst, std::abs(logits[i] - expected[i]) / std::max(1.0, std::abs(double{expected[i]})));
+    }
+    EXPECT_LT(worst, 1e-3);
+    GeneratorOptions options;
+    options.threads = 2;
+    options.block_size = 8;
+    auto ids = GenerateAll(*model, refs, options);
+    for (size_t i = 0; i < refs.size(); ++i) EXPECT_EQ(ids[i], refs[i].generated_ids) << "prompt " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 // ---- refusals at load ------------------------------------------------------------------------

@@ -9,7 +9,10 @@ namespace {
 
 // How long a worker spins for the next section before it sleeps: sections of one step follow
 // each other within a few microseconds; a sleeping worker costs a futex wake-up (5-50 us in a VM).
-constexpr auto kSpin = std::chrono::microseconds(200);
+constexpr auto kSpin = std::chrono::microseconds(100);
+// Past this, a spinning thread yields its core between checks: on a machine with more runnable
+// threads than cores the thread it waits for may be the one that needs the core.
+constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
 
 }  // namespace
 
@@ -32,7 +35,15 @@ void ThreadPool::RunErased(Erased invoke, void* fn) {
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   invoke(fn, 0);
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  int spins = 0;
+  std::chrono::steady_clock::time_point start;
+  while (pending_.load(std::memory_order_acquire) != 0) {
+    _mm_pause();
+    if (++spins % 64 == 0) {
+      if (spins == 64) start = std::chrono::steady_clock::now();
+      if (std::chrono::steady_clock::now() - start > kSpinBeforeYield) std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::Loop(int thread) {
@@ -40,12 +51,16 @@ void ThreadPool::Loop(int thread) {
   for (;;) {
     uint64_t now = generation_.load(std::memory_order_acquire);
     if (now == seen) {
-      auto deadline = std::chrono::steady_clock::now() + kSpin;
+      const auto start = std::chrono::steady_clock::now();
       int spins = 0;
       while ((now = generation_.load(std::memory_order_acquire)) == seen) {
         _mm_pause();
-        if (++spins % 64 == 0 && std::chrono::steady_clock::now() > deadline) {
+        if (++spins % 64 != 0) continue;
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (waited > kSpin) {
           generation_.wait(seen, std::memory_order_acquire);
+        } else if (waited > kSpinBeforeYield) {
+          std::this_thread::yield();
         }
       }
     }
