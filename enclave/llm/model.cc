@@ -427,28 +427,28 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t window = c.sliding_window.value_or(0);
   int64_t max_span = 1;
+  int64_t attention_work = 0;  // multiply-adds of scores and weighted values
   for (const Row& row : rows) {
     const int64_t first = window > 0 ? std::max<int64_t>(0, row.position - window + 1) : 0;
     max_span = std::max(max_span, row.position - first + 1);
+    attention_work += 2 * (row.position - first + 1) * q_dim;
   }
   // Attention work items: (token, kv head); interleaved over threads so causal rows balance.
   const int64_t items = tokens * c.num_kv_heads;
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Weights::Layer& layer = w.layers[l];
-    pool.Run([&](int thread) {
-      const int n = pool.size();
-      for (int64_t t = thread; t < tokens; t += n) {
+    pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
         RmsNorm(&x[t * hidden], layer.input_norm.data(), hidden, eps, &xn[t * hidden]);
       }
-    });
+    }, tokens * hidden * 4);
     pool.For(qkv_rows, 32, [&](int64_t begin, int64_t end) {
       MatMul(xn.data(), tokens, hidden, layer.qkv, begin, end, qkv.data(), qkv_rows, false);
-    });
+    }, tokens * qkv_rows * hidden);
     // Bias, RoPE, and the new keys and values into the cache.
-    pool.Run([&](int thread) {
-      const int n = pool.size();
-      for (int64_t t = thread; t < tokens; t += n) {
+    pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
         float* row = &qkv[t * qkv_rows];
         if (!layer.qkv_bias.empty()) {
           for (int64_t i = 0; i < qkv_rows; ++i) row[i] += layer.qkv_bias[i];
@@ -469,10 +469,9 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
                       row + q_dim + kv_dim + g * head_dim, head_dim * sizeof(float));
         }
       }
-    });
+    }, tokens * qkv_rows * 4);
     // q heads are scaled once here instead of every score (a rounding difference of one ulp).
-    pool.Run([&](int thread) {
-      const int n = pool.size();
+    auto attend = [&](int thread, int n) {
       std::vector<float> scores(group * max_span);
       std::vector<float> q(group * head_dim);
       std::vector<const float*> key_blocks, value_blocks;
@@ -494,28 +493,31 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
         AttendPaged(q.data(), group, head_dim, key_blocks.data(), value_blocks.data(), block_size,
                     first, position, scores.data(), &attn[t * q_dim + g * group * head_dim]);
       }
-    });
+    };
+    if (attention_work < 2 * ThreadPool::kMinWorkPerThread || pool.size() == 1) {
+      attend(0, 1);
+    } else {
+      pool.Run([&](int thread) { attend(thread, pool.size()); });
+    }
     pool.For(hidden, 32, [&](int64_t begin, int64_t end) {
       MatMul(attn.data(), tokens, q_dim, layer.o, begin, end, x.data(), hidden, true);
-    });
-    pool.Run([&](int thread) {
-      const int n = pool.size();
-      for (int64_t t = thread; t < tokens; t += n) {
+    }, tokens * hidden * q_dim);
+    pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
         RmsNorm(&x[t * hidden], layer.post_norm.data(), hidden, eps, &xn[t * hidden]);
       }
-    });
+    }, tokens * hidden * 4);
     pool.For(2 * ffn, 32, [&](int64_t begin, int64_t end) {
       MatMul(xn.data(), tokens, hidden, layer.gate_up, begin, end, gate_up.data(), 2 * ffn, false);
-    });
-    pool.Run([&](int thread) {
-      const int n = pool.size();
-      for (int64_t t = thread; t < tokens; t += n) {
+    }, tokens * 2 * ffn * hidden);
+    pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
         SiluMul(&gate_up[t * 2 * ffn], &gate_up[t * 2 * ffn + ffn], ffn, &act[t * ffn]);
       }
-    });
+    }, tokens * ffn * 8);
     pool.For(hidden, 32, [&](int64_t begin, int64_t end) {
       MatMul(act.data(), tokens, ffn, layer.down, begin, end, x.data(), hidden, true);
-    });
+    }, tokens * hidden * ffn);
   }
 
   // Final norm and the vocabulary projection, only for the rows that want logits.
@@ -529,7 +531,7 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
   pool.For(c.vocab_size, 32, [&](int64_t begin, int64_t end) {
     MatMul(final_rows.data(), outputs, hidden, w.lm_head, begin, end, logits.data(), c.vocab_size,
            false);
-  });
+  }, outputs * c.vocab_size * hidden);
   return absl::OkStatus();
 }
 

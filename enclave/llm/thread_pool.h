@@ -39,10 +39,16 @@ class ThreadPool {
 
   // Splits [0, count) into size() contiguous ranges whose bounds are multiples of `align`
   // (except the end) and calls fn(begin, end) for each non-empty one on its own thread.
+  // `work` (any unit; multiply-adds in the engine) sizes the split: a range gets at least
+  // kMinWorkPerThread of it, so small sections run on the caller alone, where a hand-off to
+  // another thread would cost more than it saves. 0: split over every thread.
+  static constexpr int64_t kMinWorkPerThread = 1 << 18;
   template <typename Fn>
-  void For(int64_t count, int64_t align, Fn&& fn) {
+  void For(int64_t count, int64_t align, Fn&& fn, int64_t work = 0) {
     const int64_t units = (count + align - 1) / align;
-    const int parts = static_cast<int>(std::min<int64_t>(size_, units));
+    int64_t limit = size_;
+    if (work > 0) limit = std::clamp<int64_t>(work / kMinWorkPerThread, 1, size_);
+    const int parts = static_cast<int>(std::min<int64_t>(limit, units));
     if (parts <= 1) {
       if (count > 0) fn(int64_t{0}, count);
       return;
