@@ -319,7 +319,7 @@ absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
       absl::InvalidArgumentError("malformed load request");
   if (request.ParseFromArray(opened.plaintext.data(), static_cast<int>(opened.plaintext.size()))) {
     loaded = models_->Load(opened.session->identity_public_key(), item.model_handle(), request,
-                           AsBytes(call.model_ciphertext()));
+                           AsBytes(call.model_ciphertext()), call.model_memory_budget());
   }
   proto::WipeString(*item.mutable_ciphertext());
   proto::WipeMessage(request);  // the model key and the model's name
@@ -432,6 +432,10 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
     auto found = models_->Get(call.model_handle(), sessions[i]->identity_public_key());
     if (!found.ok()) {
       outcome[i] = found.status();
+    } else if ((*found)->model == nullptr) {
+      // An LLM: its requests are prompts, not tensors.
+      outcome[i] = absl::FailedPreconditionError(
+          absl::StrCat("model '", (*found)->name, "' is a generative model: use Generate"));
     } else if (!payloads[i].ParseFromArray(opened->plaintext.data(),
                                            static_cast<int>(opened->plaintext.size()))) {
       // (A partly parsed payload is wiped with the others on the way out.)

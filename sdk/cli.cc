@@ -28,6 +28,7 @@
 #include "grpcpp/security/credentials.h"
 #include "sdk/client.h"
 #include "sdk/identity.h"
+#include "sdk/model_dir.h"
 #include "sdk/npy.h"
 
 namespace cloister::sdk {
@@ -101,17 +102,22 @@ exit status: 0 when the verdict is pass, 1 when it is fail or no evidence could 
 )";
 
 constexpr char kUploadHelp[] =
-    R"(usage: cloister upload --model FILE --name NAME [--json] [connection flags]
+    R"(usage: cloister upload --model FILE|DIR --name NAME [--json] [connection flags]
 
-Attests, then encrypts the model FILE with a fresh key, streams the ciphertext through
-cloisterd and hands the key to the enclave inside the session. The enclave checks, loads and
-keeps the model for your identity key; the host only ever stores ciphertext. The description
-printed ends with the model's batching: whether your requests batched together share one model
-run (the enclave proved that each output row depends on its own input row only) or run one by
-one, and then why (which node mixes rows); results are the same either way.
+Attests, then encrypts the model with a fresh key, streams the ciphertext through cloisterd
+and hands the key to the enclave inside the session. The enclave checks, loads and keeps the
+model for your identity key; the host only ever stores ciphertext. The model is an ONNX FILE,
+or a Hugging Face checkpoint folder DIR (config.json, tokenizer.json, tokenizer_config.json,
+generation_config.json, model.safetensors or its shards with model.safetensors.index.json),
+which is packed into one deterministic tar archive first (other files in DIR are left out;
+links are refused). The description printed gives the model's kind and digest (SHA-256 of the
+ONNX file or of the archive) and, for ONNX, ends with its batching: whether your requests
+batched together share one model run (the enclave proved that each output row depends on its
+own input row only) or run one by one, and then why (which node mixes rows); results are the
+same either way.
 
 flags:
-  --model FILE   the model file (ONNX)
+  --model FILE   the model file (ONNX) or checkpoint folder (LLM)
   --name NAME    the name to run it under (re-uploading a name replaces that model)
   --fresh        attest with fresh hardware evidence
   --json         print the model description as JSON
@@ -125,8 +131,9 @@ cloister upload --help).
 
 flags:
   --fresh   attest with fresh hardware evidence
-  --json    print {"models": [{"name", "handle", "size", "inputs", "outputs", "rows_coalesce",
-            "rows_shared_reason" (when rows_coalesce is false)}]}
+  --json    print {"models": [{"name", "handle", "size", "kind" ("onnx" or "llm"), "digest",
+            "inputs", "outputs", "rows_coalesce", "rows_shared_reason" (when rows_coalesce is
+            false)}]}
 needs: --server, --policy, --tenant, --token-file, --key
 )";
 
@@ -471,10 +478,19 @@ std::string TensorInfosJson(const google::protobuf::RepeatedPtrField<api::Tensor
   return absl::StrCat("[", absl::StrJoin(items, ","), "]");
 }
 
+absl::string_view KindName(api::ModelKind kind) {
+  switch (kind) {
+    case api::MODEL_KIND_ONNX: return "onnx";
+    case api::MODEL_KIND_LLM: return "llm";
+    default: return "unknown";
+  }
+}
+
 std::string ModelJson(const api::ModelInfo& model) {
   return absl::StrCat(
       "{\"name\":", JsonString(model.name()), ",\"handle\":", JsonString(model.handle()),
-      ",\"size\":", model.size(), ",\"inputs\":", TensorInfosJson(model.inputs()),
+      ",\"size\":", model.size(), ",\"kind\":", JsonString(KindName(model.kind())),
+      ",\"digest\":", JsonString(model.digest()), ",\"inputs\":", TensorInfosJson(model.inputs()),
       ",\"outputs\":", TensorInfosJson(model.outputs()),
       ",\"rows_coalesce\":", model.rows_coalesce() ? "true" : "false",
       model.rows_coalesce()
@@ -484,7 +500,13 @@ std::string ModelJson(const api::ModelInfo& model) {
 }
 
 void PrintModelHuman(std::ostream& out, const api::ModelInfo& model) {
-  out << model.name() << "  (handle " << model.handle() << ", " << model.size() << " bytes)\n";
+  out << model.name() << "  (" << KindName(model.kind()) << ", handle " << model.handle() << ", "
+      << model.size() << " bytes)\n";
+  out << "  digest  sha256:" << model.digest() << "\n";
+  if (model.kind() == api::MODEL_KIND_LLM) {
+    out << "  generative model: run it with Generate (Infer refuses it)\n";
+    return;
+  }
   for (const api::TensorInfo& info : model.inputs()) {
     out << "  input   " << info.name() << "  " << info.datatype() << " " << ShapeHuman(info.shape())
         << "\n";
@@ -637,8 +659,12 @@ Result RunUpload(const Flags& flags, CliIo& io) {
   if (!model_path.ok()) return Usage(model_path.status());
   auto name = RequiredFlag(flags, "name", "upload");
   if (!name.ok()) return Usage(name.status());
-  // Check the model file is readable before connecting.
-  if (absl::Status readable = CheckReadableFile(*model_path, "model file"); !readable.ok()) {
+  // Check the model file is readable, or the folder a checkpoint, before connecting.
+  struct stat model_st;
+  if (::stat(model_path->c_str(), &model_st) == 0 && S_ISDIR(model_st.st_mode)) {
+    if (auto listed = ListModelDir(*model_path); !listed.ok()) return Usage(listed.status());
+  } else if (absl::Status readable = CheckReadableFile(*model_path, "model file");
+             !readable.ok()) {
     return Usage(readable);
   }
   auto options = LoadConnection(flags, io, /*need_key=*/true);

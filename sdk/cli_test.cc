@@ -286,11 +286,38 @@ TEST_F(CliTest, UploadChecksModelFileBeforeConnecting) {
       Run(Concat({"upload", "--model", dir_ + "/none.onnx", "--name", "m"}, Connection()));
   EXPECT_EQ(missing.exit_code, kExitUsage);
   EXPECT_THAT(missing.err, HasSubstr("none.onnx"));
+  // A folder is a checkpoint to pack: this one (connection files only) is not one.
   CliRun directory = Run(Concat({"upload", "--model", dir_, "--name", "m"}, Connection()));
   EXPECT_EQ(directory.exit_code, kExitUsage);
-  EXPECT_THAT(directory.err, HasSubstr("not a regular file"));
+  EXPECT_EQ(directory.err,
+            "cloister: model folder " + dir_ +
+                " has no config.json (a checkpoint folder holds config.json, tokenizer.json and "
+                "model.safetensors (or its shards with model.safetensors.index.json))\n");
   CliRun no_name = Run(Concat({"upload", "--model", token_}, Connection()));
   EXPECT_EQ(no_name.exit_code, kExitUsage);
+}
+
+TEST_F(CliTest, UploadChecksTheCheckpointFolderBeforeConnecting) {
+  WriteConnectionFiles();
+  std::string folder = dir_ + "/checkpoint";
+  ASSERT_EQ(::mkdir(folder.c_str(), 0755), 0);
+  ASSERT_TRUE(WriteFileAtomic(folder + "/config.json", "{}").ok());
+  ASSERT_TRUE(WriteFileAtomic(folder + "/model.safetensors", "w").ok());
+  CliRun no_tokenizer = Run(Concat({"upload", "--model", folder, "--name", "m"}, Connection()));
+  EXPECT_EQ(no_tokenizer.exit_code, kExitUsage);
+  EXPECT_THAT(no_tokenizer.err, HasSubstr("has no tokenizer.json"));
+  ASSERT_EQ(::symlink((folder + "/config.json").c_str(), (folder + "/tokenizer.json").c_str()), 0);
+  CliRun linked = Run(Concat({"upload", "--model", folder, "--name", "m"}, Connection()));
+  EXPECT_EQ(linked.exit_code, kExitUsage);
+  EXPECT_EQ(linked.err, "cloister: " + folder +
+                            "/tokenizer.json is a symbolic link: copy the file itself into the "
+                            "folder (links are not followed)\n");
+  // A checkpoint: the folder passes, and the failure is the unreachable server's.
+  ASSERT_EQ(::unlink((folder + "/tokenizer.json").c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomic(folder + "/tokenizer.json", "{}").ok());
+  CliRun unreachable = Run(Concat({"upload", "--model", folder, "--name", "m"}, Connection()));
+  EXPECT_EQ(unreachable.exit_code, kExitRefused);
+  EXPECT_THAT(unreachable.err, HasSubstr("cannot reach cloisterd"));
 }
 
 TEST_F(CliTest, UnreachableServerIsARefusal) {

@@ -30,7 +30,9 @@
 #include "crypto/hpke.h"
 #include "crypto/model_handle.h"
 #include "crypto/random.h"
+#include "proto/frame.h"
 #include "proto/sealing.h"
+#include "sdk/model_dir.h"
 #include "sdk/npy.h"
 
 namespace cloister::sdk {
@@ -730,21 +732,59 @@ absl::StatusOr<api::ModelInfo> Client::UploadModelOnce(const std::string& path,
                                                        const std::string& name,
                                                        const UploadProgress& progress) {
   if (name.empty()) return absl::InvalidArgumentError("the model name is empty");
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    std::string message = absl::StrCat("cannot open model file ", path, ": ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(message) : absl::PermissionDeniedError(message);
+  // What is uploaded: the ONNX file, read as it is sent, or the package of a checkpoint folder
+  // (docs/PROTOCOL.md, "Model packages"), packed in memory first.
+  struct stat path_st;
+  const bool is_folder = ::stat(path.c_str(), &path_st) == 0 && S_ISDIR(path_st.st_mode);
+  Bytes package;
+  int fd = -1;
+  if (is_folder) {
+    ASSIGN_OR_RETURN(package, PackModelDir(path, boundary::kMaxFrameSize));
+  } else {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      int err = errno;
+      std::string message = absl::StrCat("cannot open model file ", path, ": ", std::strerror(err));
+      return err == ENOENT ? absl::NotFoundError(message) : absl::PermissionDeniedError(message);
+    }
   }
-  struct FdCloser {
+  // Closes the file, and wipes the package's plaintext, on every way out.
+  struct SourceCloser {
     int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("model file ", path, " is not a regular file"));
+    Bytes& package;
+    ~SourceCloser() {
+      if (fd >= 0) ::close(fd);
+      SecureWipe(package.data(), package.size());
+    }
+  } closer{fd, package};
+  uint64_t plaintext_size = package.size();
+  if (!is_folder) {
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model file ", path, " is not a regular file"));
+    }
+    plaintext_size = static_cast<uint64_t>(st.st_size);
   }
-  const uint64_t plaintext_size = static_cast<uint64_t>(st.st_size);
+  // Reads the next piece of the plaintext into `buffer`: its size, 0 at the end.
+  size_t package_offset = 0;
+  auto read_piece = [&](std::vector<uint8_t>& buffer) -> absl::StatusOr<size_t> {
+    if (is_folder) {
+      size_t n = std::min(buffer.size(), package.size() - package_offset);
+      std::memcpy(buffer.data(), package.data() + package_offset, n);
+      package_offset += n;
+      return n;
+    }
+    for (;;) {
+      ssize_t n = ::read(fd, buffer.data(), buffer.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot read model file ", path, ": ", std::strerror(errno)));
+      }
+      return static_cast<size_t>(n);
+    }
+  };
   const uint64_t ciphertext_size = crypto::ChunkedCiphertextSize(plaintext_size);
 
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, CurrentSession());
@@ -796,14 +836,10 @@ absl::StatusOr<api::ModelInfo> Client::UploadModelOnce(const std::string& path,
   std::vector<uint8_t> buffer(kUploadMessageSize);
   uint64_t read_size = 0;
   while (stream_open) {
-    ssize_t n = ::read(fd, buffer.data(), buffer.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return finish_with(absl::PermissionDeniedError(
-          absl::StrCat("cannot read model file ", path, ": ", std::strerror(errno))));
-    }
-    if (n == 0) break;
-    ByteSpan piece(buffer.data(), static_cast<size_t>(n));
+    absl::StatusOr<size_t> n = read_piece(buffer);
+    if (!n.ok()) return finish_with(n.status());
+    if (*n == 0) break;
+    ByteSpan piece(buffer.data(), *n);
     read_size += piece.size();
     if (read_size > plaintext_size) break;
     hasher.Update(piece);

@@ -39,7 +39,9 @@
 #include "crypto/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/model_package.h"
 #include "sdk/cli.h"
+#include "sdk/model_dir.h"
 #include "sdk/npy.h"
 
 namespace cloister::sdk {
@@ -295,6 +297,16 @@ class EnclavePeer final : public api::Cloister::Service {
           info.set_name(load.name());
           info.set_handle(handle);
           info.set_size(load.plaintext_size());
+          info.set_digest(HexEncode(crypto::Sha256(*model)));
+          if (package::IsModelPackage(*model)) {
+            // A checkpoint package: the peer checks it the enclave's way, then describes it.
+            auto members = package::ReadModelPackage(*model);
+            if (!members.ok()) return members.status();
+            info.set_kind(api::MODEL_KIND_LLM);
+            models_[handle] = {identity, info};
+            return loaded.SerializeAsString();
+          }
+          info.set_kind(api::MODEL_KIND_ONNX);
           api::TensorInfo* input = info.add_inputs();
           input->set_name("x");
           input->set_datatype("FP32");
@@ -661,6 +673,37 @@ TEST_F(ClientTest, UploadListInferDelete) {
   absl::Status again = client->DeleteModel("echo");
   EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(again.message(), "no model named 'echo'");
+}
+
+// A checkpoint folder is packed (only its checkpoint files) and uploaded like a file: what the
+// enclave decrypts is exactly the package, whose SHA-256 is the digest it reports.
+TEST_F(ClientTest, UploadsACheckpointFolderAsAPackage) {
+  std::unique_ptr<Client> client = MustConnect(Options());
+  ASSERT_NE(client, nullptr);
+  std::string folder = dir_ + "/checkpoint";
+  ASSERT_TRUE(MakeDirs(folder).ok());
+  WriteModel("checkpoint/config.json", ToBytes(R"({"architectures":["LlamaForCausalLM"]})"));
+  WriteModel("checkpoint/tokenizer.json", ToBytes("{}"));
+  WriteModel("checkpoint/model.safetensors", crypto::RandomBytes(70000));
+  WriteModel("checkpoint/README.md", ToBytes("not packed"));
+  auto expected = PackModelDir(folder, uint64_t{1} << 20);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  auto model = client->UploadModel(folder, "tiny");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->kind(), api::MODEL_KIND_LLM);
+  EXPECT_EQ(model->size(), expected->size());
+  EXPECT_EQ(model->digest(), HexEncode(crypto::Sha256(*expected)));
+  {
+    absl::MutexLock lock(&peer_->mu);
+    EXPECT_EQ(peer_->last_upload_plaintext, *expected);
+  }
+  // A folder that is not a checkpoint is refused before anything is sent.
+  std::string empty = dir_ + "/empty";
+  ASSERT_TRUE(MakeDirs(empty).ok());
+  auto refused = client->UploadModel(empty, "none");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("has no config.json"));
 }
 
 TEST_F(ClientTest, EnclaveErrorsKeepTheirCode) {
@@ -1061,12 +1104,17 @@ TEST_F(CliAgainstPeerTest, UploadModelsInferDelete) {
   CliRun upload = Run({"upload", "--model", model, "--name", "echo", "--json"});
   ASSERT_EQ(upload.exit_code, kExitOk) << upload.err;
   EXPECT_THAT(upload.out, StartsWith("{\"name\":\"echo\",\"handle\":\""));
-  EXPECT_THAT(upload.out, HasSubstr("\"size\":5000,\"inputs\":[{\"name\":\"x\",\"datatype\":"
-                                    "\"FP32\",\"shape\":[-1,3]}]"));
+  EXPECT_THAT(upload.out,
+              HasSubstr(absl::StrCat("\"size\":5000,\"kind\":\"onnx\",\"digest\":\"",
+                                     HexEncode(crypto::Sha256(Bytes(5000, 1))),
+                                     "\",\"inputs\":[{\"name\":\"x\",\"datatype\":"
+                                     "\"FP32\",\"shape\":[-1,3]}]")));
 
   CliRun models = Run({"models"});
   ASSERT_EQ(models.exit_code, kExitOk) << models.err;
-  EXPECT_THAT(models.out, StartsWith("echo  (handle "));
+  EXPECT_THAT(models.out, StartsWith("echo  (onnx, handle "));
+  EXPECT_THAT(models.out,
+              HasSubstr("\n  digest  sha256:" + HexEncode(crypto::Sha256(Bytes(5000, 1))) + "\n"));
   EXPECT_THAT(models.out, HasSubstr("  input   x  FP32 [?, 3]\n"));
   CliRun models_json = Run({"models", "--json"});
   EXPECT_THAT(models_json.out, StartsWith("{\"models\":[{\"name\":\"echo\""));
@@ -1098,6 +1146,25 @@ TEST_F(CliAgainstPeerTest, UploadModelsInferDelete) {
   EXPECT_EQ(missing.out, "");
   CliRun none = Run({"models"});
   EXPECT_EQ(none.out, "no models\n");
+}
+
+TEST_F(CliAgainstPeerTest, UploadsACheckpointFolder) {
+  std::string folder = dir_ + "/tiny";
+  ASSERT_TRUE(MakeDirs(folder).ok());
+  WriteModel("tiny/config.json", ToBytes("{}"));
+  WriteModel("tiny/tokenizer.json", ToBytes("{}"));
+  WriteModel("tiny/model.safetensors", Bytes(100, 7));
+  auto package = PackModelDir(folder, uint64_t{1} << 20);
+  ASSERT_TRUE(package.ok()) << package.status();
+  std::string digest = HexEncode(crypto::Sha256(*package));
+  CliRun upload = Run({"upload", "--model", folder, "--name", "tiny"});
+  ASSERT_EQ(upload.exit_code, kExitOk) << upload.err;
+  EXPECT_THAT(upload.out, StartsWith("uploaded tiny  (llm, handle "));
+  EXPECT_THAT(upload.out, HasSubstr("\n  digest  sha256:" + digest + "\n"));
+  EXPECT_THAT(upload.out, HasSubstr("generative model"));
+  CliRun models = Run({"models", "--json"});
+  ASSERT_EQ(models.exit_code, kExitOk) << models.err;
+  EXPECT_THAT(models.out, HasSubstr("\"kind\":\"llm\",\"digest\":\"" + digest + "\""));
 }
 
 TEST_F(CliAgainstPeerTest, SeveralServers) {

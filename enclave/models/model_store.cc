@@ -1,6 +1,9 @@
 #include "enclave/models/model_store.h"
 
 #include <cstring>
+#include <map>
+#include <span>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
@@ -10,6 +13,9 @@
 #include "crypto/hash.h"
 #include "crypto/model_handle.h"
 #include "crypto/random.h"
+#include "enclave/llm/model_config.h"
+#include "enclave/llm/safetensors.h"
+#include "proto/model_package.h"
 
 namespace cloister::enclave {
 namespace {
@@ -35,11 +41,18 @@ absl::StatusOr<ByteSpan> ReadField(ByteSpan in, size_t& pos) {
 
 std::string DataTypeName(runtime::DataType type) { return std::string(runtime::KServeName(type)); }
 
-api::v1::ModelInfo DescribeModel(const StoredModel& model) {
+api::v1::ModelInfo DescribeModel(const StoredModel& model, ByteSpan digest) {
   api::v1::ModelInfo info;
   info.set_name(model.name);
   info.set_handle(model.handle);
   info.set_size(model.size);
+  info.set_digest(HexEncode(digest));
+  if (model.model == nullptr) {
+    // Generated text has no fixed tensors, and its sequences share the engine's steps.
+    info.set_kind(api::v1::MODEL_KIND_LLM);
+    return info;
+  }
+  info.set_kind(api::v1::MODEL_KIND_ONNX);
   for (const auto& spec : model.model->inputs()) {
     auto* t = info.add_inputs();
     t->set_name(spec.name);
@@ -58,6 +71,46 @@ api::v1::ModelInfo DescribeModel(const StoredModel& model) {
   return info;
 }
 
+// Reads a model package with the strict reader and checks the checkpoint it holds: config.json
+// (with generation_config.json) parses, every safetensors header agrees with its bytes (ranges
+// inside the file, shapes matching ranges, no duplicates: the reader checks before it exposes a
+// tensor), and the weights fit in `max_weight_bytes` (0: no limit). Allocates nothing of the
+// weights' size. InvalidArgument ("model refused: ...") or ResourceExhausted over the budget.
+// (These are the checks llm::Model::Load makes before it allocates; once it links into the
+// enclave, it replaces this function and the model it returns goes into StoredModel.)
+absl::Status CheckPackagedLlm(ByteSpan package, uint64_t max_weight_bytes) {
+  absl::StatusOr<package::PackageMembers> members = package::ReadModelPackage(package);
+  if (!members.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model refused: ", members.status().message()));
+  }
+  auto text = [&](std::string_view name) {
+    auto it = members->find(name);
+    return it == members->end() ? std::string_view()
+                                : std::string_view(reinterpret_cast<const char*>(it->second.data()),
+                                                   it->second.size());
+  };
+  absl::StatusOr<llm::ModelConfig> config =
+      llm::ParseModelConfig(text(package::kConfig), text(package::kGenerationConfig));
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model refused: ", config.status().message()));
+  }
+  std::map<std::string, std::span<const uint8_t>, std::less<>> files(members->begin(),
+                                                                     members->end());
+  absl::StatusOr<llm::Checkpoint> checkpoint = llm::Checkpoint::Open(files);
+  if (!checkpoint.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model refused: ", checkpoint.status().message()));
+  }
+  uint64_t weight_size = 0;
+  for (const auto& [name, tensor] : checkpoint->tensors()) weight_size += tensor.data.size();
+  if (max_weight_bytes != 0 && weight_size > max_weight_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model refused: the model's weights need ", weight_size, " bytes, over the limit of ",
+        max_weight_bytes, " (the tenant's model-memory quota left)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ModelStore::ModelStore(SecretBytes sealing_key, runtime::LoadOptions load_options,
@@ -66,7 +119,7 @@ ModelStore::ModelStore(SecretBytes sealing_key, runtime::LoadOptions load_option
 
 absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
     ByteSpan owner, const std::string& handle, const std::string& name, ByteSpan key,
-    ByteSpan digest, uint64_t size, ByteSpan ciphertext) {
+    ByteSpan digest, uint64_t size, ByteSpan ciphertext, uint64_t memory_budget) {
   if (key.size() != crypto::kChunkedKeySize) {
     return absl::InvalidArgumentError("model key must be 32 bytes");
   }
@@ -122,17 +175,21 @@ absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
   if (!ConstantTimeEquals(crypto::Sha256(plaintext.span()), digest)) {
     return absl::InvalidArgumentError("model digest does not match the uploaded bytes");
   }
-  auto model = runtime::Model::Load(plaintext.span(), load_options_);
-  if (!model.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("model refused: ", model.status().message()));
-  }
   auto stored = std::make_shared<StoredModel>();
+  if (package::IsModelPackage(plaintext.span())) {
+    RETURN_IF_ERROR(CheckPackagedLlm(plaintext.span(), memory_budget));
+  } else {
+    auto model = runtime::Model::Load(plaintext.span(), load_options_);
+    if (!model.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("model refused: ", model.status().message()));
+    }
+    stored->model = std::move(*model);
+  }
   stored->handle = handle;
   stored->name = name;
   stored->owner = Bytes(owner.begin(), owner.end());
   stored->size = size;
-  stored->model = std::move(*model);
-  stored->info = DescribeModel(*stored);
+  stored->info = DescribeModel(*stored, digest);
   return stored;
 }
 
@@ -160,7 +217,8 @@ absl::StatusOr<Bytes> ModelStore::Wrap(const StoredModel& model, ByteSpan key, B
 
 absl::StatusOr<ModelStore::LoadResult> ModelStore::Load(ByteSpan owner, const std::string& handle,
                                                         const api::v1::LoadModelRequest& request,
-                                                        ByteSpan ciphertext) {
+                                                        ByteSpan ciphertext,
+                                                        uint64_t memory_budget) {
   if (request.name().empty() || request.name().size() > 256) {
     return absl::InvalidArgumentError("model name must be 1 to 256 bytes");
   }
@@ -179,7 +237,8 @@ absl::StatusOr<ModelStore::LoadResult> ModelStore::Load(ByteSpan owner, const st
   }
   ASSIGN_OR_RETURN(auto stored,
                    Decrypt(owner, handle, request.name(), AsBytes(request.model_key()),
-                           AsBytes(request.plaintext_sha256()), request.plaintext_size(), ciphertext));
+                           AsBytes(request.plaintext_sha256()), request.plaintext_size(), ciphertext,
+                           memory_budget));
   ASSIGN_OR_RETURN(Bytes wrapped, Wrap(*stored, AsBytes(request.model_key()),
                                        AsBytes(request.plaintext_sha256())));
   LoadResult result{stored->info, std::move(wrapped)};
@@ -219,7 +278,9 @@ absl::Status ModelStore::Reload(const std::string& handle, ByteSpan wrapped_key,
   if (crypto::ModelHandle(owner, model_name) != handle) {
     return absl::PermissionDeniedError("wrapped model key belongs to another handle");
   }
-  ASSIGN_OR_RETURN(auto stored, Decrypt(owner, handle, model_name, key, digest, size, ciphertext));
+  // Counted against the quota when it was uploaded: no budget again.
+  ASSIGN_OR_RETURN(auto stored,
+                   Decrypt(owner, handle, model_name, key, digest, size, ciphertext, 0));
   std::lock_guard<std::mutex> lock(mu_);
   models_[handle] = std::move(stored);
   return absl::OkStatus();

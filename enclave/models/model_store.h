@@ -1,5 +1,6 @@
 // The enclave's model store (docs/PROTOCOL.md section 4): decrypts uploaded models chunk by
-// chunk, checks size and digest, loads them into the runtime, records their owner (the
+// chunk, checks size and digest, loads them (an ONNX file into the runtime, a model package,
+// docs/PROTOCOL.md "Model packages", into the LLM engine), records their owner (the
 // identity key of the uploading session), and wraps each model key under the sealing key so
 // the untrusted host can persist it and a restarted enclave can reload the model.
 //
@@ -28,6 +29,9 @@ struct StoredModel {
   std::string name;
   Bytes owner;  // Ed25519 identity public key
   uint64_t size = 0;
+  // The ONNX graph for Infer; null for an LLM (info.kind() is MODEL_KIND_LLM). An LLM's package
+  // is checked at load (config, safetensors headers, weight budget); the engine's model is not
+  // kept yet, until llm::Model::Load links into the enclave (its chat templates are missing).
   std::unique_ptr<const runtime::Model> model;
   api::v1::ModelInfo info;
 };
@@ -46,11 +50,17 @@ class ModelStore {
     Bytes wrapped_key;
   };
   // Loads a newly uploaded model for `owner` under `handle` (which must be the handle of
-  // owner and name). Refuses, changing nothing: a wrong handle, a bad key size, a ciphertext
-  // that does not decrypt or is truncated, a size or digest mismatch, a model the runtime
-  // refuses, a name already in use by the same owner.
+  // owner and name). A plaintext that is a model package (package::IsModelPackage) is read
+  // with the strict package reader and checked as an LLM checkpoint (config.json parses, every
+  // safetensors header agrees with its bytes) whose weights may take at most `memory_budget`
+  // bytes (the owner's model-memory quota left; 0: no budget given); anything else is an ONNX
+  // model for the runtime. Refuses, changing nothing: a wrong handle, a bad key
+  // size, a ciphertext that does not decrypt or is truncated, a size or digest mismatch, a
+  // model the runtime or the LLM engine refuses (a package whose headers lie included), weights
+  // over the budget (ResourceExhausted), a name already in use by the same owner.
   absl::StatusOr<LoadResult> Load(ByteSpan owner, const std::string& handle,
-                                  const api::v1::LoadModelRequest& request, ByteSpan ciphertext);
+                                  const api::v1::LoadModelRequest& request, ByteSpan ciphertext,
+                                  uint64_t memory_budget = 0);
 
   // Reloads a model from its wrapped key and stored ciphertext (after a restart).
   absl::Status Reload(const std::string& handle, ByteSpan wrapped_key, ByteSpan ciphertext);
@@ -68,7 +78,7 @@ class ModelStore {
   absl::StatusOr<std::shared_ptr<StoredModel>> Decrypt(ByteSpan owner, const std::string& handle,
                                                        const std::string& name, ByteSpan key,
                                                        ByteSpan digest, uint64_t size,
-                                                       ByteSpan ciphertext);
+                                                       ByteSpan ciphertext, uint64_t memory_budget);
   absl::StatusOr<Bytes> Wrap(const StoredModel& model, ByteSpan key, ByteSpan digest);
 
   const SecretBytes sealing_key_;

@@ -328,9 +328,11 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
       if (worker.ok()) worker_ = *worker;
     }
     if (status.ok()) {
-      status =
+      absl::StatusOr<uint64_t> budget =
           service_->ReserveModelMemory(tenant_id_, start.model_handle(), start.ciphertext_size());
-      if (status.ok()) {
+      status = budget.status();
+      if (budget.ok()) {
+        memory_budget_ = *budget;
         absl::MutexLock lock(&mu_);
         reserved_size_ = start.ciphertext_size();
       }
@@ -419,6 +421,7 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
     HostToEnclave call;
     boundary::v1::LoadModelCall* load = call.mutable_load_model();
     load->set_tenant_id(tenant_id_);
+    load->set_model_memory_budget(memory_budget_);
     *load->mutable_request() = std::move(item);
     // The other workers get the same ciphertext once the enclave has wrapped the model key.
     if (service_->workers_.size() > 1) ciphertext_ = std::make_shared<std::string>(*ciphertext);
@@ -554,6 +557,7 @@ class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadMode
   std::string handle_;
   std::string request_id_;
   uint64_t declared_size_ = 0;
+  uint64_t memory_budget_ = 0;  // of the tenant's quota, for the enclave (set at the start)
   int worker_ = 0;                           // the worker holding the upload's session
   std::shared_ptr<std::string> ciphertext_;  // kept for the other workers
   std::unique_ptr<BlobUpload> upload_;
@@ -628,8 +632,9 @@ void CloisterService::Audit(absl::string_view event, absl::string_view tenant_id
   }
 }
 
-absl::Status CloisterService::ReserveModelMemory(const std::string& tenant_id,
-                                                 const std::string& handle, uint64_t size) {
+absl::StatusOr<uint64_t> CloisterService::ReserveModelMemory(const std::string& tenant_id,
+                                                             const std::string& handle,
+                                                             uint64_t size) {
   uint64_t quota = scheduler_->LimitsFor(tenant_id).model_memory_quota;
   absl::StatusOr<std::vector<StoredModel>> stored = blobs_->List();
   if (!stored.ok()) {
@@ -651,8 +656,9 @@ absl::Status CloisterService::ReserveModelMemory(const std::string& tenant_id,
         "tenant ", tenant_id, ": model memory quota of ", quota, " bytes exceeded (", stored_size,
         " bytes stored, ", in_progress, " being uploaded, this model ", size, " bytes)"));
   }
+  uint64_t budget = quota - stored_size - uploading;
   uploading += size;
-  return absl::OkStatus();
+  return budget;
 }
 
 void CloisterService::ReleaseModelMemory(const std::string& tenant_id, uint64_t size) {

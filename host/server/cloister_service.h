@@ -148,9 +148,11 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
                      grpc::ServerUnaryReactor* reactor, api::v1::OpenSessionResponse* response,
                      std::string tenant_id);
   // Model-memory quota: reserves `size` bytes of `tenant_id`'s quota for an upload of `handle`
-  // (replacing any stored model of that handle), or RESOURCE_EXHAUSTED naming the quota.
-  absl::Status ReserveModelMemory(const std::string& tenant_id, const std::string& handle,
-                                  uint64_t size);
+  // (replacing any stored model of that handle), or RESOURCE_EXHAUSTED naming the quota. Returns
+  // the quota this model may take in the enclave (at least `size`): the quota less the tenant's
+  // other stored models and uploads, which bounds an LLM's weights (LoadModelCall).
+  absl::StatusOr<uint64_t> ReserveModelMemory(const std::string& tenant_id,
+                                              const std::string& handle, uint64_t size);
   void ReleaseModelMemory(const std::string& tenant_id, uint64_t size);
   // The upload watchdog: ends the uploads that have waited longer than
   // options_.upload_idle_timeout for their client, or are still receiving after

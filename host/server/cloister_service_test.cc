@@ -758,11 +758,13 @@ class MultiWorkerServiceTest : public ::testing::Test {
   }
 
   grpc::Status Upload(const std::string& session, const std::string& handle,
-                      const std::string& ciphertext) {
+                      const std::string& ciphertext,
+                      api::v1::UploadModelResponse* response_out = nullptr) {
     grpc::ClientContext context;
     context.AddMetadata("x-cloister-tenant", "acme");
     context.AddMetadata("authorization", "Bearer acme-token");
-    api::v1::UploadModelResponse response;
+    api::v1::UploadModelResponse local_response;
+    api::v1::UploadModelResponse& response = response_out ? *response_out : local_response;
     auto writer = stub_->UploadModel(&context, &response);
     api::v1::UploadModelRequest message;
     message.mutable_start()->set_session_id(session);
@@ -869,6 +871,19 @@ TEST_F(MultiWorkerServiceTest, ModelMemoryQuotaIsCheckedAtUpload) {
   EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(Upload(session, kOtherHandle, std::string(1, 'm')).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+// The enclave is told how much of the quota the model may take in its memory (an LLM's weights
+// are checked against it): the quota less the tenant's other stored models and uploads.
+TEST_F(MultiWorkerServiceTest, TheLoadCallCarriesTheQuotaLeftForTheModel) {
+  std::string session = OpenSessionOn(0);
+  ASSERT_TRUE(Upload(session, kHandle, std::string(60, 'm')).ok());
+  api::v1::UploadModelResponse response;
+  ASSERT_TRUE(Upload(session, kOtherHandle, "budget?", &response).ok());
+  EXPECT_EQ(response.reply().ciphertext(), "budget:40");
+  // Under the stored model's own handle, the model it replaces does not count.
+  ASSERT_TRUE(Upload(session, kHandle, "budget?", &response).ok());
+  EXPECT_EQ(response.reply().ciphertext(), "budget:100");
 }
 
 // An upload holds its declared size against the quota from its start on. cloisterd sends its

@@ -90,6 +90,11 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
         Seal(load.request(), "error:cannot parse model", *result->mutable_reply());
         break;
       }
+      if (absl::StartsWith(load.model_ciphertext(), "budget")) {
+        Seal(load.request(), absl::StrCat("budget:", load.model_memory_budget()),
+             *result->mutable_reply());
+        break;
+      }
       model_tenants_[handle] = load.tenant_id();
       model_sizes_[handle] = load.model_ciphertext().size();
       result->set_wrapped_model_key(WrappedKeyFor(handle, load.model_ciphertext()));

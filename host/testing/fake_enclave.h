@@ -5,7 +5,8 @@
 //   OpenSession   -> needs sealed_hello == "hello:" + tenant (else PERMISSION_DENIED);
 //                    session_id "session-%08d", sealed_welcome "welcome"
 //   LoadModel     -> model ciphertext starting "bad" is refused (sealed "error:...", no wrapped
-//                    key); otherwise wrapped key "wrapped:HANDLE:SHA256HEX(ciphertext)",
+//                    key), one starting "budget" likewise with the reply "budget:" + the call's
+//                    model_memory_budget; otherwise wrapped key "wrapped:HANDLE:SHA256HEX(ciphertext)",
 //                    reply "loaded:HANDLE"
 //   ReloadModel   -> DATA_LOSS unless the wrapped key matches the ciphertext as above
 //   ListModels    -> "models:" + comma-separated handles loaded by the tenant

@@ -97,13 +97,18 @@ py::tuple TensorInfoTuple(const api::TensorInfo& info) {
                         std::vector<int64_t>(info.shape().begin(), info.shape().end()));
 }
 
-// (name, handle, size, [inputs], [outputs], rows_coalesce, rows_shared_reason)
+// (name, handle, size, [inputs], [outputs], rows_coalesce, rows_shared_reason, kind, digest),
+// kind "onnx", "llm" or "" (an enclave that does not say).
 py::tuple ModelInfoTuple(const api::ModelInfo& model) {
   py::list inputs, outputs;
   for (const api::TensorInfo& info : model.inputs()) inputs.append(TensorInfoTuple(info));
   for (const api::TensorInfo& info : model.outputs()) outputs.append(TensorInfoTuple(info));
+  const char* kind = model.kind() == api::MODEL_KIND_ONNX  ? "onnx"
+                     : model.kind() == api::MODEL_KIND_LLM ? "llm"
+                                                           : "";
   return py::make_tuple(Text(model.name()), Text(model.handle()), model.size(), inputs, outputs,
-                        model.rows_coalesce(), Text(model.rows_shared_reason()));
+                        model.rows_coalesce(), Text(model.rows_shared_reason()), Text(kind),
+                        Text(model.digest()));
 }
 
 // The numpy dtype string of a KServe datatype (all little-endian).

@@ -136,12 +136,16 @@ class Client:
         name: str,
         progress: Optional[ProgressCallback] = None,
     ) -> ModelInfo:
-        """Encrypts a model (an ONNX file path, or its bytes) with a fresh key and uploads it
-        under ``name``. A name that is taken raises :class:`cloister.AlreadyExists`: delete
-        the old model first to replace it.
+        """Encrypts a model (an ONNX file path, its bytes, or a Hugging Face checkpoint
+        folder) with a fresh key and uploads it under ``name``. A folder (config.json,
+        tokenizer.json, model.safetensors or its shards, ...) is packed into one deterministic
+        archive first, whose SHA-256 is the returned ``digest``; its other files are left out
+        and links in it are refused. A name that is taken raises
+        :class:`cloister.AlreadyExists`: delete the old model first to replace it.
 
         Args:
-            model: the path of the model file, or the model itself as bytes.
+            model: the path of the model file or checkpoint folder, or the model itself as
+                bytes.
             name: the name to run it under with :meth:`infer`.
             progress: called as ``progress(sent_bytes, total_bytes)`` after each piece of
                 ciphertext is sent. If it raises, it is not called again and its exception is

@@ -78,12 +78,14 @@ class ModelInfo:
     Attributes:
         name: the name you uploaded it under.
         handle: the opaque handle the host knows it by (derived from your key and the name).
-        size: the model file's size in bytes.
-        inputs, outputs: its tensors.
+        size: the model file's size in bytes (for an LLM, its package's).
+        inputs, outputs: its tensors (none for an LLM).
         rows_coalesce: True when the enclave proved at load that each output row depends on its
             own input row only, so several of your requests may share one model run.
         rows_shared_reason: otherwise, which node mixes rows (or has no rule for them); your
             requests then run one by one, with the same results.
+        kind: "onnx" or "llm" (a checkpoint folder, run with Generate, not infer).
+        digest: hex SHA-256 of what was uploaded: the ONNX file, or the folder's package.
     """
 
     name: str
@@ -93,10 +95,14 @@ class ModelInfo:
     outputs: List[TensorInfo]
     rows_coalesce: bool = False
     rows_shared_reason: str = ""
+    kind: str = ""
+    digest: str = ""
 
     @classmethod
     def _from_native(cls, native: tuple) -> "ModelInfo":
-        name, handle, size, inputs, outputs, rows_coalesce, rows_shared_reason = native
+        name, handle, size, inputs, outputs, rows_coalesce, rows_shared_reason, kind, digest = (
+            native
+        )
         return cls(
             name,
             handle,
@@ -105,4 +111,6 @@ class ModelInfo:
             [TensorInfo(n, d, tuple(s)) for n, d, s in outputs],
             bool(rows_coalesce),
             rows_shared_reason,
+            kind,
+            digest,
         )

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import cloister
-from conftest import CLS, model_path, reference_sets
+from conftest import CLS, model_path, reference_sets, shared_dir
 
 
 def test_generate_key_writes_a_private_key_file(work_dir):
@@ -107,6 +107,24 @@ def test_upload_list_and_delete(client, work_dir):
     with pytest.raises(cloister.NotFound):
         client.infer("api-cls-bytes", inputs)
     assert "api-cls" in {m.name for m in client.models()}
+
+
+def test_a_checkpoint_folder_uploads_as_an_llm(client, work_dir):
+    folder = shared_dir() / "models" / "llm" / "tiny-llama"
+    info = client.upload_model(folder, "api-tiny-llama")
+    assert info.kind == "llm" and not info.inputs and not info.outputs
+    assert re.fullmatch(r"[0-9a-f]{64}", info.digest)
+    listed = {m.name: m for m in client.models()}
+    assert listed["api-tiny-llama"].digest == info.digest
+    assert listed["api-tiny-llama"].kind == "llm"
+    with pytest.raises(cloister.FailedPrecondition, match="is a generative model: use Generate"):
+        client.infer("api-tiny-llama", {"x": np.zeros(1, dtype=np.int32)})
+    client.delete_model("api-tiny-llama")
+    # A folder without a checkpoint is refused before anything is sent.
+    empty = work_dir / "not-a-checkpoint"
+    empty.mkdir(exist_ok=True)
+    with pytest.raises(cloister.InvalidArgument, match="has no config.json"):
+        client.upload_model(empty, "api-empty")
 
 
 def test_an_exception_in_the_progress_callback_reaches_the_caller(client):
