@@ -42,7 +42,7 @@ class ThreadPool {
   // `work` (any unit; multiply-adds in the engine) sizes the split: a range gets at least
   // kMinWorkPerThread of it, so small sections run on the caller alone, where a hand-off to
   // another thread would cost more than it saves. 0: split over every thread.
-  static constexpr int64_t kMinWorkPerThread = 1 << 18;
+  static constexpr int64_t kMinWorkPerThread = 1 << 16;
   template <typename Fn>
   void For(int64_t count, int64_t align, Fn&& fn, int64_t work = 0) {
     const int64_t units = (count + align - 1) / align;
