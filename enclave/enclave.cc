@@ -432,7 +432,7 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
     auto found = models_->Get(call.model_handle(), sessions[i]->identity_public_key());
     if (!found.ok()) {
       outcome[i] = found.status();
-    } else if ((*found)->model == nullptr) {
+    } else if ((*found)->llm != nullptr) {
       // An LLM: its requests are prompts, not tensors.
       outcome[i] = absl::FailedPreconditionError(
           absl::StrCat("model '", (*found)->name, "' is a generative model: use Generate"));

@@ -325,14 +325,14 @@ int Main(int argc, char** argv) {
   const double decode_rate =
       decode_seconds > 0 && out_ids.size() > 1 ? static_cast<double>(out_ids.size() - 1) / decode_seconds : 0;
   if (o.json) {
-    nlohmann::json doc = {{"prompt_ids", *ids},
+    nlohmann::ordered_json doc = {{"prompt_ids", *ids},
                           {"ids", out_ids},
                           {"text", text},
                           {"finish_reason", std::string(FinishReasonName(finish))},
                           {"prefill_tokens_per_s", prefill_rate},
                           {"decode_tokens_per_s", decode_rate}};
     if (s.logprobs) doc["logprobs"] = logprobs;
-    std::cout << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    std::cout << doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
     std::cout << text << "\n";
     std::fprintf(stderr,

@@ -1,9 +1,6 @@
 #include "enclave/models/model_store.h"
 
 #include <cstring>
-#include <map>
-#include <span>
-#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
@@ -13,8 +10,6 @@
 #include "crypto/hash.h"
 #include "crypto/model_handle.h"
 #include "crypto/random.h"
-#include "enclave/llm/model_config.h"
-#include "enclave/llm/safetensors.h"
 #include "proto/model_package.h"
 
 namespace cloister::enclave {
@@ -47,7 +42,7 @@ api::v1::ModelInfo DescribeModel(const StoredModel& model, ByteSpan digest) {
   info.set_handle(model.handle);
   info.set_size(model.size);
   info.set_digest(HexEncode(digest));
-  if (model.model == nullptr) {
+  if (model.llm != nullptr) {
     // Generated text has no fixed tensors, and its sequences share the engine's steps.
     info.set_kind(api::v1::MODEL_KIND_LLM);
     return info;
@@ -71,44 +66,32 @@ api::v1::ModelInfo DescribeModel(const StoredModel& model, ByteSpan digest) {
   return info;
 }
 
-// Reads a model package with the strict reader and checks the checkpoint it holds: config.json
-// (with generation_config.json) parses, every safetensors header agrees with its bytes (ranges
-// inside the file, shapes matching ranges, no duplicates: the reader checks before it exposes a
-// tensor), and the weights fit in `max_weight_bytes` (0: no limit). Allocates nothing of the
-// weights' size. InvalidArgument ("model refused: ...") or ResourceExhausted over the budget.
-// (These are the checks llm::Model::Load makes before it allocates; once it links into the
-// enclave, it replaces this function and the model it returns goes into StoredModel.)
-absl::Status CheckPackagedLlm(ByteSpan package, uint64_t max_weight_bytes) {
+// Reads a model package with the strict reader and loads the checkpoint it holds. The engine
+// checks config.json and every safetensors header against the bytes (ranges inside the file,
+// shapes matching ranges, no duplicates) before it allocates, and refuses weights over
+// `max_weight_bytes` (0: no limit) before allocating them. It copies the weights out, so the
+// package may be wiped once this returns. InvalidArgument ("model refused: ..."), or
+// ResourceExhausted for weights over the budget.
+absl::StatusOr<std::unique_ptr<const llm::Model>> LoadPackagedLlm(ByteSpan package,
+                                                                  uint64_t max_weight_bytes) {
   absl::StatusOr<package::PackageMembers> members = package::ReadModelPackage(package);
   if (!members.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("model refused: ", members.status().message()));
   }
-  auto text = [&](std::string_view name) {
-    auto it = members->find(name);
-    return it == members->end() ? std::string_view()
-                                : std::string_view(reinterpret_cast<const char*>(it->second.data()),
-                                                   it->second.size());
-  };
-  absl::StatusOr<llm::ModelConfig> config =
-      llm::ParseModelConfig(text(package::kConfig), text(package::kGenerationConfig));
-  if (!config.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("model refused: ", config.status().message()));
+  llm::CheckpointFiles files(members->begin(), members->end());
+  llm::LoadOptions options;
+  options.weights = llm::WeightFormat::kAsStored;
+  options.max_weight_bytes = static_cast<size_t>(max_weight_bytes);
+  absl::StatusOr<std::unique_ptr<llm::Model>> model = llm::Model::Load(files, options);
+  if (!model.ok()) {
+    std::string message = absl::StrCat("model refused: ", model.status().message());
+    if (absl::IsResourceExhausted(model.status())) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(message, " (the tenant's model-memory quota left)"));
+    }
+    return absl::InvalidArgumentError(message);
   }
-  std::map<std::string, std::span<const uint8_t>, std::less<>> files(members->begin(),
-                                                                     members->end());
-  absl::StatusOr<llm::Checkpoint> checkpoint = llm::Checkpoint::Open(files);
-  if (!checkpoint.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model refused: ", checkpoint.status().message()));
-  }
-  uint64_t weight_size = 0;
-  for (const auto& [name, tensor] : checkpoint->tensors()) weight_size += tensor.data.size();
-  if (max_weight_bytes != 0 && weight_size > max_weight_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model refused: the model's weights need ", weight_size, " bytes, over the limit of ",
-        max_weight_bytes, " (the tenant's model-memory quota left)"));
-  }
-  return absl::OkStatus();
+  return std::unique_ptr<const llm::Model>(*std::move(model));
 }
 
 }  // namespace
@@ -177,7 +160,7 @@ absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
   }
   auto stored = std::make_shared<StoredModel>();
   if (package::IsModelPackage(plaintext.span())) {
-    RETURN_IF_ERROR(CheckPackagedLlm(plaintext.span(), memory_budget));
+    ASSIGN_OR_RETURN(stored->llm, LoadPackagedLlm(plaintext.span(), memory_budget));
   } else {
     auto model = runtime::Model::Load(plaintext.span(), load_options_);
     if (!model.ok()) {

@@ -20,6 +20,7 @@
 #include "base/bytes.h"
 #include "base/secret_bytes.h"
 #include "cloister/api/v1/api.pb.h"
+#include "enclave/llm/model.h"
 #include "enclave/runtime/model.h"
 
 namespace cloister::enclave {
@@ -29,10 +30,10 @@ struct StoredModel {
   std::string name;
   Bytes owner;  // Ed25519 identity public key
   uint64_t size = 0;
-  // The ONNX graph for Infer; null for an LLM (info.kind() is MODEL_KIND_LLM). An LLM's package
-  // is checked at load (config, safetensors headers, weight budget); the engine's model is not
-  // kept yet, until llm::Model::Load links into the enclave (its chat templates are missing).
+  // Exactly one of the two, as info.kind() says: an ONNX graph for Infer, or an LLM for
+  // Generate.
   std::unique_ptr<const runtime::Model> model;
+  std::unique_ptr<const llm::Model> llm;
   api::v1::ModelInfo info;
 };
 
@@ -51,10 +52,9 @@ class ModelStore {
   };
   // Loads a newly uploaded model for `owner` under `handle` (which must be the handle of
   // owner and name). A plaintext that is a model package (package::IsModelPackage) is read
-  // with the strict package reader and checked as an LLM checkpoint (config.json parses, every
-  // safetensors header agrees with its bytes) whose weights may take at most `memory_budget`
-  // bytes (the owner's model-memory quota left; 0: no budget given); anything else is an ONNX
-  // model for the runtime. Refuses, changing nothing: a wrong handle, a bad key
+  // with the strict package reader and loaded by the LLM engine, whose weights may take at most
+  // `memory_budget` bytes (the owner's model-memory quota left; 0: no budget given); anything
+  // else is an ONNX model for the runtime. Refuses, changing nothing: a wrong handle, a bad key
   // size, a ciphertext that does not decrypt or is truncated, a size or digest mismatch, a
   // model the runtime or the LLM engine refuses (a package whose headers lie included), weights
   // over the budget (ResourceExhausted), a name already in use by the same owner.
