@@ -9,6 +9,7 @@
 //   cloister-bench fairness [--json] [--duration-ms N] [--executor cls|spin] ...
 //   cloister-bench noisy-neighbour [--json] [--rate N] [--duration-ms N] [--loads N] ...
 //   cloister-bench chaos [--json] [--check] [--duration-s N] [--kills N] [--tenants N] ...
+//   cloister-bench llm-vs-llamacpp [--json] [--models tiny,synthetic] [--threads 1,2] ...
 //
 // OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
 // kernels in VMs whose CPU it does not recognise (see deploy/README.md). The deployed enclave sets
@@ -17,7 +18,8 @@
 // variable is already set.
 //
 // Exit status: 0 when the benchmark ran (whether or not it met its target), 1 on bad usage or a
-// failure while running, 2 when a peer runtime (node, onnxruntime-node) is not installed.
+// failure while running, 2 when a peer runtime (node, onnxruntime-node, node-llama-cpp) is not
+// installed.
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +36,7 @@
 #include "bench/cc_tax.h"
 #include "bench/chaos.h"
 #include "bench/coalescing.h"
+#include "bench/llm_vs_llamacpp.h"
 #include "bench/ort_peer.h"
 #include "bench/runtime_vs_ort.h"
 #include "bench/scheduler_overhead.h"
@@ -73,6 +76,35 @@ void PrintUsage(std::FILE* to) {
   absl::FPrintF(to, "  fairness         %s", FairnessUsage());
   absl::FPrintF(to, "  noisy-neighbour  %s", NoisyNeighbourUsage());
   absl::FPrintF(to, "  chaos            %s", ChaosUsage());
+  absl::FPrintF(to, "  llm-vs-llamacpp  %s", LlmVsLlamaCppUsage());
+}
+
+int LlmVsLlamaCppMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", LlmVsLlamaCppUsage());
+    return 0;
+  }
+  LlmVsLlamaCppOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  defaults.cache_dir = CLOISTER_BENCH_LLM_CACHE_DIR;
+  const char* llama_dir = std::getenv("CLOISTER_LLAMA_DIR");
+  defaults.llama_dir =
+      llama_dir != nullptr && *llama_dir != '\0' ? llama_dir : CLOISTER_BENCH_LLAMA_DIR;
+  defaults.peer_script = CLOISTER_BENCH_LLAMA_PEER_SCRIPT;
+  defaults.generator_script = CLOISTER_BENCH_LLM_GENERATOR;
+  auto options = ParseLlmVsLlamaCppFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-vs-llamacpp: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto report = RunLlmVsLlamaCpp(*options, stdout, stderr);
+  if (!report.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-vs-llamacpp: %s\n", report.status().message());
+    return report.status().code() == absl::StatusCode::kFailedPrecondition ? kExitPeerMissing
+                                                                           : kExitFailure;
+  }
+  return 0;
 }
 
 int SchedulerOverheadMain(const std::vector<std::string>& args) {
@@ -295,6 +327,7 @@ int main(int argc, char** argv) {
   if (subcommand == "fairness") return cloister::bench::FairnessMain(args);
   if (subcommand == "noisy-neighbour") return cloister::bench::NoisyNeighbourMain(args);
   if (subcommand == "chaos") return cloister::bench::ChaosMain(args);
+  if (subcommand == "llm-vs-llamacpp") return cloister::bench::LlmVsLlamaCppMain(args);
   absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
   return cloister::bench::kExitFailure;
 }
