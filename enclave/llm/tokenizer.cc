@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status.h"
+#include "enclave/llm/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace cloister::llm {
@@ -25,22 +26,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-// absl::StrCat over arguments that may be std::string_view (Debian's abseil has its own
-// string_view type, which AlphaNum takes).
-template <typename T>
-decltype(auto) ForCat(const T& value) {
-  if constexpr (std::is_convertible_v<const T&, std::string_view> &&
-                !std::is_convertible_v<const T&, absl::string_view>) {
-    std::string_view view = value;
-    return absl::string_view(view.data(), view.size());
-  } else {
-    return (value);
-  }
-}
-template <typename... T>
-std::string Cat(const T&... values) {
-  return absl::StrCat(ForCat(values)...);
-}
 
 // Limits on tenant input. Real tokenizer.json files are up to ~20 MB, vocabularies up to ~260k.
 constexpr size_t kMaxTokenizerJsonSize = 48u << 20;
