@@ -39,6 +39,8 @@ CLOISTER_AVX512 inline __m512 LoadMasked(const uint8_t* row, int64_t k, __mmask1
   }
 }
 
+constexpr int kPrefetchAhead = 1024;
+
 // P panels (16 rows each) x T tokens over columns [k0, k1): acc[p][t] holds 16 output rows of
 // token t. One vector load of weights per panel and column, one broadcast per token and column.
 template <DType kType, int P, int T>
@@ -58,6 +60,8 @@ CLOISTER_AVX512 void PanelBlock(const float* x, int64_t x_stride, const WeightMa
     __m512 wv[P];
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
+      // Decode streams each weight once: ask for it well ahead of its use.
+      if constexpr (T == 1) _mm_prefetch(reinterpret_cast<const char*>(base[p]) + kPrefetchAhead, _MM_HINT_T0);
       wv[p] = Load16<kType>(base[p], 0);
       base[p] += kPanelRows * element;
     }
