@@ -14,7 +14,8 @@
 // Generation stops at every eos id of generation_config.json (else config.json). Sampling
 // defaults come from generation_config.json (greedy unless it sets do_sample).
 //
-// Output: human-readable text, or one JSON document with --json. Errors go to stderr as one
+// Output: the generated text as it is made (a summary line with the rates on stderr), or one
+// JSON document with --json. Errors go to stderr as one
 // line; exit 0 on success, 1 when the engine refuses the request, 2 on bad usage or a model or
 // file it cannot read.
 #include <chrono>
@@ -313,6 +314,7 @@ int Main(int argc, char** argv) {
     for (const TokenEvent& event : *events) {
       out_ids.push_back(event.token.id);
       text += event.text;
+      if (!o.json && !event.text.empty()) std::cout << event.text << std::flush;  // as it comes
       if (s.logprobs) {
         nlohmann::json top = nlohmann::json::array();
         for (const TokenLogprob& t : event.token.top) top.push_back({{"id", t.id}, {"logprob", t.logprob}});
@@ -334,7 +336,7 @@ int Main(int argc, char** argv) {
     if (s.logprobs) doc["logprobs"] = logprobs;
     std::cout << doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
-    std::cout << text << "\n";
+    std::cout << "\n";
     std::fprintf(stderr,
                  "[%zu prompt tokens, %zu generated, finish %s; prefill %.1f tokens/s, decode "
                  "%.1f tokens/s]\n",
