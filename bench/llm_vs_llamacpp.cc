@@ -736,7 +736,7 @@ absl::StatusOr<LlmVsLlamaCppReport> RunLlmVsLlamaCpp(const LlmVsLlamaCppOptions&
     for (const std::string& precision : options.precisions) {
       const ModelFiles files = FilesFor(options, model_name, precision);
       const std::string label = absl::StrCat(model_name, " ", precision);
-      std::vector<std::vector<uint8_t>> storage;
+      std::vector<std::string> storage;
       auto checkpoint = llm::ReadCheckpointDir(files.checkpoint_dir, storage);
       if (!checkpoint.ok()) {
         return absl::Status(checkpoint.status().code(),

@@ -224,7 +224,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
-  std::vector<std::vector<uint8_t>> storage;
+  std::vector<std::string> storage;
   absl::StatusOr<CheckpointFiles> files = ReadCheckpointDir(o.model, storage);
   if (!files.ok()) {
     std::cerr << "cloister-llm: " << files.status().message() << "\n";

@@ -273,27 +273,6 @@ CLOISTER_AVX512 void AttendPagedAvx512(const float* q, int64_t group, int64_t he
 
 // ---- portable -----------------------------------------------------------------------------
 
-float ElementToFloat(DType dtype, const uint8_t* p) {
-  switch (dtype) {
-    case DType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return Bf16ToFloat(h);
-    }
-    case DType::kF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return F16ToFloat(h);
-    }
-  }
-  return 0;
-}
-
 float WeightAt(const WeightMatrix& w, int64_t r, int64_t k) {
   return ElementToFloat(w.dtype, static_cast<const uint8_t*>(w.data) + w.Index(r, k) * w.element_size());
 }
@@ -315,6 +294,27 @@ void MatMulPortable(const float* x, int64_t tokens, int64_t x_stride, const Weig
 }
 
 }  // namespace
+
+float ElementToFloat(DType dtype, const uint8_t* p) {
+  switch (dtype) {
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return Bf16ToFloat(h);
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return F16ToFloat(h);
+    }
+  }
+  return 0;
+}
 
 float F16ToFloat(uint16_t value) {
   uint32_t sign = (value & 0x8000u) << 16;

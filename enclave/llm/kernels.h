@@ -44,6 +44,8 @@ inline float Bf16ToFloat(uint16_t value) {
   return f;
 }
 float F16ToFloat(uint16_t value);
+// The element of type `dtype` at `p` (unaligned) as float32.
+float ElementToFloat(DType dtype, const uint8_t* p);
 
 // Whether the AVX-512 kernels run on this CPU.
 bool HaveAvx512();

@@ -1,13 +1,12 @@
 #include "enclave/llm/model.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numbers>
+#include <set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -32,9 +31,6 @@ struct AlignedBuffer {
   uint8_t* data = nullptr;
   size_t size = 0;
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t bytes) : size(bytes) {
-    data = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-  }
   ~AlignedBuffer() {
     if (data) {
       std::memset(data, 0, size);
@@ -43,37 +39,17 @@ struct AlignedBuffer {
   }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  // Once, on an empty buffer.
   void Allocate(size_t bytes) {
     size = bytes;
     data = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
   }
 };
 
-float ToFloat(DType dtype, const uint8_t* p) {
-  if (dtype == DType::kF32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return dtype == DType::kBF16 ? Bf16ToFloat(h) : F16ToFloat(h);
-}
-
-void CopyConverted(const TensorView& tensor, DType to, uint8_t* out) {
-  if (tensor.dtype == to) {
-    std::memcpy(out, tensor.data.data(), tensor.data.size());
-    return;
-  }
-  // Only ever upcasts to float32.
-  const size_t from = DTypeSize(tensor.dtype);
-  float* dst = reinterpret_cast<float*>(out);
-  for (int64_t i = 0; i < tensor.count(); ++i) dst[i] = ToFloat(tensor.dtype, tensor.data.data() + i * from);
-}
-
 std::vector<float> ToFloatVector(const TensorView& tensor) {
   std::vector<float> out(tensor.count());
-  CopyConverted(tensor, DType::kF32, reinterpret_cast<uint8_t*>(out.data()));
+  const size_t size = DTypeSize(tensor.dtype);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = ElementToFloat(tensor.dtype, tensor.data.data() + i * size);
   return out;
 }
 
@@ -192,7 +168,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
   const int64_t q_dim = config.num_heads * config.head_dim;
   const int64_t kv_dim = config.num_kv_heads * config.head_dim;
   const int64_t ffn = config.intermediate_size;
-  std::map<std::string, bool, std::less<>> used;
+  std::set<std::string, std::less<>> used;
   auto need = [&](const std::string& name,
                   std::vector<int64_t> shape) -> absl::StatusOr<const TensorView*> {
     const TensorView* tensor = checkpoint.Find(name);
@@ -209,21 +185,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
                                                      dims(tensor->shape), ", config.json implies ",
                                                      dims(shape)));
     }
-    used[name] = true;
+    used.insert(name);
     return tensor;
   };
 
   std::vector<PlannedMatrix> plan;
-  auto plan_matrix = [&](WeightMatrix* target,
+  // A matrix of `cols` columns stacked from `parts` (tensor name, rows), each checked by need().
+  auto plan_matrix = [&](WeightMatrix* target, int64_t cols,
                          std::vector<std::pair<std::string, int64_t>> parts) -> absl::Status {
     PlannedMatrix m;
     m.target = target;
+    m.cols = cols;
     for (auto& [name, rows] : parts) {
-      std::vector<int64_t> shape = {rows, -1};
-      const TensorView* tensor = checkpoint.Find(name);
-      if (tensor != nullptr && tensor->shape.size() == 2) shape[1] = tensor->shape[1];
-      if (m.cols == 0) m.cols = shape[1];
-      ASSIGN_OR_RETURN(const TensorView* t, need(name, {rows, m.cols}));
+      ASSIGN_OR_RETURN(const TensorView* t, need(name, {rows, cols}));
       m.parts.push_back(t);
       m.rows += rows;
     }
@@ -240,23 +214,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
     return ToFloatVector(*t);
   };
 
-  // Check all the expected columns agree with config.json, then plan.
-  auto expect_cols = [&](const std::string& name, int64_t cols) -> absl::Status {
-    const TensorView* tensor = checkpoint.Find(name);
-    if (tensor != nullptr && tensor->shape.size() == 2 && tensor->shape[1] != cols) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\" has ",
-                                                     tensor->shape[1], " columns, config.json implies ",
-                                                     cols));
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(expect_cols("model.embed_tokens.weight", hidden));
-  RETURN_IF_ERROR(plan_matrix(&weights->embed, {{"model.embed_tokens.weight", config.vocab_size}}));
+  RETURN_IF_ERROR(
+      plan_matrix(&weights->embed, hidden, {{"model.embed_tokens.weight", config.vocab_size}}));
   if (!config.tie_word_embeddings) {
-    RETURN_IF_ERROR(expect_cols("lm_head.weight", hidden));
-    RETURN_IF_ERROR(plan_matrix(&weights->lm_head, {{"lm_head.weight", config.vocab_size}}));
+    RETURN_IF_ERROR(plan_matrix(&weights->lm_head, hidden, {{"lm_head.weight", config.vocab_size}}));
   } else if (checkpoint.Find("lm_head.weight") != nullptr) {
-    used["lm_head.weight"] = true;  // tied: transformers ignores a stored copy too
+    used.insert("lm_head.weight");  // tied: transformers ignores a stored copy too
   }
   ASSIGN_OR_RETURN(weights->final_norm, vector_of("model.norm.weight", hidden));
   weights->layers.resize(config.num_layers);
@@ -265,14 +228,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
     const std::string p = absl::StrCat("model.layers.", l, ".");
     ASSIGN_OR_RETURN(layer.input_norm, vector_of(p + "input_layernorm.weight", hidden));
     ASSIGN_OR_RETURN(layer.post_norm, vector_of(p + "post_attention_layernorm.weight", hidden));
-    for (const char* name : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                             "self_attn.v_proj.weight", "mlp.gate_proj.weight",
-                             "mlp.up_proj.weight"}) {
-      RETURN_IF_ERROR(expect_cols(p + name, hidden));
-    }
-    RETURN_IF_ERROR(expect_cols(p + "self_attn.o_proj.weight", q_dim));
-    RETURN_IF_ERROR(expect_cols(p + "mlp.down_proj.weight", ffn));
-    RETURN_IF_ERROR(plan_matrix(&layer.qkv, {{p + "self_attn.q_proj.weight", q_dim},
+    RETURN_IF_ERROR(plan_matrix(&layer.qkv, hidden, {{p + "self_attn.q_proj.weight", q_dim},
                                              {p + "self_attn.k_proj.weight", kv_dim},
                                              {p + "self_attn.v_proj.weight", kv_dim}}));
     if (config.qkv_bias) {
@@ -283,10 +239,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
       layer.qkv_bias.insert(layer.qkv_bias.end(), kb.begin(), kb.end());
       layer.qkv_bias.insert(layer.qkv_bias.end(), vb.begin(), vb.end());
     }
-    RETURN_IF_ERROR(plan_matrix(&layer.o, {{p + "self_attn.o_proj.weight", hidden}}));
-    RETURN_IF_ERROR(plan_matrix(&layer.gate_up, {{p + "mlp.gate_proj.weight", ffn},
+    RETURN_IF_ERROR(plan_matrix(&layer.o, q_dim, {{p + "self_attn.o_proj.weight", hidden}}));
+    RETURN_IF_ERROR(plan_matrix(&layer.gate_up, hidden, {{p + "mlp.gate_proj.weight", ffn},
                                                  {p + "mlp.up_proj.weight", ffn}}));
-    RETURN_IF_ERROR(plan_matrix(&layer.down, {{p + "mlp.down_proj.weight", hidden}}));
+    RETURN_IF_ERROR(plan_matrix(&layer.down, ffn, {{p + "mlp.down_proj.weight", hidden}}));
   }
   for (const auto& [name, tensor] : checkpoint.tensors()) {
     if (used.count(name) == 0 && !absl::EndsWith(name, "rotary_emb.inv_freq")) {
@@ -538,12 +494,11 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
 // ---- reading a folder ------------------------------------------------------------------------
 
 absl::StatusOr<CheckpointFiles> ReadCheckpointDir(const std::string& dir,
-                                                  std::vector<std::vector<uint8_t>>& storage) {
+                                                  std::vector<std::string>& storage) {
   CheckpointFiles files;
   std::vector<std::string> names = {"config.json", "generation_config.json", "tokenizer.json",
                                     "tokenizer_config.json", "model.safetensors",
                                     "model.safetensors.index.json"};
-  storage.reserve(storage.size() + 64);
   auto read = [&](const std::string& name, bool required) -> absl::Status {
     const std::string path = dir + "/" + name;
     if (!FileExists(path)) {
@@ -551,8 +506,11 @@ absl::StatusOr<CheckpointFiles> ReadCheckpointDir(const std::string& dir,
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(std::string bytes, ReadFile(path, uint64_t{1} << 40));
-    storage.emplace_back(bytes.begin(), bytes.end());
-    files.emplace(name, std::span<const uint8_t>(storage.back()));
+    // A moved string keeps its buffer, so the view stays valid as `storage` grows.
+    storage.push_back(std::move(bytes));
+    files.emplace(name, std::span<const uint8_t>(
+                            reinterpret_cast<const uint8_t*>(storage.back().data()),
+                            storage.back().size()));
     return absl::OkStatus();
   };
   for (const std::string& name : names) RETURN_IF_ERROR(read(name, name == "config.json"));

@@ -115,6 +115,6 @@ class Model {
 // Reads a checkpoint folder's files (config.json, tokenizer files, safetensors) into `storage`
 // and returns views of them, for offline tools and tests.
 absl::StatusOr<CheckpointFiles> ReadCheckpointDir(const std::string& dir,
-                                                  std::vector<std::vector<uint8_t>>& storage);
+                                                  std::vector<std::string>& storage);
 
 }  // namespace cloister::llm

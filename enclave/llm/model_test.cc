@@ -72,7 +72,7 @@ std::vector<Reference> LoadReferences(const std::string& dir = kModelDir) {
 class TinyModelTest : public ::testing::Test {
  protected:
   static std::unique_ptr<Model> LoadModel(WeightFormat format, const std::string& dir = kModelDir) {
-    std::vector<std::vector<uint8_t>> storage;
+    std::vector<std::string> storage;
     auto files = ReadCheckpointDir(dir, storage);
     EXPECT_TRUE(files.ok()) << files.status();
     LoadOptions options;
@@ -330,7 +330,7 @@ class LoadRefusalTest : public ::testing::Test {
     auto span = files_.at(name);
     return std::string(reinterpret_cast<const char*>(span.data()), span.size());
   }
-  std::vector<std::vector<uint8_t>> storage_;
+  std::vector<std::string> storage_;
   std::list<std::vector<uint8_t>> replaced_;
   CheckpointFiles files_;
 };
@@ -354,7 +354,7 @@ TEST_F(LoadRefusalTest, ConfigThatDisagreesWithTheTensorsIsRefused) {
   std::string config = Text("config.json");
   config.replace(config.find("\"intermediate_size\": 768"), 24, "\"intermediate_size\": 512");
   EXPECT_THAT(LoadWith("config.json", config).message(),
-              HasSubstr("has 768 columns, config.json implies 512"));
+              HasSubstr("has shape [768, 256], config.json implies [512, 256]"));
 }
 
 TEST_F(LoadRefusalTest, TruncatedSafetensorsIsRefused) {
