@@ -1,7 +1,6 @@
+#include "base/flags.h"
 #include "bench/llm_vs_llamacpp.h"
 
-#include <immintrin.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +22,6 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/status.h"
-#include "bench/case_flags.h"
 #include "enclave/llm/generator.h"
 #include "enclave/llm/model.h"
 #include "nlohmann/json.hpp"
@@ -200,15 +198,25 @@ absl::StatusOr<LlmSideFigures> RunOurs(const LlmVsLlamaCppOptions& options, cons
   ResetPeakRss();
   ASSIGN_OR_RETURN(std::unique_ptr<llm::Generator> generator,
                    llm::Generator::Create(model, generator_options));
+  return MeasureGenerator(*generator, prompts, options.decode_tokens, options.warmup,
+                          options.repeats);
+}
+
+}  // namespace
+
+absl::StatusOr<LlmSideFigures> MeasureGenerator(llm::Generator& generator,
+                                                const std::vector<std::vector<int32_t>>& prompts,
+                                                int decode_tokens, int warmup, int repeats) {
+  const int count = static_cast<int>(prompts.size());
   LlmSideFigures figures;
-  figures.kv_bytes_per_token = static_cast<int64_t>(generator->cache().bytes_per_token());
+  figures.kv_bytes_per_token = static_cast<int64_t>(generator.engine().kv_bytes_per_token());
   std::vector<double> prefill_rates;
   std::vector<double> decode_rates;
   std::optional<std::vector<std::vector<int32_t>>> first_ids;
   int64_t prompt_total = 0;
   for (const auto& prompt : prompts) prompt_total += static_cast<int64_t>(prompt.size());
 
-  for (int pass = 0; pass < options.warmup + options.repeats; ++pass) {
+  for (int pass = 0; pass < warmup + repeats; ++pass) {
     std::vector<std::vector<int32_t>> ids(count);
     std::map<uint64_t, int> index_of;
     const auto start = Clock::now();
@@ -216,17 +224,17 @@ absl::StatusOr<LlmSideFigures> RunOurs(const LlmVsLlamaCppOptions& options, cons
       llm::GenerationRequest request;
       request.prompt_ids = prompts[i];
       request.sampling.temperature = 0;
-      request.max_tokens = options.decode_tokens;
+      request.max_tokens = decode_tokens;
       request.ignore_eos = true;
-      ASSIGN_OR_RETURN(uint64_t id, generator->Add(std::move(request)));
+      ASSIGN_OR_RETURN(uint64_t id, generator.Add(std::move(request)));
       index_of[id] = i;
     }
     int with_first_token = 0;
     int64_t produced = 0;
     int64_t produced_at_prefill_end = 0;
     Clock::time_point prefill_end;
-    while (!generator->idle()) {
-      ASSIGN_OR_RETURN(std::vector<llm::TokenEvent> events, generator->Step());
+    while (!generator.idle()) {
+      ASSIGN_OR_RETURN(std::vector<llm::TokenEvent> events, generator.Step());
       for (const llm::TokenEvent& event : events) {
         auto found = index_of.find(event.sequence);
         if (found == index_of.end()) {
@@ -241,11 +249,11 @@ absl::StatusOr<LlmSideFigures> RunOurs(const LlmVsLlamaCppOptions& options, cons
         ++produced;
         if (sequence_ids.size() == 1) ++with_first_token;
         if (event.finish != llm::FinishReason::kNone &&
-            static_cast<int>(sequence_ids.size()) != options.decode_tokens) {
+            static_cast<int>(sequence_ids.size()) != decode_tokens) {
           return absl::InternalError(absl::StrCat("sequence ", found->second, " finished (",
                                                   std::string(llm::FinishReasonName(event.finish)),
                                                   ") after ", sequence_ids.size(), " of ",
-                                                  options.decode_tokens, " tokens"));
+                                                  decode_tokens, " tokens"));
         }
       }
       if (with_first_token == count && produced_at_prefill_end == 0) {
@@ -255,9 +263,9 @@ absl::StatusOr<LlmSideFigures> RunOurs(const LlmVsLlamaCppOptions& options, cons
     }
     const auto end = Clock::now();
     for (int i = 0; i < count; ++i) {
-      if (static_cast<int>(ids[i].size()) != options.decode_tokens) {
+      if (static_cast<int>(ids[i].size()) != decode_tokens) {
         return absl::InternalError(absl::StrCat("sequence ", i, " produced ", ids[i].size(), " of ",
-                                                options.decode_tokens, " tokens"));
+                                                decode_tokens, " tokens"));
       }
     }
     if (!first_ids) {
@@ -265,8 +273,8 @@ absl::StatusOr<LlmSideFigures> RunOurs(const LlmVsLlamaCppOptions& options, cons
     } else if (ids != *first_ids) {
       figures.ids_stable = false;
     }
-    if (pass < options.warmup) continue;
-    if (pass == options.warmup) figures.generated_ids = ids;
+    if (pass < warmup) continue;
+    if (pass == warmup) figures.generated_ids = ids;
     prefill_rates.push_back(static_cast<double>(prompt_total) / Seconds(start, prefill_end));
     const int64_t decoded = produced - produced_at_prefill_end;
     const double decode_seconds = Seconds(prefill_end, end);
@@ -278,79 +286,6 @@ absl::StatusOr<LlmSideFigures> RunOurs(const LlmVsLlamaCppOptions& options, cons
   return figures;
 }
 
-// Sums [begin, end) as kStreams interleaved sequential streams (one accumulator each), so that
-// the loop is bound by memory rather than by one chain of additions, and keeps as many reads in
-// flight as a matrix-vector product over several weight rows does: with one stream a core of
-// the 2-vCPU Xeon of bench/README.md reads 11-14 GB/s, with 8 about 18.5. The widest vector
-// loads the CPU has, for the same reason (the bench library is built for baseline x86-64; its
-// 16-byte loads reach about 30 % less).
-constexpr int kStreams = 8;
-
-// The words of each stream (a multiple of 8), and the sum of the tail no stream covers.
-size_t StreamWords(const uint64_t* begin, const uint64_t* end, uint64_t* tail_sum) {
-  const size_t words = static_cast<size_t>(end - begin);
-  const size_t per_stream = words / kStreams / 8 * 8;
-  uint64_t tail = 0;
-  for (const uint64_t* p = begin + per_stream * kStreams; p < end; ++p) tail += *p;
-  *tail_sum = tail;
-  return per_stream;
-}
-
-uint64_t SumWordsPortable(const uint64_t* begin, const uint64_t* end) {
-  uint64_t total = 0;
-  const size_t per_stream = StreamWords(begin, end, &total);
-  uint64_t sums[kStreams] = {};
-  for (size_t i = 0; i < per_stream; ++i) {
-    for (int s = 0; s < kStreams; ++s) sums[s] += begin[s * per_stream + i];
-  }
-  for (uint64_t sum : sums) total += sum;
-  return total;
-}
-
-__attribute__((target("avx2"))) uint64_t SumWordsAvx2(const uint64_t* begin, const uint64_t* end) {
-  uint64_t total = 0;
-  const size_t per_stream = StreamWords(begin, end, &total);
-  __m256i sums[kStreams];
-  for (__m256i& sum : sums) sum = _mm256_setzero_si256();
-  for (size_t i = 0; i < per_stream; i += 4) {
-    for (int s = 0; s < kStreams; ++s) {
-      sums[s] = _mm256_add_epi64(
-          sums[s],
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(begin + s * per_stream + i)));
-    }
-  }
-  __m256i all = sums[0];
-  for (int s = 1; s < kStreams; ++s) all = _mm256_add_epi64(all, sums[s]);
-  alignas(32) uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), all);
-  return total + lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
-
-__attribute__((target("avx512f"))) uint64_t SumWordsAvx512(const uint64_t* begin,
-                                                           const uint64_t* end) {
-  uint64_t total = 0;
-  const size_t per_stream = StreamWords(begin, end, &total);
-  __m512i sums[kStreams];
-  for (__m512i& sum : sums) sum = _mm512_setzero_si512();
-  for (size_t i = 0; i < per_stream; i += 8) {
-    for (int s = 0; s < kStreams; ++s) {
-      sums[s] = _mm512_add_epi64(sums[s], _mm512_loadu_si512(begin + s * per_stream + i));
-    }
-  }
-  __m512i all = sums[0];
-  for (int s = 1; s < kStreams; ++s) all = _mm512_add_epi64(all, sums[s]);
-  return total + _mm512_reduce_add_epi64(all);
-}
-
-uint64_t SumWords(const uint64_t* begin, const uint64_t* end) {
-  using SumFunction = uint64_t (*)(const uint64_t*, const uint64_t*);
-  static const SumFunction sum = __builtin_cpu_supports("avx512f") ? &SumWordsAvx512
-                                 : __builtin_cpu_supports("avx2")  ? &SumWordsAvx2
-                                                                   : &SumWordsPortable;
-  return sum(begin, end);
-}
-
-}  // namespace
 
 IdComparison CompareGeneratedIds(const std::vector<std::vector<int32_t>>& ours,
                                  const std::vector<std::vector<int32_t>>& theirs) {
@@ -386,66 +321,6 @@ double LlmVsLlamaCppLine::llama_bandwidth_fraction() const {
   if (bandwidth_bytes_per_s <= 0 || sequences <= 0) return 0;
   return static_cast<double>(llama_model_file_bytes) * (llama.decode_tokens_per_s / sequences) /
          bandwidth_bytes_per_s;
-}
-
-absl::StatusOr<double> MeasureReadBandwidth(size_t size, int threads, int passes) {
-  if (size < (size_t{1} << 20) || threads < 1 || passes < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bandwidth probe: needs at least 1 MiB, a thread and a pass (got ", size,
-                     " bytes, ", threads, " threads, ", passes, " passes)"));
-  }
-  const size_t words = size / sizeof(uint64_t);
-  // 2 MiB aligned and, where the kernel allows, on transparent huge pages, as large weight
-  // buffers usually are: with 4 KiB pages the prefetchers stop at every page boundary.
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t allocated = (words * sizeof(uint64_t) + kHugePage - 1) / kHugePage * kHugePage;
-  std::unique_ptr<uint64_t[], decltype(&std::free)> buffer(
-      static_cast<uint64_t*>(std::aligned_alloc(kHugePage, allocated)), &std::free);
-  if (buffer == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("bandwidth probe: cannot allocate ", size, " bytes"));
-  }
-  ::madvise(buffer.get(), allocated, MADV_HUGEPAGE);
-  auto share = [&](int thread) {
-    const size_t begin = words * thread / threads;
-    return std::pair<size_t, size_t>(begin, words * (thread + 1) / threads);
-  };
-  // Each thread writes its own share first, so its pages are resident (and, on a NUMA machine,
-  // local to it) before any timing.
-  {
-    std::vector<std::thread> fillers;
-    for (int t = 0; t < threads; ++t) {
-      fillers.emplace_back([&, t] {
-        auto [begin, end] = share(t);
-        for (size_t i = begin; i < end; ++i) buffer[i] = i;
-      });
-    }
-    for (std::thread& filler : fillers) filler.join();
-  }
-  // Wraps like the sums do: 0 + 1 + ... + (words - 1) modulo 2^64.
-  const unsigned __int128 n = words;
-  const uint64_t expected = static_cast<uint64_t>(n * (n - 1) / 2);
-  double best = 0;
-  for (int pass = 0; pass < passes; ++pass) {
-    std::vector<uint64_t> sums(threads, 0);
-    std::vector<std::thread> readers;
-    const auto start = Clock::now();
-    for (int t = 0; t < threads; ++t) {
-      readers.emplace_back([&, t] {
-        auto [begin, end] = share(t);
-        sums[t] = SumWords(buffer.get() + begin, buffer.get() + end);
-      });
-    }
-    for (std::thread& reader : readers) reader.join();
-    const double seconds = Seconds(start, Clock::now());
-    uint64_t total = 0;
-    for (uint64_t sum : sums) total += sum;
-    if (total != expected) {
-      return absl::InternalError("bandwidth probe: the buffer's sum came out wrong");
-    }
-    if (seconds > 0) best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / seconds);
-  }
-  return best;
 }
 
 std::vector<std::vector<int32_t>> MakeBenchPrompts(int count, int tokens, int64_t vocab_size,
@@ -552,7 +427,7 @@ absl::StatusOr<LlmVsLlamaCppOptions> ParseLlmVsLlamaCppFlags(const std::vector<s
   std::string models = absl::StrJoin(options.models, ",");
   std::string precisions = absl::StrJoin(options.precisions, ",");
   std::string seed = std::to_string(options.seed);
-  RETURN_IF_ERROR(ParseCaseFlags(
+  RETURN_IF_ERROR(ParseFlags(
       args, {
                 {"--json", SwitchFlag{&options.json}},
                 {"--models", StringFlag{&models, {}}},

@@ -43,6 +43,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/read_bandwidth.h"
+
+namespace cloister::llm {
+class Generator;
+}  // namespace cloister::llm
 
 namespace cloister::bench {
 
@@ -80,6 +85,13 @@ struct LlmSideFigures {
   int64_t kv_bytes_per_token = 0;  // keys and values over all layers
   int64_t peak_rss_bytes = 0;      // the process's peak resident set during the case
 };
+
+// Our side's measurement, shared with llm-cuda: `prompts` through `generator` (idle, with room
+// for all of them at once), greedy, eos ignored, decode_tokens each, `warmup` untimed passes then
+// `repeats` timed ones (medians). Internal when a sequence ends early or is cancelled.
+absl::StatusOr<LlmSideFigures> MeasureGenerator(llm::Generator& generator,
+                                                const std::vector<std::vector<int32_t>>& prompts,
+                                                int decode_tokens, int warmup, int repeats);
 
 // How two sides' greedy ids agree, sequence by sequence.
 struct IdComparison {
@@ -133,12 +145,6 @@ struct LlmVsLlamaCppReport {
 absl::StatusOr<LlmVsLlamaCppOptions> ParseLlmVsLlamaCppFlags(const std::vector<std::string>& args,
                                                              LlmVsLlamaCppOptions defaults);
 std::string LlmVsLlamaCppUsage();
-
-// Memory read bandwidth in bytes/s: `threads` threads each sum their share of a `size`-byte
-// buffer (filled first, by those threads); the best of `passes` passes. InvalidArgument for a
-// size under 1 MiB or no threads or passes; Internal when a sum comes out wrong (the compiler
-// or the machine skipped reads).
-absl::StatusOr<double> MeasureReadBandwidth(size_t size, int threads, int passes);
 
 // `count` prompts of `tokens` ids from `seed`: the first `bos_id` (when there is one), the rest
 // uniform over [0, vocab_size) minus `excluded` (eos ids, bos). Prompt i depends only on seed and

@@ -2,6 +2,7 @@
 """Models for `cloister-bench llm-vs-llamacpp`, written into a cache folder on first use.
 
   /usr/bin/python3 make_synthetic_llama.py OUTDIR --tiny-dir TINY_LLAMA_DIR [--seed N]
+      [--models tiny-bf16,synthetic,synthetic-1b]   (default: tiny-bf16,synthetic)
 
 TINY_LLAMA_DIR is the shared tiny-llama checkpoint (config.json, tokenizer files,
 model.safetensors in BF16, model.gguf in F32). Writes:
@@ -14,6 +15,10 @@ model.safetensors in BF16, model.gguf in F32). Writes:
       llama.cpp: model-f32.gguf and model-bf16.gguf, holding exactly the same (BF16-rounded)
       values (in the BF16 file the RMSNorm weights stay F32, as llama.cpp's converter keeps
       1-D tensors).
+  OUTDIR/synthetic-1b/  (only when asked for, for `cloister-bench llm-cuda`) the same kind of
+      model at about 1 B parameters (hidden 2048, 16 layers, 32 heads, 8 KV heads of 64,
+      intermediate 8192, vocab 2048: the shape of Llama 3.2 1B but the tiny vocabulary), as a
+      Hugging Face folder only (no GGUF).
   OUTDIR/tiny-llama/model-bf16.gguf  the tiny model's weights (exactly its model.safetensors
       values) as a BF16 GGUF, beside its shipped F32 model.gguf.
 
@@ -24,7 +29,9 @@ metadata (tokenizer.*) is copied entry by entry from the tiny model's model.gguf
 
 Each folder gets a STAMP file (what was asked for, a digest of this script and of the tiny
 model's inputs); a folder whose stamp matches is left alone, so a second run does nothing.
-Needs only Debian's python3-torch and python3-numpy.
+Needs only Debian's python3-torch and python3-numpy; synthetic-1b needs only numpy where torch
+is missing (its weights are then drawn by numpy's PCG64 from the same seed, and the stamp says
+which generator drew them).
 """
 import argparse
 import hashlib
@@ -35,7 +42,11 @@ import struct
 import sys
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError:  # a GPU machine may have numpy only: synthetic-1b is then drawn by numpy
+    torch = None
 
 SYNTHETIC = {
     'hidden_size': 1024,
@@ -48,6 +59,8 @@ SYNTHETIC = {
     'rms_norm_eps': 1e-5,
     'rope_theta': 10000.0,
 }
+SYNTHETIC_1B = dict(SYNTHETIC, hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                    num_key_value_heads=8, intermediate_size=8192, rope_theta=500000.0)
 WEIGHT_STD = 0.02
 TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json']
 
@@ -301,9 +314,12 @@ def stamp_for(kind, tiny_dir, seed):
         script = hashlib.sha256(f.read()).hexdigest()
     inputs = {name: sha256_of(os.path.join(tiny_dir, name))
               for name in TOKENIZER_FILES + ['config.json', 'model.safetensors', 'model.gguf']}
-    stamp = {'kind': kind, 'script_sha256': script, 'tiny_inputs_sha256': inputs}
+    stamp = {'kind': kind, 'script_sha256': script, 'tiny_inputs_sha256': inputs,
+             'rng': 'torch' if torch is not None else 'numpy'}
     if kind == 'synthetic':
         stamp.update(seed=seed, shape=SYNTHETIC, weight_std=WEIGHT_STD)
+    elif kind == 'synthetic-1b':
+        stamp.update(seed=seed, shape=SYNTHETIC_1B, weight_std=WEIGHT_STD)
     return stamp
 
 
@@ -325,7 +341,7 @@ def write_stamp(folder, stamp):
 
 def random_bf16_weights(config, seed):
     """{HF name: uint16 BF16 bits}: linears and embeddings normal(0, WEIGHT_STD), norms 1."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed) if torch is not None else None
     hidden, ffn, vocab = config['hidden_size'], config['intermediate_size'], config['vocab_size']
     q_rows = config['num_attention_heads'] * config['head_dim']
     kv_rows = config['num_key_value_heads'] * config['head_dim']
@@ -343,7 +359,16 @@ def random_bf16_weights(config, seed):
                    (prefix + 'mlp.down_proj.weight', (hidden, ffn))]
     shapes += [('model.norm.weight', (hidden,)), ('lm_head.weight', (vocab, hidden))]
     weights = {}
+    numpy_rng = np.random.Generator(np.random.PCG64(seed)) if torch is None else None
     for name, shape in shapes:   # drawn in this fixed order
+        if torch is None:
+            values = (np.ones(shape, np.float32) if len(shape) == 1 else
+                      numpy_rng.normal(0.0, WEIGHT_STD, size=shape).astype(np.float32))
+            bits = values.view(np.uint32).astype(np.uint64)
+            # Round to nearest even on the upper 16 bits (finite values only, as here).
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+            weights[name] = bits.astype('<u2')
+            continue
         if len(shape) == 1:
             values = torch.ones(shape)
         else:
@@ -352,10 +377,15 @@ def random_bf16_weights(config, seed):
     return weights
 
 
-def make_synthetic(out_dir, tiny_dir, seed, tokenizer_entries):
-    folder = os.path.join(out_dir, 'synthetic-110m')
-    files = TOKENIZER_FILES + ['config.json', 'model.safetensors', 'model-f32.gguf', 'model-bf16.gguf']
-    stamp = stamp_for('synthetic', tiny_dir, seed)
+def make_synthetic(out_dir, tiny_dir, seed, tokenizer_entries, kind='synthetic'):
+    name = 'synthetic-110m' if kind == 'synthetic' else kind
+    shape = SYNTHETIC if kind == 'synthetic' else SYNTHETIC_1B
+    with_gguf = kind == 'synthetic'
+    folder = os.path.join(out_dir, name)
+    files = TOKENIZER_FILES + ['config.json', 'model.safetensors']
+    if with_gguf:
+        files += ['model-f32.gguf', 'model-bf16.gguf']
+    stamp = stamp_for(kind, tiny_dir, seed)
     if up_to_date(folder, stamp, files):
         print(f'{folder}: up to date')
         return
@@ -364,21 +394,22 @@ def make_synthetic(out_dir, tiny_dir, seed, tokenizer_entries):
         os.remove(os.path.join(folder, 'STAMP'))
     with open(os.path.join(tiny_dir, 'config.json')) as f:
         config = json.load(f)
-    config.update(SYNTHETIC)
+    config.update(shape)
     config.update(torch_dtype='bfloat16', tie_word_embeddings=False, attention_bias=False,
                   rope_scaling=None)
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(os.path.join(tiny_dir, name), os.path.join(folder, name))
+    for file_name in TOKENIZER_FILES:
+        shutil.copyfile(os.path.join(tiny_dir, file_name), os.path.join(folder, file_name))
     with open(os.path.join(folder, 'config.json'), 'w') as f:
         json.dump(config, f, indent=2)
         f.write('\n')
     weights = random_bf16_weights(config, seed)
     parameters = sum(w.size for w in weights.values())
     write_safetensors(os.path.join(folder, 'model.safetensors'),
-                      {name: (w.shape, w.tobytes()) for name, w in weights.items()})
-    for as_bf16, name in [(False, 'model-f32.gguf'), (True, 'model-bf16.gguf')]:
-        write_llama_gguf(os.path.join(folder, name), config, 'synthetic-110m', weights,
-                         tokenizer_entries, as_bf16)
+                      {key: (w.shape, w.tobytes()) for key, w in weights.items()})
+    if with_gguf:
+        for as_bf16, file_name in [(False, 'model-f32.gguf'), (True, 'model-bf16.gguf')]:
+            write_llama_gguf(os.path.join(folder, file_name), config, name, weights,
+                             tokenizer_entries, as_bf16)
     write_stamp(folder, stamp)
     print(f'{folder}: {parameters} parameters written')
 
@@ -404,7 +435,15 @@ def main():
     parser.add_argument('out_dir')
     parser.add_argument('--tiny-dir', required=True, help='the shared tiny-llama checkpoint folder')
     parser.add_argument('--seed', type=int, default=20261201)
+    parser.add_argument('--models', default='tiny-bf16,synthetic',
+                        help='comma-separated: tiny-bf16, synthetic, synthetic-1b')
     args = parser.parse_args()
+    wanted = [m for m in args.models.split(',') if m]
+    if torch is None and any(m != 'synthetic-1b' for m in wanted):
+        fail('python3-torch is needed for tiny-bf16 and synthetic (only synthetic-1b can use numpy)')
+    for model in wanted:
+        if model not in ('tiny-bf16', 'synthetic', 'synthetic-1b'):
+            fail(f'unknown model {model!r} (tiny-bf16, synthetic, synthetic-1b)')
     for name in TOKENIZER_FILES + ['config.json', 'model.safetensors', 'model.gguf']:
         if not os.path.isfile(os.path.join(args.tiny_dir, name)):
             fail(f'{args.tiny_dir} has no {name} (pass the tiny-llama checkpoint with --tiny-dir)')
@@ -413,8 +452,11 @@ def main():
     if 'tokenizer.ggml.tokens' not in tokenizer_entries:
         fail(f'{args.tiny_dir}/model.gguf has no tokenizer metadata')
     os.makedirs(args.out_dir, exist_ok=True)
-    make_tiny_bf16(args.out_dir, args.tiny_dir, tokenizer_entries)
-    make_synthetic(args.out_dir, args.tiny_dir, args.seed, tokenizer_entries)
+    if 'tiny-bf16' in wanted:
+        make_tiny_bf16(args.out_dir, args.tiny_dir, tokenizer_entries)
+    for kind in ('synthetic', 'synthetic-1b'):
+        if kind in wanted:
+            make_synthetic(args.out_dir, args.tiny_dir, args.seed, tokenizer_entries, kind)
 
 
 if __name__ == '__main__':

@@ -1,8 +1,8 @@
 // Packing a Hugging Face checkpoint folder into a model package (proto/model_package.h) for
-// upload: only the files a package may hold are read (config.json, generation_config.json,
-// tokenizer.json, tokenizer_config.json, model.safetensors.index.json, model.safetensors or its
-// shards); everything else in the folder (README.md, *.gguf, ...) is left alone. Links are
-// refused rather than followed, so what is packed is what the folder holds.
+// upload. Which files are the checkpoint is proto/checkpoint_dir.h's call, the same for the
+// offline LLM tools: only the files a package may hold are read, everything else in the folder
+// (README.md, *.gguf, ...) is left alone, and links are refused rather than followed, so what is
+// packed is what the folder holds.
 // Thread-safe: no shared state.
 #pragma once
 
@@ -14,10 +14,12 @@
 
 namespace cloister::sdk {
 
-// The checkpoint files of the folder `dir`, by member name, each a regular file. Refuses with
-// one line naming the folder or file: a folder that cannot be read, a checkpoint file that is a
-// symbolic link or not a regular file, and a folder without config.json, tokenizer.json or
-// weights (model.safetensors or its shards). Reads no file contents.
+// The checkpoint files of the folder `dir`, by member name, each a regular file
+// (package::ListCheckpointDir). Refuses with one line naming the folder or file: a folder that
+// cannot be read, a checkpoint file that is a symbolic link or not a regular file, a folder
+// without config.json, tokenizer.json or weights (model.safetensors or its shards), and a
+// model.safetensors.index.json that is not JSON or names a shard the folder lacks. Reads no file
+// but the index.
 absl::StatusOr<std::map<std::string, std::string>> ListModelDir(const std::string& dir);
 
 // Reads the files ListModelDir finds and packs them (PackModel): the bytes to upload, whose

@@ -4,7 +4,7 @@
 //       [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
 //       [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]
 //       [--stop TEXT]... [--top-logprobs N] [--ignore-eos] [--threads N]
-//       [--weights as-stored|f32] [--executor auto|cpu|cuda] [--json]
+//       [--weights as-stored|f32] [--executor auto|cpu|cuda] [--precision f32|bf16] [--json]
 //   cloister-llm tokenize --model DIR (--text TEXT | --chat FILE.json) [--json]
 //
 // Conventions as Hugging Face has them: --prompt and --text add the special tokens that
@@ -13,6 +13,10 @@
 // and tokenizes the result without adding special tokens, since the template writes its own.
 // Generation stops at every eos id of generation_config.json (else config.json). Sampling
 // defaults come from generation_config.json (greedy unless it sets do_sample).
+//
+// Executors: cpu (the CPU engine, --threads, --weights), cuda (the CUDA engine, --precision:
+// f32 is the references' float32, bf16 runs 16-bit GEMMs), auto (cuda where a device is
+// present, else cpu).
 //
 // Output: the generated text as it is made (a summary line with the rates on stderr), or one
 // JSON document with --json. Errors go to stderr as one
@@ -31,6 +35,7 @@
 #include "base/file.h"
 #include "base/status.h"
 #include "enclave/llm/chat_template.h"
+#include "enclave/llm/engine.h"
 #include "enclave/llm/generator.h"
 #include "enclave/llm/model.h"
 #include "nlohmann/json.hpp"
@@ -43,7 +48,7 @@ constexpr char kUsage[] =
     " [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]"
     " [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F] [--stop TEXT]"
     " [--top-logprobs N] [--ignore-eos] [--threads N] [--weights as-stored|f32]"
-    " [--executor auto|cpu|cuda] [--json]\n"
+    " [--executor auto|cpu|cuda] [--precision f32|bf16] [--json]\n"
     "       cloister-llm tokenize --model DIR (--text TEXT | --chat FILE.json) [--json]\n";
 
 struct Options {
@@ -63,6 +68,7 @@ struct Options {
   int64_t threads = 1;
   std::string weights = "as-stored";
   std::string executor = "auto";
+  Precision precision = Precision::kF32;
   bool json = false;
 };
 
@@ -163,6 +169,11 @@ absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
       if (o.executor != "auto" && o.executor != "cpu" && o.executor != "cuda") {
         return absl::InvalidArgumentError("--executor must be auto, cpu or cuda");
       }
+    } else if (flag == "--precision") {
+      ASSIGN_OR_RETURN(std::string name, value());
+      absl::StatusOr<Precision> precision = ParsePrecision(name);
+      if (!precision.ok()) return absl::InvalidArgumentError("--precision must be f32 or bf16");
+      o.precision = *precision;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown option ", flag));
     }
@@ -218,9 +229,9 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Options> parsed = ParseArgs(argc, argv);
   if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
   const Options& o = *parsed;
-  if (o.executor == "cuda") {
-    std::cerr << "cloister-llm: the CUDA executor does not run LLMs in this build; use "
-                 "--executor cpu\n";
+  absl::StatusOr<std::string> executor = ResolveExecutor(o.executor);
+  if (!executor.ok()) {
+    std::cerr << "cloister-llm: " << executor.status().message() << "\n";
     return 1;
   }
 
@@ -232,12 +243,13 @@ int Main(int argc, char** argv) {
   }
   LoadOptions load;
   load.weights = o.weights == "f32" ? WeightFormat::kF32 : WeightFormat::kAsStored;
+  // A device engine holds the weights itself, read from the files when it is made.
+  if (*executor != "cpu" || o.command == "tokenize") load.weights = WeightFormat::kNone;
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(*files, load);
   if (!model.ok()) {
     std::cerr << "cloister-llm: " << o.model << ": " << model.status().message() << "\n";
     return 2;
   }
-  storage.clear();  // the weights were copied; the file bytes are no longer needed
   absl::StatusOr<std::vector<int32_t>> ids = PromptIds(o, **model);
   if (!ids.ok()) {
     std::cerr << "cloister-llm: " << ids.status().message() << "\n";
@@ -282,7 +294,25 @@ int Main(int argc, char** argv) {
   options.max_step_tokens = 2048;
   const int64_t tokens_needed = static_cast<int64_t>(ids->size()) + std::max<int64_t>(request.max_tokens, 1);
   options.kv_blocks = static_cast<int32_t>((std::min(tokens_needed, config.max_position_embeddings) + 15) / 16);
-  absl::StatusOr<std::unique_ptr<Generator>> generator = Generator::Create(**model, options);
+  absl::StatusOr<int32_t> blocks = KvBlocksFor(config, options);
+  if (!blocks.ok()) {
+    std::cerr << "cloister-llm: " << blocks.status().message() << "\n";
+    return 1;
+  }
+  EngineOptions engine_options;
+  engine_options.executor = *executor;
+  engine_options.threads = options.threads;
+  engine_options.num_blocks = *blocks;
+  engine_options.block_size = options.block_size;
+  engine_options.precision = o.precision;
+  absl::StatusOr<std::unique_ptr<StepEngine>> engine = CreateEngine(**model, *files, engine_options);
+  if (!engine.ok()) {
+    std::cerr << "cloister-llm: " << engine.status().message() << "\n";
+    return 1;
+  }
+  storage.clear();  // the weights were copied; the file bytes are no longer needed
+  absl::StatusOr<std::unique_ptr<Generator>> generator =
+      Generator::Create(**model, options, std::move(*engine));
   if (!generator.ok()) {
     std::cerr << "cloister-llm: " << generator.status().message() << "\n";
     return 1;
@@ -332,7 +362,8 @@ int Main(int argc, char** argv) {
                           {"text", text},
                           {"finish_reason", std::string(FinishReasonName(finish))},
                           {"prefill_tokens_per_s", prefill_rate},
-                          {"decode_tokens_per_s", decode_rate}};
+                          {"decode_tokens_per_s", decode_rate},
+                          {"executor", *executor}};
     if (s.logprobs) doc["logprobs"] = logprobs;
     std::cout << doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {

@@ -54,12 +54,12 @@ int64_t BlocksFor(int64_t tokens, int32_t block_size) {
 
 class Generator::Impl {
  public:
-  Impl(const Model& model, const GeneratorOptions& options, int32_t kv_blocks)
+  Impl(const Model& model, const GeneratorOptions& options, std::unique_ptr<StepEngine> engine)
       : model_(model),
         options_(options),
-        pool_(options.threads),
-        cache_(model.config(), kv_blocks, options.block_size),
-        blocks_(kv_blocks, options.block_size, [this](int32_t block) { cache_.ScrubBlock(block); }) {}
+        engine_(std::move(engine)),
+        blocks_(engine_->num_blocks(), options.block_size,
+                [this](int32_t block) { engine_->ScrubBlock(block); }) {}
 
   absl::StatusOr<uint64_t> Add(GenerationRequest request) {
     const ModelConfig& config = model_.config();
@@ -97,10 +97,10 @@ class Generator::Impl {
           BlockManager::kMaxSaltSize, " bytes, got ", request.prefix_salt.size()));
     }
     const int64_t needed = BlocksFor(prompt + request.max_tokens, options_.block_size);
-    if (needed > cache_.num_blocks()) {
+    if (needed > engine_->num_blocks()) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the sequence needs ", needed, " KV blocks; the cache has ",
-                       cache_.num_blocks()));
+                       engine_->num_blocks()));
     }
     auto sequence = std::make_unique<Sequence>();
     sequence->id = next_id_++;
@@ -126,7 +126,7 @@ class Generator::Impl {
 
   bool idle() const { return sequences_.empty() && cancelled_.empty(); }
   size_t active() const { return sequences_.size(); }
-  const KvCache& cache() const { return cache_; }
+  const StepEngine& engine() const { return *engine_; }
 
   absl::StatusOr<std::vector<TokenEvent>> Step() {
     std::vector<TokenEvent> events;
@@ -173,22 +173,29 @@ class Generator::Impl {
       part.start_position = s->computed;
       part.block_table = s->blocks;
       part.want_logits = s->computed + count == static_cast<int64_t>(s->tokens.size());
+      part.argmax = s->sampler->plain_greedy();
       parts.push_back(part);
     }
-    RETURN_IF_ERROR(model_.Forward(parts, cache_, pool_, logits_));
+    RETURN_IF_ERROR(engine_->Step(parts, result_));
 
     const int64_t vocab = model_.config().vocab_size;
     int64_t logit_index = 0;
+    size_t output = 0;
     for (size_t i = 0; i < step.size(); ++i) {
       Sequence& s = *step[i];
       s.computed += static_cast<int64_t>(parts[i].tokens.size());
       if (!s.registered_prefix && s.computed >= s.prompt_size) RegisterPrefix(s);
       if (!parts[i].want_logits) continue;
-      std::span<float> row(logits_.data() + logit_index * vocab, vocab);
-      ++logit_index;
       TokenEvent event;
       event.sequence = s.id;
-      event.token = s.sampler->Sample(row);
+      const int32_t chosen = result_.ids[output++];
+      if (chosen >= 0) {
+        event.token = s.sampler->Accept(chosen);
+      } else {
+        std::span<float> row(result_.logits.data() + logit_index * vocab, vocab);
+        ++logit_index;
+        event.token = s.sampler->Sample(row);
+      }
       s.tokens.push_back(event.token.id);
       FinishReason finish = FinishReason::kNone;
       const ModelConfig& config = model_.config();
@@ -290,15 +297,28 @@ class Generator::Impl {
 
   const Model& model_;
   GeneratorOptions options_;
-  ThreadPool pool_;
-  KvCache cache_;
+  std::unique_ptr<StepEngine> engine_;
   BlockManager blocks_;
   uint64_t next_id_ = 1;
   std::deque<uint64_t> order_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
   std::vector<uint64_t> cancelled_;
-  std::vector<float> logits_;
+  StepResult result_;
 };
+
+absl::StatusOr<int32_t> KvBlocksFor(const ModelConfig& config, const GeneratorOptions& options) {
+  if (options.block_size < 1 || options.max_sequences < 1) {
+    return absl::InvalidArgumentError("block_size and max_sequences must be at least 1");
+  }
+  int64_t blocks = options.kv_blocks;
+  if (blocks == 0) {
+    blocks = options.max_sequences * BlocksFor(config.max_position_embeddings, options.block_size);
+  }
+  if (blocks < 1 || blocks > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_blocks ", blocks, " is out of range"));
+  }
+  return static_cast<int32_t>(blocks);
+}
 
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const Model& model,
                                                             const GeneratorOptions& options) {
@@ -307,16 +327,28 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const Model& model,
     return absl::InvalidArgumentError(
         "threads, block_size, max_sequences and max_step_tokens must be at least 1");
   }
-  int64_t blocks = options.kv_blocks;
-  if (blocks == 0) {
-    blocks = options.max_sequences *
-             BlocksFor(model.config().max_position_embeddings, options.block_size);
+  ASSIGN_OR_RETURN(int32_t blocks, KvBlocksFor(model.config(), options));
+  EngineOptions engine_options;
+  engine_options.threads = options.threads;
+  engine_options.num_blocks = blocks;
+  engine_options.block_size = options.block_size;
+  ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine, MakeCpuEngine(model, engine_options));
+  return Create(model, options, std::move(engine));
+}
+
+absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const Model& model,
+                                                            const GeneratorOptions& options,
+                                                            std::unique_ptr<StepEngine> engine) {
+  if (options.threads < 1 || options.block_size < 1 || options.max_sequences < 1 ||
+      options.max_step_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "threads, block_size, max_sequences and max_step_tokens must be at least 1");
   }
-  if (blocks < 1 || blocks > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(absl::StrCat("kv_blocks ", blocks, " is out of range"));
+  if (engine == nullptr || engine->block_size() != options.block_size) {
+    return absl::InvalidArgumentError("the engine's block size differs from the generator's");
   }
   return std::unique_ptr<Generator>(
-      new Generator(std::make_unique<Impl>(model, options, static_cast<int32_t>(blocks))));
+      new Generator(std::make_unique<Impl>(model, options, std::move(engine))));
 }
 
 Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -328,6 +360,6 @@ void Generator::Cancel(uint64_t sequence) { impl_->Cancel(sequence); }
 bool Generator::idle() const { return impl_->idle(); }
 size_t Generator::active() const { return impl_->active(); }
 absl::StatusOr<std::vector<TokenEvent>> Generator::Step() { return impl_->Step(); }
-const KvCache& Generator::cache() const { return impl_->cache(); }
+const StepEngine& Generator::engine() const { return impl_->engine(); }
 
 }  // namespace cloister::llm

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "enclave/llm/engine.h"
 #include "enclave/llm/model.h"
 #include "enclave/llm/sampler.h"
 
@@ -56,10 +57,18 @@ struct TokenEvent {
   int64_t completion_tokens = 0;
 };
 
+// The KV blocks `options` ask for: kv_blocks, or (0) enough for max_sequences full contexts.
+absl::StatusOr<int32_t> KvBlocksFor(const ModelConfig& config, const GeneratorOptions& options);
+
 class Generator {
  public:
+  // On the CPU engine with options.threads threads.
   static absl::StatusOr<std::unique_ptr<Generator>> Create(const Model& model,
                                                           const GeneratorOptions& options);
+  // On `engine` (its block size must be options.block_size; its blocks are the cache).
+  static absl::StatusOr<std::unique_ptr<Generator>> Create(const Model& model,
+                                                          const GeneratorOptions& options,
+                                                          std::unique_ptr<StepEngine> engine);
   ~Generator();
 
   // Queues a sequence; refuses a prompt that does not fit the context or bad sampling values.
@@ -70,7 +79,7 @@ class Generator {
   // One engine step; events for the sequences that sampled a token (or were cancelled).
   absl::StatusOr<std::vector<TokenEvent>> Step();
 
-  const KvCache& cache() const;
+  const StepEngine& engine() const;
   // Sequences added and not yet finished (waiting or running).
   size_t active() const;
 

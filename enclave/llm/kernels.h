@@ -1,14 +1,19 @@
 // The LLM engine's CPU kernels: matrix products against weights kept as F32, BF16 or F16
 // (converted to float32 in registers, accumulated in float32), RMSNorm, RoPE, SiLU gating and
-// attention over a paged KV cache. AVX-512 code is chosen at run time where the CPU has it;
-// otherwise portable loops (compiled for the library's -march baseline) give the same results
-// up to float32 rounding order.
+// attention over a paged KV cache. The instruction-set path is chosen once per process: AVX-512
+// where the CPU has it, else AVX2 (with FMA and F16C), else portable loops (compiled for the
+// library's -march baseline); all give the same results up to float32 rounding order.
+// CLOISTER_LLM_ISA=avx512|avx2|portable forces a path: one the CPU lacks falls back to the best
+// it has, and an unknown value is ignored; both are logged as a warning.
 // Threading: every function is pure over its arguments; callers split rows between threads.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string_view>
+
+#include "absl/status/status.h"
 
 #include "enclave/llm/safetensors.h"
 
@@ -49,6 +54,16 @@ float ElementToFloat(DType dtype, const uint8_t* p);
 
 // Whether the AVX-512 kernels run on this CPU.
 bool HaveAvx512();
+// Whether the AVX2 kernels (AVX2, FMA, F16C) run on this CPU.
+bool HaveAvx2();
+
+// The active path: "avx512", "avx2" or "portable".
+const char* KernelIsa();
+
+// Test hook: switches the path as CLOISTER_LLM_ISA does, with the same fallback when the CPU
+// lacks it (KernelIsa() tells which one runs); InvalidArgument for an unknown name. Not safe
+// while other threads run kernels.
+absl::Status SetKernelIsaForTest(std::string_view isa);
 
 // y[t * y_stride + r] (=|+=) sum_k x[t * x_stride + k] * w[r][k] for t in [0, tokens) and
 // r in [row_begin, row_end); row_begin must be a multiple of kPanelRows.

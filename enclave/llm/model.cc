@@ -12,7 +12,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "base/file.h"
 #include "base/status.h"
 #include "enclave/llm/chat_template.h"
 #include "enclave/llm/kernels.h"
@@ -46,13 +45,6 @@ struct AlignedBuffer {
   }
 };
 
-std::vector<float> ToFloatVector(const TensorView& tensor) {
-  std::vector<float> out(tensor.count());
-  const size_t size = DTypeSize(tensor.dtype);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = ElementToFloat(tensor.dtype, tensor.data.data() + i * size);
-  return out;
-}
-
 }  // namespace
 
 struct Model::Weights {
@@ -75,8 +67,6 @@ struct Model::Weights {
 
 Model::Model() = default;
 Model::~Model() = default;
-
-namespace {
 
 // The RoPE inverse frequencies as transformers computes them in float32, with the llama3
 // rescaling of long wavelengths where configured.
@@ -107,6 +97,8 @@ std::vector<float> RopeFrequencies(const ModelConfig& config) {
   return inv_freq;
 }
 
+namespace {
+
 struct PlannedMatrix {
   std::vector<const TensorView*> parts;  // stacked by rows
   int64_t rows = 0;
@@ -117,6 +109,81 @@ struct PlannedMatrix {
 };
 
 }  // namespace
+
+std::vector<float> TensorToFloat(const TensorView& tensor) {
+  std::vector<float> out(tensor.count());
+  const size_t size = DTypeSize(tensor.dtype);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = ElementToFloat(tensor.dtype, tensor.data.data() + i * size);
+  }
+  return out;
+}
+
+absl::StatusOr<CheckpointTensors> PlanCheckpointTensors(const Checkpoint& checkpoint,
+                                                        const ModelConfig& config) {
+  const int64_t hidden = config.hidden_size;
+  const int64_t q_dim = config.num_heads * config.head_dim;
+  const int64_t kv_dim = config.num_kv_heads * config.head_dim;
+  const int64_t ffn = config.intermediate_size;
+  std::set<std::string, std::less<>> used;
+  auto need = [&](const std::string& name,
+                  std::vector<int64_t> shape) -> absl::StatusOr<const TensorView*> {
+    const TensorView* tensor = checkpoint.Find(name);
+    if (tensor == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint lacks tensor \"", name, "\""));
+    }
+    if (tensor->shape != shape) {
+      auto dims = [](const std::vector<int64_t>& s) {
+        std::string out = "[";
+        for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
+        return out + "]";
+      };
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\" has shape ",
+                                                     dims(tensor->shape), ", config.json implies ",
+                                                     dims(shape)));
+    }
+    used.insert(name);
+    return tensor;
+  };
+
+  CheckpointTensors out;
+  ASSIGN_OR_RETURN(out.embed, need("model.embed_tokens.weight", {config.vocab_size, hidden}));
+  if (!config.tie_word_embeddings) {
+    ASSIGN_OR_RETURN(out.lm_head, need("lm_head.weight", {config.vocab_size, hidden}));
+  } else {
+    out.lm_head = out.embed;
+    // Tied: transformers ignores a stored copy too.
+    if (checkpoint.Find("lm_head.weight") != nullptr) used.insert("lm_head.weight");
+  }
+  ASSIGN_OR_RETURN(out.final_norm, need("model.norm.weight", {hidden}));
+  out.layers.resize(config.num_layers);
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    CheckpointTensors::Layer& layer = out.layers[l];
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    ASSIGN_OR_RETURN(layer.input_norm, need(p + "input_layernorm.weight", {hidden}));
+    ASSIGN_OR_RETURN(layer.post_norm, need(p + "post_attention_layernorm.weight", {hidden}));
+    ASSIGN_OR_RETURN(layer.q, need(p + "self_attn.q_proj.weight", {q_dim, hidden}));
+    ASSIGN_OR_RETURN(layer.k, need(p + "self_attn.k_proj.weight", {kv_dim, hidden}));
+    ASSIGN_OR_RETURN(layer.v, need(p + "self_attn.v_proj.weight", {kv_dim, hidden}));
+    if (config.qkv_bias) {
+      ASSIGN_OR_RETURN(layer.q_bias, need(p + "self_attn.q_proj.bias", {q_dim}));
+      ASSIGN_OR_RETURN(layer.k_bias, need(p + "self_attn.k_proj.bias", {kv_dim}));
+      ASSIGN_OR_RETURN(layer.v_bias, need(p + "self_attn.v_proj.bias", {kv_dim}));
+    }
+    ASSIGN_OR_RETURN(layer.o, need(p + "self_attn.o_proj.weight", {hidden, q_dim}));
+    ASSIGN_OR_RETURN(layer.gate, need(p + "mlp.gate_proj.weight", {ffn, hidden}));
+    ASSIGN_OR_RETURN(layer.up, need(p + "mlp.up_proj.weight", {ffn, hidden}));
+    ASSIGN_OR_RETURN(layer.down, need(p + "mlp.down_proj.weight", {hidden, ffn}));
+  }
+  for (const auto& [name, tensor] : checkpoint.tensors()) {
+    if (used.count(name) == 0 && !absl::EndsWith(name, "rotary_emb.inv_freq")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor \"", name, "\" is not used by ",
+                       config.architecture_name, " as config.json describes it"));
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
                                                    const LoadOptions& options) {
@@ -160,98 +227,52 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
   }
 
   ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(files));
+  ASSIGN_OR_RETURN(CheckpointTensors tensors, PlanCheckpointTensors(checkpoint, config));
 
-  // Plan every tensor (names, shapes, types) before allocating anything.
   auto model = std::unique_ptr<Model>(new Model());
   auto weights = std::make_unique<Weights>();
-  const int64_t hidden = config.hidden_size;
-  const int64_t q_dim = config.num_heads * config.head_dim;
-  const int64_t kv_dim = config.num_kv_heads * config.head_dim;
-  const int64_t ffn = config.intermediate_size;
-  std::set<std::string, std::less<>> used;
-  auto need = [&](const std::string& name,
-                  std::vector<int64_t> shape) -> absl::StatusOr<const TensorView*> {
-    const TensorView* tensor = checkpoint.Find(name);
-    if (tensor == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint lacks tensor \"", name, "\""));
-    }
-    if (tensor->shape != shape) {
-      auto dims = [](const std::vector<int64_t>& s) {
-        std::string out = "[";
-        for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
-        return out + "]";
-      };
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\" has shape ",
-                                                     dims(tensor->shape), ", config.json implies ",
-                                                     dims(shape)));
-    }
-    used.insert(name);
-    return tensor;
-  };
-
   std::vector<PlannedMatrix> plan;
-  // A matrix of `cols` columns stacked from `parts` (tensor name, rows), each checked by need().
-  auto plan_matrix = [&](WeightMatrix* target, int64_t cols,
-                         std::vector<std::pair<std::string, int64_t>> parts) -> absl::Status {
+  // A matrix stacked by rows from `parts`, whose shapes PlanCheckpointTensors checked.
+  auto plan_matrix = [&](WeightMatrix* target, std::vector<const TensorView*> parts) {
     PlannedMatrix m;
     m.target = target;
-    m.cols = cols;
-    for (auto& [name, rows] : parts) {
-      ASSIGN_OR_RETURN(const TensorView* t, need(name, {rows, cols}));
-      m.parts.push_back(t);
-      m.rows += rows;
-    }
+    m.cols = parts[0]->shape[1];
+    m.parts = std::move(parts);
+    for (const TensorView* t : m.parts) m.rows += t->shape[0];
     m.dtype = m.parts[0]->dtype;
     for (const TensorView* t : m.parts) {
       if (t->dtype != m.dtype) m.dtype = DType::kF32;
     }
     if (options.weights == WeightFormat::kF32) m.dtype = DType::kF32;
     plan.push_back(std::move(m));
-    return absl::OkStatus();
   };
-  auto vector_of = [&](const std::string& name, int64_t size) -> absl::StatusOr<std::vector<float>> {
-    ASSIGN_OR_RETURN(const TensorView* t, need(name, {size}));
-    return ToFloatVector(*t);
-  };
-
-  RETURN_IF_ERROR(
-      plan_matrix(&weights->embed, hidden, {{"model.embed_tokens.weight", config.vocab_size}}));
-  if (!config.tie_word_embeddings) {
-    RETURN_IF_ERROR(plan_matrix(&weights->lm_head, hidden, {{"lm_head.weight", config.vocab_size}}));
-  } else if (checkpoint.Find("lm_head.weight") != nullptr) {
-    used.insert("lm_head.weight");  // tied: transformers ignores a stored copy too
-  }
-  ASSIGN_OR_RETURN(weights->final_norm, vector_of("model.norm.weight", hidden));
+  plan_matrix(&weights->embed, {tensors.embed});
+  if (!config.tie_word_embeddings) plan_matrix(&weights->lm_head, {tensors.lm_head});
+  weights->final_norm = TensorToFloat(*tensors.final_norm);
   weights->layers.resize(config.num_layers);
   for (int64_t l = 0; l < config.num_layers; ++l) {
     Weights::Layer& layer = weights->layers[l];
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    ASSIGN_OR_RETURN(layer.input_norm, vector_of(p + "input_layernorm.weight", hidden));
-    ASSIGN_OR_RETURN(layer.post_norm, vector_of(p + "post_attention_layernorm.weight", hidden));
-    RETURN_IF_ERROR(plan_matrix(&layer.qkv, hidden, {{p + "self_attn.q_proj.weight", q_dim},
-                                             {p + "self_attn.k_proj.weight", kv_dim},
-                                             {p + "self_attn.v_proj.weight", kv_dim}}));
-    if (config.qkv_bias) {
-      ASSIGN_OR_RETURN(auto qb, vector_of(p + "self_attn.q_proj.bias", q_dim));
-      ASSIGN_OR_RETURN(auto kb, vector_of(p + "self_attn.k_proj.bias", kv_dim));
-      ASSIGN_OR_RETURN(auto vb, vector_of(p + "self_attn.v_proj.bias", kv_dim));
-      layer.qkv_bias = std::move(qb);
-      layer.qkv_bias.insert(layer.qkv_bias.end(), kb.begin(), kb.end());
-      layer.qkv_bias.insert(layer.qkv_bias.end(), vb.begin(), vb.end());
+    const CheckpointTensors::Layer& t = tensors.layers[l];
+    layer.input_norm = TensorToFloat(*t.input_norm);
+    layer.post_norm = TensorToFloat(*t.post_norm);
+    plan_matrix(&layer.qkv, {t.q, t.k, t.v});
+    if (t.q_bias != nullptr) {
+      for (const TensorView* bias : {t.q_bias, t.k_bias, t.v_bias}) {
+        std::vector<float> values = TensorToFloat(*bias);
+        layer.qkv_bias.insert(layer.qkv_bias.end(), values.begin(), values.end());
+      }
     }
-    RETURN_IF_ERROR(plan_matrix(&layer.o, q_dim, {{p + "self_attn.o_proj.weight", hidden}}));
-    RETURN_IF_ERROR(plan_matrix(&layer.gate_up, hidden, {{p + "mlp.gate_proj.weight", ffn},
-                                                 {p + "mlp.up_proj.weight", ffn}}));
-    RETURN_IF_ERROR(plan_matrix(&layer.down, ffn, {{p + "mlp.down_proj.weight", hidden}}));
-  }
-  for (const auto& [name, tensor] : checkpoint.tensors()) {
-    if (used.count(name) == 0 && !absl::EndsWith(name, "rotary_emb.inv_freq")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint tensor \"", name, "\" is not used by ",
-                       config.architecture_name, " as config.json describes it"));
-    }
+    plan_matrix(&layer.o, {t.o});
+    plan_matrix(&layer.gate_up, {t.gate, t.up});
+    plan_matrix(&layer.down, {t.down});
   }
 
+  if (options.weights == WeightFormat::kNone) {
+    model->config_ = std::move(config);
+    model->tokenizer_ = std::move(tokenizer);
+    model->chat_template_ = std::move(chat_template);
+    return model;
+  }
   size_t total = 0;
   for (PlannedMatrix& m : plan) {
     m.offset = total;
@@ -310,8 +331,39 @@ void KvCache::ScrubBlock(int32_t block) {
 
 // ---- forward ---------------------------------------------------------------------------------
 
+absl::Status CheckStep(std::span<const StepSequence> parts, const ModelConfig& c,
+                       int32_t num_blocks, int32_t block_size) {
+  for (const StepSequence& part : parts) {
+    if (part.tokens.empty()) return absl::InvalidArgumentError("a step part has no tokens");
+    const int64_t last = part.start_position + static_cast<int64_t>(part.tokens.size()) - 1;
+    if (part.start_position < 0 || last >= c.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat("position ", last, " is past the context of ",
+                                                     c.max_position_embeddings, " tokens"));
+    }
+    if (last / block_size >= static_cast<int64_t>(part.block_table.size())) {
+      return absl::InvalidArgumentError("a block table does not cover its positions");
+    }
+    for (int32_t block : part.block_table) {
+      if (block < 0 || block >= num_blocks) {
+        return absl::InvalidArgumentError(absl::StrCat("block ", block, " is not in the cache"));
+      }
+    }
+    for (int32_t id : part.tokens) {
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " is not below vocab_size ", c.vocab_size));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
                             ThreadPool& pool, std::vector<float>& logits) const {
+  if (weights_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the model was loaded without host weights (another engine holds them)");
+  }
   const ModelConfig& c = config_;
   const Weights& w = *weights_;
   const int64_t hidden = c.hidden_size;
@@ -331,27 +383,10 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
   };
   std::vector<Row> rows;
   std::vector<int32_t> logit_rows;
+  RETURN_IF_ERROR(CheckStep(parts, c, cache.num_blocks(), block_size));
   for (size_t p = 0; p < parts.size(); ++p) {
     const StepSequence& part = parts[p];
-    if (part.tokens.empty()) return absl::InvalidArgumentError("a step part has no tokens");
-    const int64_t last = part.start_position + static_cast<int64_t>(part.tokens.size()) - 1;
-    if (part.start_position < 0 || last >= c.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat("position ", last, " is past the context of ",
-                                                     c.max_position_embeddings, " tokens"));
-    }
-    if (last / block_size >= static_cast<int64_t>(part.block_table.size())) {
-      return absl::InvalidArgumentError("a block table does not cover its positions");
-    }
-    for (int32_t block : part.block_table) {
-      if (block < 0 || block >= cache.num_blocks()) {
-        return absl::InvalidArgumentError(absl::StrCat("block ", block, " is not in the cache"));
-      }
-    }
     for (size_t i = 0; i < part.tokens.size(); ++i) {
-      if (part.tokens[i] < 0 || part.tokens[i] >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", part.tokens[i],
-                                                       " is not below vocab_size ", c.vocab_size));
-      }
       rows.push_back({static_cast<int32_t>(p), part.start_position + static_cast<int64_t>(i)});
     }
     if (part.want_logits) logit_rows.push_back(static_cast<int32_t>(rows.size() - 1));
@@ -489,50 +524,6 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
            false);
   }, outputs * c.vocab_size * hidden);
   return absl::OkStatus();
-}
-
-// ---- reading a folder ------------------------------------------------------------------------
-
-absl::StatusOr<CheckpointFiles> ReadCheckpointDir(const std::string& dir,
-                                                  std::vector<std::string>& storage) {
-  CheckpointFiles files;
-  std::vector<std::string> names = {"config.json", "generation_config.json", "tokenizer.json",
-                                    "tokenizer_config.json", "model.safetensors",
-                                    "model.safetensors.index.json"};
-  auto read = [&](const std::string& name, bool required) -> absl::Status {
-    const std::string path = dir + "/" + name;
-    if (!FileExists(path)) {
-      if (required) return absl::NotFoundError(absl::StrCat(dir, " has no ", name));
-      return absl::OkStatus();
-    }
-    ASSIGN_OR_RETURN(std::string bytes, ReadFile(path, uint64_t{1} << 40));
-    // A moved string keeps its buffer, so the view stays valid as `storage` grows.
-    storage.push_back(std::move(bytes));
-    files.emplace(name, std::span<const uint8_t>(
-                            reinterpret_cast<const uint8_t*>(storage.back().data()),
-                            storage.back().size()));
-    return absl::OkStatus();
-  };
-  for (const std::string& name : names) RETURN_IF_ERROR(read(name, name == "config.json"));
-  if (auto index = files.find("model.safetensors.index.json"); index != files.end()) {
-    nlohmann::json root = nlohmann::json::parse(AsText(index->second), nullptr, false);
-    if (root.is_object() && root.contains("weight_map") && root["weight_map"].is_object()) {
-      std::vector<std::string> shards;
-      for (const auto& value : root["weight_map"]) {
-        if (value.is_string()) shards.push_back(value.get<std::string>());
-      }
-      std::sort(shards.begin(), shards.end());
-      shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
-      for (const std::string& shard : shards) {
-        if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("model.safetensors.index.json names a shard outside the folder: ", shard));
-        }
-        RETURN_IF_ERROR(read(shard, true));
-      }
-    }
-  }
-  return files;
 }
 
 }  // namespace cloister::llm

@@ -36,6 +36,7 @@ using CheckpointFiles = std::map<std::string, std::span<const uint8_t>, std::les
 enum class WeightFormat {
   kAsStored,  // BF16 and F16 stay 16-bit (converted in the kernels), F32 stays F32
   kF32,       // every weight upcast to float32 at load
+  kNone,      // checked but not kept: another engine (the CUDA one) holds the weights
 };
 
 struct LoadOptions {
@@ -82,7 +83,16 @@ struct StepSequence {
   // Whether to compute the logits of this part's last token (a prefill chunk that is not the
   // prompt's last one needs none).
   bool want_logits = true;
+  // With want_logits: an engine may return the argmax id (ties to the lowest id, NaN as
+  // -infinity) instead of the logits. Set for greedy decoding without penalties or logprobs.
+  bool argmax = false;
 };
+
+// Checks a step's parts against the model and a cache of `num_blocks` blocks: tokens present
+// and in the vocabulary, positions inside the context, block tables covering them with blocks
+// of the cache. InvalidArgument with one line naming what was wrong.
+absl::Status CheckStep(std::span<const StepSequence> parts, const ModelConfig& config,
+                       int32_t num_blocks, int32_t block_size);
 
 class Model {
  public:
@@ -111,6 +121,40 @@ class Model {
   std::unique_ptr<Weights> weights_;
   size_t weight_bytes_ = 0;
 };
+
+// The checkpoint's tensors for the architecture config.json describes: every name, shape and
+// (float) type checked, and a stored tensor the architecture does not use refused, before
+// anything is allocated. Views into the checkpoint's bytes. Biases are null without qkv_bias;
+// lm_head is embed when the embeddings are tied.
+struct CheckpointTensors {
+  struct Layer {
+    const TensorView* input_norm = nullptr;
+    const TensorView* post_norm = nullptr;
+    const TensorView* q = nullptr;  // [heads * head_dim, hidden]
+    const TensorView* k = nullptr;  // [kv_heads * head_dim, hidden]
+    const TensorView* v = nullptr;
+    const TensorView* q_bias = nullptr;
+    const TensorView* k_bias = nullptr;
+    const TensorView* v_bias = nullptr;
+    const TensorView* o = nullptr;     // [hidden, heads * head_dim]
+    const TensorView* gate = nullptr;  // [intermediate, hidden]
+    const TensorView* up = nullptr;
+    const TensorView* down = nullptr;  // [hidden, intermediate]
+  };
+  const TensorView* embed = nullptr;  // [vocab, hidden]
+  const TensorView* lm_head = nullptr;
+  const TensorView* final_norm = nullptr;
+  std::vector<Layer> layers;
+};
+absl::StatusOr<CheckpointTensors> PlanCheckpointTensors(const Checkpoint& checkpoint,
+                                                        const ModelConfig& config);
+
+// A tensor's elements as float32.
+std::vector<float> TensorToFloat(const TensorView& tensor);
+
+// The head_dim / 2 RoPE inverse frequencies as transformers computes them in float32, with the
+// llama3 rescaling of long wavelengths where configured.
+std::vector<float> RopeFrequencies(const ModelConfig& config);
 
 // Reads a checkpoint folder's files (config.json, tokenizer files, safetensors) into `storage`
 // and returns views of them, for offline tools and tests.

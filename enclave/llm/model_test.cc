@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "enclave/llm/generator.h"
+#include "enclave/llm/tiny_model_references.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -28,46 +29,12 @@ using ::testing::HasSubstr;
 
 const std::string kModelDir = std::string(CLOISTER_LLM_MODELS_DIR) + "/tiny-llama";
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using testing::LoadReferences;
+using testing::ReadNpy;
+using testing::ReadText;
+using testing::Reference;
 
-// A float32 .npy vector (little-endian, C order).
-std::vector<float> ReadNpy(const std::string& path) {
-  std::string bytes = ReadText(path);
-  EXPECT_EQ(bytes.substr(1, 5), "NUMPY");
-  uint16_t header_size = static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8);
-  std::string header = bytes.substr(10, header_size);
-  EXPECT_THAT(header, HasSubstr("'<f4'"));
-  size_t offset = 10 + header_size;
-  std::vector<float> values((bytes.size() - offset) / 4);
-  std::memcpy(values.data(), bytes.data() + offset, values.size() * 4);
-  return values;
-}
-
-struct Reference {
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> generated_ids;
-  std::string generated_text;
-  std::vector<double> margins;
-};
-
-std::vector<Reference> LoadReferences(const std::string& dir = kModelDir) {
-  nlohmann::json root = nlohmann::json::parse(ReadText(dir + "/reference.json"));
-  std::vector<Reference> out;
-  for (const auto& prompt : root["prompts"]) {
-    Reference r;
-    r.prompt_ids = prompt["prompt_ids"].get<std::vector<int32_t>>();
-    r.generated_ids = prompt["generated_ids"].get<std::vector<int32_t>>();
-    r.generated_text = prompt["generated_text"].get<std::string>();
-    r.margins = prompt["margins"].get<std::vector<double>>();
-    out.push_back(std::move(r));
-  }
-  return out;
-}
+std::vector<Reference> LoadReferences() { return testing::LoadReferences(kModelDir); }
 
 class TinyModelTest : public ::testing::Test {
  protected:
@@ -89,31 +56,9 @@ class TinyModelTest : public ::testing::Test {
                                                        std::vector<std::string>* texts = nullptr) {
     auto generator = Generator::Create(model, options);
     EXPECT_TRUE(generator.ok()) << generator.status();
-    std::vector<uint64_t> ids;
-    for (const Reference& r : refs) {
-      GenerationRequest request;
-      request.prompt_ids = r.prompt_ids;
-      request.sampling.temperature = 0;
-      request.max_tokens = std::min<int64_t>(
-          48, model.config().max_position_embeddings - static_cast<int64_t>(r.prompt_ids.size()));
-      auto id = (*generator)->Add(request);
-      EXPECT_TRUE(id.ok()) << id.status();
-      ids.push_back(id.ok() ? *id : 0);
-    }
-    std::vector<std::vector<int32_t>> out(refs.size());
-    if (texts) texts->assign(refs.size(), "");
-    int steps = 0;
-    while (!(*generator)->idle() && steps++ < 10000) {
-      auto events = (*generator)->Step();
-      EXPECT_TRUE(events.ok()) << events.status();
-      if (!events.ok()) break;
-      for (const TokenEvent& event : *events) {
-        size_t index = std::find(ids.begin(), ids.end(), event.sequence) - ids.begin();
-        out[index].push_back(event.token.id);
-        if (texts) (*texts)[index] += event.text;
-      }
-    }
-    return out;
+    if (!generator.ok()) return {};
+    return testing::RunAll(
+        **generator, testing::GreedyRequests(refs, model.config().max_position_embeddings), texts);
   }
 };
 
@@ -163,6 +108,93 @@ TEST_F(TinyModelTest, GreedyIdsMatchAloneAndTogether) {
     EXPECT_EQ(ids[i], refs[i].generated_ids) << "prompt " << i;
     EXPECT_EQ(texts[i], refs[i].generated_text) << "prompt " << i;
   }
+}
+
+// An engine that picks argmax rows itself, as a device engine does (ids back, logits only for
+// the rows the host samples): the CPU engine's logits, reduced on the host.
+class ArgmaxOnHostEngine : public StepEngine {
+ public:
+  explicit ArgmaxOnHostEngine(std::unique_ptr<StepEngine> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return "argmax-on-host"; }
+  int32_t num_blocks() const override { return inner_->num_blocks(); }
+  int32_t block_size() const override { return inner_->block_size(); }
+  size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
+  size_t kv_bytes() const override { return inner_->kv_bytes(); }
+  size_t weight_bytes() const override { return inner_->weight_bytes(); }
+  void ScrubBlock(int32_t block) override { inner_->ScrubBlock(block); }
+  absl::Status Step(std::span<const StepSequence> parts, StepResult& result) override {
+    StepResult all;
+    absl::Status status = inner_->Step(parts, all);
+    if (!status.ok()) return status;
+    const size_t vocab = all.logits.size() / std::max<size_t>(1, all.ids.size());
+    result.ids.clear();
+    result.logits.clear();
+    size_t row = 0;
+    for (const StepSequence& part : parts) {
+      if (!part.want_logits) continue;
+      const float* begin = all.logits.data() + row * vocab;
+      if (part.argmax) {
+        result.ids.push_back(static_cast<int32_t>(std::max_element(begin, begin + vocab) - begin));
+        ++argmax_rows;
+      } else {
+        result.ids.push_back(-1);
+        result.logits.insert(result.logits.end(), begin, begin + vocab);
+      }
+      ++row;
+    }
+    return absl::OkStatus();
+  }
+  int64_t argmax_rows = 0;
+
+ private:
+  std::unique_ptr<StepEngine> inner_;
+};
+
+TEST_F(TinyModelTest, EnginePickedIdsAndSampledRowsMixInOneStep) {
+  auto model = LoadModel(WeightFormat::kAsStored);
+  ASSERT_NE(model, nullptr);
+  std::vector<Reference> refs = LoadReferences();
+  std::vector<GenerationRequest> requests =
+      testing::GreedyRequests(refs, model->config().max_position_embeddings);
+  // Every other request samples (seeded), so both kinds of row share steps.
+  for (size_t i = 1; i < requests.size(); i += 2) {
+    requests[i].sampling.temperature = 0.8f;
+    requests[i].sampling.seed = 1234 + i;
+  }
+  GeneratorOptions options;
+  options.threads = 2;
+  auto plain = Generator::Create(*model, options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::vector<std::vector<int32_t>> expected = testing::RunAll(**plain, requests);
+
+  EngineOptions engine_options;
+  engine_options.threads = 2;
+  engine_options.num_blocks = *KvBlocksFor(model->config(), options);
+  auto cpu = MakeCpuEngine(*model, engine_options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto engine = std::make_unique<ArgmaxOnHostEngine>(std::move(*cpu));
+  ArgmaxOnHostEngine* counting = engine.get();
+  auto generator = Generator::Create(*model, options, std::move(engine));
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  std::vector<std::vector<int32_t>> got = testing::RunAll(**generator, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(got[i], expected[i]) << "request " << i;
+    if (i % 2 == 0) EXPECT_EQ(got[i], refs[i].generated_ids) << "request " << i;
+  }
+  EXPECT_GT(counting->argmax_rows, 0);
+}
+
+TEST(EngineSelection, UnknownAndMissingExecutorsAreRefusedInOneLine) {
+  EXPECT_EQ(*ResolveExecutor("cpu"), "cpu");
+  absl::StatusOr<std::string> unknown = ResolveExecutor("tpu");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("executor \"tpu\" is not in this build"));
+  // "auto" always resolves: to cuda where it is linked and a device is present, else cpu.
+  absl::StatusOr<std::string> chosen = ResolveExecutor("auto");
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_TRUE(*chosen == "cpu" || *chosen == "cuda") << *chosen;
+  EXPECT_FALSE(ParsePrecision("f8").ok());
+  EXPECT_EQ(*ParsePrecision("bf16"), Precision::kBf16);
 }
 
 TEST_F(TinyModelTest, Float32WeightsGiveTheSameIds) {

@@ -260,6 +260,19 @@ void Sampler::Record(int32_t id) {
   ++step_;
 }
 
+bool Sampler::plain_greedy() const {
+  return params_.temperature < kGreedyTemperature && params_.repetition_penalty == 1.0f &&
+         params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f &&
+         !params_.logprobs;
+}
+
+SampledToken Sampler::Accept(int32_t id) {
+  Record(id);
+  SampledToken token;
+  token.id = id;
+  return token;
+}
+
 SampledToken Sampler::Sample(std::span<float> logits) {
   CLOISTER_CHECK(!logits.empty());
   CLOISTER_CHECK(logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()));

@@ -103,6 +103,12 @@ class Sampler {
   // as scratch and changed), then records the token as generated.
   SampledToken Sample(std::span<float> logits);
 
+  // Greedy decoding without penalties or log-probabilities: the token is then the argmax of
+  // the logits as they come, which an engine may pick itself (StepSequence::argmax).
+  bool plain_greedy() const;
+  // Records `id`, picked by an engine for a plain_greedy() sampler, as generated.
+  SampledToken Accept(int32_t id);
+
   // How many tokens Sample has produced (the position in the random stream).
   int64_t generated_count() const { return step_; }
 

@@ -20,7 +20,7 @@ node_tests=$(cache_value CLOISTER_ONNX_NODE_TESTS)
 build_dir=$(cd "$build" && pwd)
 
 programs=(gpu_executor_test gpu_transfer_test batch_runner_gpu_test cloister-bench cloister-enclave cloisterd cloister
-          tensor-to-npy models_test onnx-conformance)
+          tensor-to-npy models_test onnx-conformance gpu_llm_test cloister-llm)
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/shared/models" "$out/node"
 for program in "${programs[@]}"; do
@@ -47,6 +47,8 @@ for model in ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx ocr/ch_PP-OCRv4_rec_infer.o
   cp "$shared_dir/models/$model" "$out/shared/models/$model"
 done
 cp -r "$shared_dir/models/testdata" "$shared_dir/models/samples" "$out/shared/models/"
+mkdir -p "$out/shared/models/llm"
+cp -r "$shared_dir/models/llm/tiny-llama" "$out/shared/models/llm/"
 while read -r name; do
   case "$name" in test_*) [ -d "$node_tests/$name" ] && cp -r "$node_tests/$name" "$out/node/" ;; esac
 done <"$source_dir/enclave/runtime/node_tests.txt"

@@ -6,17 +6,21 @@
 # AES-GCM test and bench when built, RunBatch through the device path against the CPU executor,
 # the whole appliance on the shared models with the executor chosen automatically (so CUDA) in
 # PCIe mode emulated (the device path and its GCM kernels end to end), and cc-tax on the CUDA and
-# on the CPU executor. The programs keep the paths they were built with, so those are recreated
+# on the CPU executor; and the LLM engine on CUDA (gpu_llm_test against the references and the
+# CPU engine, cloister-llm's conformance check, where --executor auto picks cuda, and
+# cloister-bench llm-cuda on a synthetic 1 B model, written on the machine by
+# bench/make_synthetic_llama.py). The programs keep the paths they were built with, so those are recreated
 # as links first.
 #
 #   scripts/gpu/check.sh BUNDLE_DIR LOG_DIR [STEP ...]
-# STEPs (default all): info executor transfer sanitizer batch appliance cctax coalescing
+# STEPs (default all): info executor transfer sanitizer batch appliance cctax coalescing llm
+# llmbench
 set -uo pipefail
 
 bundle=${1:?usage: check.sh BUNDLE_DIR LOG_DIR [STEP ...]}
 logs=${2:?usage: check.sh BUNDLE_DIR LOG_DIR [STEP ...]}
 shift 2
-steps=${*:-info executor transfer sanitizer batch appliance cctax coalescing}
+steps=${*:-info executor transfer sanitizer batch appliance cctax coalescing llm llmbench}
 mkdir -p "$logs"
 root=$(mktemp -d)
 for archive in "$bundle"/*.tar.xz; do tar -xJf "$archive" -C "$root"; done
@@ -84,5 +88,17 @@ if wants coalescing; then
       --mode "$mode" --iterations 20
   done
   step coalescing_cpu_emulated 150 "$bin/cloister-bench" coalescing --json --iterations 20
+fi
+if wants llm && [ -x "$bin/gpu_llm_test" ]; then
+  step gpu_llm_test 240 "$bin/gpu_llm_test"
+  if [ -x "$bin/cloister-llm" ]; then
+    step llm_conformance_cuda 240 python3 "$repo/tests/conformance/llm/check_cloister_llm.py" \
+      "$bin/cloister-llm" "$shared_dir/models/llm/tiny-llama"
+  fi
+fi
+if wants llmbench; then
+  # BF16 and F32 on the 1 B model at 1 and 32 sequences; the tiny model for scale.
+  step llm_cuda_bench 420 "$bin/cloister-bench" llm-cuda --json --models synthetic-1b,tiny \
+    --precisions bf16,f32 --sequences 1,32 --repeats 3
 fi
 printf '%s\n' "${summary[@]}"
