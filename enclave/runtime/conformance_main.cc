@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "base/status.h"
 #include "enclave/runtime/dispatch.h"
 #include "enclave/runtime/executor.h"
@@ -114,11 +115,7 @@ std::string Compare(const Tensor& got, const Tensor& want, double atol, double r
       }
     }
   };
-  if (got.dtype() == DataType::kFloat16) {
-    check(Float16Bits{});
-  } else {
-    DispatchNumericOrBool(got.dtype(), check);
-  }
+  TensorTypes::Dispatch(got.dtype(), check);
   if (bad == 0) return "";
   return absl::StrCat(mismatch, " (", bad, " of ", got.count(), " elements differ, max |diff| ",
                       worst, ")");
@@ -187,40 +184,28 @@ std::string RunSet(const Model& model, const fs::path& set, const Options& optio
 
 int Main(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", arg.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (arg == "--executor") {
-      options.executor = value();
-    } else if (arg == "--model") {
-      options.model = value();
-    } else if (arg == "--atol") {
-      options.atol = std::atof(value().c_str());
-    } else if (arg == "--rtol") {
-      options.rtol = std::atof(value().c_str());
-    } else if (arg == "--repeat") {
-      options.repeat = std::atoi(value().c_str());
-    } else if (arg == "--profile") {
-      options.profile = true;
-    } else if (arg == "--failures-only") {
-      options.failures_only = true;
-    } else if (arg == "--help" || arg == "-h") {
-      std::printf(
-          "usage: onnx-conformance [--executor cpu|cuda|auto] [--model FILE] [--atol X] [--rtol X] "
-          "[--failures-only] [--repeat N [--profile]] DIR...\n");
-      return 0;
-    } else if (!arg.empty() && arg[0] == '-') {
-      std::fprintf(stderr, "unknown option %s\n", arg.c_str());
-      return 2;
-    } else {
-      options.dirs.push_back(arg);
-    }
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (WantsHelp(args)) {
+    std::printf(
+        "usage: onnx-conformance [--executor cpu|cuda|auto] [--model FILE] [--atol X] [--rtol X] "
+        "[--failures-only] [--repeat N [--profile]] DIR...\n");
+    return 0;
+  }
+  const absl::Status parsed = ParseFlags(
+      args,
+      {{"--executor", StringFlag{&options.executor, {}}},
+       {"--model", StringFlag{&options.model, {}}},
+       {"--atol", DoubleFlag{&options.atol}},
+       {"--rtol", DoubleFlag{&options.rtol}},
+       {"--repeat", IntFlag{&options.repeat, 0}},
+       {"--profile", SwitchFlag{&options.profile}},
+       {"--failures-only", SwitchFlag{&options.failures_only}}},
+      {.positional = &options.dirs,
+       .inline_values = false,
+       .unknown_flag = [](const std::string& arg) { return "unknown option " + arg; }});
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(parsed.message()).c_str());
+    return 2;
   }
   if (options.dirs.empty()) {
     std::fprintf(stderr,

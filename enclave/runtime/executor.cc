@@ -14,9 +14,15 @@ namespace {
 class CpuExecutorImpl : public Executor {
  public:
   CpuExecutorImpl() {
+    RegisterUnaryKernels(registry_);
     RegisterElementwiseKernels(registry_);
+    RegisterCastKernels(registry_);
+    RegisterConvKernels(registry_);
     RegisterNeuralKernels(registry_);
+    RegisterMatMulKernels(registry_);
     RegisterTensorKernels(registry_);
+    RegisterLayoutKernels(registry_);
+    RegisterSliceKernels(registry_);
     RegisterReduceKernels(registry_);
     RegisterControlKernels(registry_);
     RegisterResizeKernels(registry_);
@@ -30,14 +36,35 @@ class CpuExecutorImpl : public Executor {
   KernelRegistry registry_;
 };
 
+// What one registration holds: the executor and, for a device executor, its batch path.
+struct Registration {
+  ExecutorProvider provider = nullptr;
+  BatchPathFactory batch_path;
+};
+
 struct ProviderRegistry {
   absl::Mutex mutex;
-  std::map<std::string, ExecutorProvider, std::less<>> providers ABSL_GUARDED_BY(mutex);
+  std::map<std::string, Registration, std::less<>> providers ABSL_GUARDED_BY(mutex);
 };
 
 ProviderRegistry& Providers() {
   static ProviderRegistry* const registry = new ProviderRegistry();
   return *registry;
+}
+
+std::vector<std::pair<std::string, Registration>> Registrations() {
+  ProviderRegistry& registry = Providers();
+  absl::MutexLock lock(&registry.mutex);
+  return {registry.providers.begin(), registry.providers.end()};
+}
+
+absl::Status UnknownExecutor(std::string_view name,
+                             const std::vector<std::pair<std::string, Registration>>& providers) {
+  std::vector<std::string> names = {"cpu"};
+  for (const auto& entry : providers) names.push_back(entry.first);
+  return absl::NotFoundError(
+      absl::StrCat("unknown executor '", std::string(name),
+                   "' (available in this build: ", absl::StrJoin(names, ", "), ", auto)"));
 }
 
 }  // namespace
@@ -47,23 +74,19 @@ const Executor& CpuExecutor() {
   return *executor;
 }
 
-void RegisterExecutorProvider(std::string name, ExecutorProvider provider) {
+void RegisterExecutorProvider(std::string name, ExecutorProvider provider,
+                              BatchPathFactory batch_path) {
   ProviderRegistry& registry = Providers();
   absl::MutexLock lock(&registry.mutex);
-  registry.providers[std::move(name)] = provider;
+  registry.providers[std::move(name)] = {provider, std::move(batch_path)};
 }
 
 absl::StatusOr<const Executor*> FindExecutor(std::string_view name) {
   if (name == "cpu") return &CpuExecutor();
-  std::vector<std::pair<std::string, ExecutorProvider>> providers;
-  {
-    ProviderRegistry& registry = Providers();
-    absl::MutexLock lock(&registry.mutex);
-    providers.assign(registry.providers.begin(), registry.providers.end());
-  }
+  const std::vector<std::pair<std::string, Registration>> providers = Registrations();
   if (name == "auto") {
     for (const auto& entry : providers) {
-      absl::StatusOr<const Executor*> executor = entry.second();
+      absl::StatusOr<const Executor*> executor = entry.second.provider();
       if (executor.ok()) return executor;
       static const bool logged = [&] {
         Log(LogLevel::kInfo, "executor_fallback",
@@ -76,14 +99,19 @@ absl::StatusOr<const Executor*> FindExecutor(std::string_view name) {
     }
     return &CpuExecutor();
   }
-  std::vector<std::string> names = {"cpu"};
   for (const auto& entry : providers) {
-    if (entry.first == name) return entry.second();
-    names.push_back(entry.first);
+    if (entry.first == name) return entry.second.provider();
   }
-  return absl::NotFoundError(
-      absl::StrCat("unknown executor '", std::string(name),
-                   "' (available in this build: ", absl::StrJoin(names, ", "), ", auto)"));
+  return UnknownExecutor(name, providers);
+}
+
+absl::StatusOr<BatchPathFactory> FindBatchPathFactory(std::string_view name) {
+  if (name == "cpu") return BatchPathFactory();
+  const std::vector<std::pair<std::string, Registration>> providers = Registrations();
+  for (const auto& entry : providers) {
+    if (entry.first == name) return entry.second.batch_path;
+  }
+  return UnknownExecutor(name, providers);
 }
 
 }  // namespace cloister::runtime

@@ -10,15 +10,26 @@
 // DeviceRun is used by one run at a time. The provider registry is thread-safe.
 // Ownership: CpuExecutor() returns a process-wide instance that lives forever; so do the
 // executors that providers return.
+//
+// The registry also holds, beside a device executor, how batches reach the memory it computes
+// in (its batch path, enclave/pcie/batch_path.h), so one registration serves both. The runtime
+// only keeps that factory and hands it out; it never makes a path itself.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "enclave/runtime/kernel.h"
+
+namespace cloister::enclave::pcie {
+class BatchPath;
+struct TransferOptions;
+enum class PcieMode;
+}  // namespace cloister::enclave::pcie
 
 namespace cloister::runtime {
 
@@ -46,6 +57,15 @@ class Executor {
   virtual const KernelRegistry& kernels() const = 0;
   // A fresh per-run state for executors that compute on a device; nullptr for the CPU.
   virtual absl::StatusOr<std::unique_ptr<DeviceRun>> NewDeviceRun() const { return nullptr; }
+  // The memory of the device it computes on, for the operator's statistics; Unimplemented for
+  // executors without a device (the CPU).
+  struct DeviceMemory {
+    uint64_t total_size = 0;
+    uint64_t used_size = 0;
+  };
+  virtual absl::StatusOr<DeviceMemory> DeviceMemoryUsage() const {
+    return absl::UnimplementedError("no device memory");
+  }
 };
 
 // The CPU executor.
@@ -54,9 +74,16 @@ const Executor& CpuExecutor();
 // Builds (or returns the already built) executor of an optional target, or says why it cannot
 // run here (for example "no CUDA device: ...").
 using ExecutorProvider = absl::StatusOr<const Executor*> (*)();
-// Makes FindExecutor(name) use `provider`. Optional targets (enclave/gpu) call it from a static
-// initializer; a second registration of a name replaces the first.
-void RegisterExecutorProvider(std::string name, ExecutorProvider provider);
+// Makes a device executor's batch path for a PCIe mode with the host path's options (chunk size,
+// sealing threads, largest transfer, idle buffers, the in-flight test hook); FailedPrecondition
+// when the device is not there.
+using BatchPathFactory = std::function<absl::StatusOr<std::unique_ptr<enclave::pcie::BatchPath>>(
+    enclave::pcie::PcieMode, const enclave::pcie::TransferOptions&)>;
+// Makes FindExecutor(name) use `provider`, and FindBatchPathFactory(name) return `batch_path`
+// (empty for an executor that computes in host memory). Optional targets (enclave/gpu) call it
+// from a static initializer; a second registration of a name replaces the first.
+void RegisterExecutorProvider(std::string name, ExecutorProvider provider,
+                              BatchPathFactory batch_path = nullptr);
 
 // Looks an executor up by name: "cpu"; a registered name ("cuda"), whose provider's error is
 // returned as is; or "auto", the first registered executor that can run here, else the CPU one
@@ -64,10 +91,21 @@ void RegisterExecutorProvider(std::string name, ExecutorProvider provider);
 // the executors this program was built with.
 absl::StatusOr<const Executor*> FindExecutor(std::string_view name);
 
+// The batch path factory registered with the executor named `name` (Executor::name(), so not
+// "auto"): empty for "cpu" and for an executor registered without one, whose batches compute in
+// host memory. NotFound, as FindExecutor, for a name no executor is registered under.
+absl::StatusOr<BatchPathFactory> FindBatchPathFactory(std::string_view name);
+
 // Registration of the CPU kernels, one function per source file.
+void RegisterUnaryKernels(KernelRegistry& registry);
 void RegisterElementwiseKernels(KernelRegistry& registry);
+void RegisterCastKernels(KernelRegistry& registry);
+void RegisterConvKernels(KernelRegistry& registry);
 void RegisterNeuralKernels(KernelRegistry& registry);
+void RegisterMatMulKernels(KernelRegistry& registry);
 void RegisterTensorKernels(KernelRegistry& registry);
+void RegisterLayoutKernels(KernelRegistry& registry);
+void RegisterSliceKernels(KernelRegistry& registry);
 void RegisterReduceKernels(KernelRegistry& registry);
 void RegisterControlKernels(KernelRegistry& registry);
 void RegisterResizeKernels(KernelRegistry& registry);

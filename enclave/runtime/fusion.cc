@@ -4,6 +4,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "enclave/runtime/dispatch.h"
 #include "enclave/runtime/onnx_tensor.h"
 #include "enclave/runtime/plan.h"
 
@@ -106,18 +107,12 @@ class PatternMatcher {
     if (it == constants_.end()) return std::nullopt;
     auto tensor = TensorFromProto(*it->second);
     if (!tensor.ok() || tensor->count() != 1) return std::nullopt;
-    switch (tensor->dtype()) {
-      case DataType::kFloat:
-        return *tensor->data<float>();
-      case DataType::kDouble:
-        return *tensor->data<double>();
-      case DataType::kInt32:
-        return *tensor->data<int32_t>();
-      case DataType::kInt64:
-        return static_cast<double>(*tensor->data<int64_t>());
-      default:
-        return std::nullopt;
-    }
+    std::optional<double> value;
+    ElementTypes<float, double, int32_t, int64_t>::Dispatch(tensor->dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      value = static_cast<double>(*tensor->data<T>());
+    });
+    return value;
   }
   bool IsConstant(const std::string& name) const { return constants_.count(name) > 0; }
   bool ScalarIs(const std::string& name, double value, double tolerance = 0) const {

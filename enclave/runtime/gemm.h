@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "enclave/runtime/dispatch.h"
 #include "enclave/runtime/tensor.h"
 
 namespace cloister::runtime {
@@ -47,32 +48,7 @@ absl::Status GemmInRowBlocks(bool transpose_a, bool transpose_b, int64_t m, int6
   return absl::OkStatus();
 }
 
-// Runs `f` with a value of the element type of `dtype` when Gemm has that type (float, double,
-// int32, int64, uint32, uint64); false otherwise (see dispatch.h for the other type sets).
-template <typename F>
-bool DispatchGemm(DataType dtype, F&& f) {
-  switch (dtype) {
-    case DataType::kFloat:
-      f(float{});
-      return true;
-    case DataType::kDouble:
-      f(double{});
-      return true;
-    case DataType::kInt32:
-      f(int32_t{});
-      return true;
-    case DataType::kInt64:
-      f(int64_t{});
-      return true;
-    case DataType::kUint32:
-      f(uint32_t{});
-      return true;
-    case DataType::kUint64:
-      f(uint64_t{});
-      return true;
-    default:
-      return false;
-  }
-}
+// The element types Gemm has (see dispatch.h for the other type sets).
+using GemmTypes = ElementTypes<float, double, int32_t, int64_t, uint32_t, uint64_t>;
 
 }  // namespace cloister::runtime

@@ -209,9 +209,6 @@ KernelContext::KernelContext(std::vector<const Tensor*> inputs, std::vector<bool
       outputs_(output_count),
       pool_(pool) {}
 
-// Largest single tensor a kernel may produce (shapes can come from request data).
-constexpr uint64_t kMaxOutputSize = uint64_t{1} << 32;
-
 absl::StatusOr<Tensor*> KernelContext::Output(int index, DataType dtype,
                                               std::vector<int64_t> shape) {
   CLOISTER_CHECK(index >= 0 && index < static_cast<int>(outputs_.size()));

@@ -122,6 +122,9 @@ class NodeContext {
   bool sets_unlisted_output_ = false;
 };
 
+// Largest single tensor a kernel may produce, in bytes (shapes can come from request data).
+inline constexpr uint64_t kMaxOutputSize = uint64_t{1} << 32;
+
 // The run-time view of one node execution: its inputs and a place for its outputs.
 class KernelContext {
  public:

@@ -1,5 +1,5 @@
 // Small helpers shared by the CPU kernel files: type checks with uniform messages, shape
-// arithmetic, float16 conversion. Threading: pure functions.
+// arithmetic, load-time size checks, float16 conversion. Threading: pure functions.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "enclave/runtime/kernel.h"
 #include "enclave/runtime/tensor.h"
 
@@ -54,11 +55,33 @@ inline bool IsIndexType(DataType dtype) {
   return dtype == DataType::kInt64 || dtype == DataType::kInt32;
 }
 
+inline bool IsFloat32(DataType t) { return t == DataType::kFloat; }
+
+// The spatial dimensions of an [N, C, spatial...] shape.
+inline std::vector<int64_t> SpatialOf(const std::vector<int64_t>& dims) {
+  return std::vector<int64_t>(dims.begin() + 2, dims.end());
+}
+
 // Product of dims [begin, end).
 inline int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   int64_t product = 1;
   for (size_t i = begin; i < end && i < dims.size(); ++i) product *= dims[i];
   return product;
+}
+
+// Refuses at load a shape that is fully known from constants and larger than any run could
+// produce (KernelContext::Output refuses more than kMaxOutputSize bytes), so a small model cannot
+// declare a huge tensor. Unknown (-1) dimensions pass.
+inline absl::Status CheckKnownShapeSize(DataType dtype, const std::vector<int64_t>& dims) {
+  for (int64_t d : dims) {
+    if (d < 0) return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(int64_t count, ElementCount(dims));
+  if (static_cast<uint64_t>(count) > kMaxOutputSize / ElementSize(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output of shape ", ShapeToString(dims), " is too large"));
+  }
+  return absl::OkStatus();
 }
 
 float HalfToFloat(uint16_t bits);

@@ -26,7 +26,7 @@ class FloatPredicateKernel : public Kernel {
     const Tensor& x = context.input(0);
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, DataType::kBool, x.shape()));
     bool* out = y->data<bool>();
-    DispatchFloat(x.dtype(), [&](auto tag) {
+    FloatTypes::Dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* in = x.data<T>();
       for (int64_t i = 0; i < x.count(); ++i) {
@@ -66,7 +66,7 @@ class ShrinkKernel : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     const Tensor& x = context.input(0);
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, x.dtype(), x.shape()));
-    DispatchNumeric(x.dtype(), [&](auto tag) {
+    NumericTypes::Dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* in = x.data<T>();
       T* out = y->data<T>();
@@ -248,7 +248,7 @@ class OneHotKernel : public Kernel {
       return absl::InvalidArgumentError("depth must be a scalar and values hold [off, on]");
     }
     double depth_value = 0;
-    DispatchNumeric(depth_tensor.dtype(), [&](auto tag) {
+    NumericTypes::Dispatch(depth_tensor.dtype(), [&](auto tag) {
       using T = decltype(tag);
       depth_value = static_cast<double>(*depth_tensor.data<T>());
     });
@@ -262,7 +262,7 @@ class OneHotKernel : public Kernel {
     const int64_t outer = Product(indices.shape(), 0, axis);
     const int64_t inner = Product(indices.shape(), axis, indices.rank());
     std::vector<double> index(indices.count());
-    DispatchNumeric(indices.dtype(), [&](auto tag) {
+    NumericTypes::Dispatch(indices.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* in = indices.data<T>();
       for (int64_t i = 0; i < indices.count(); ++i) index[i] = static_cast<double>(in[i]);
@@ -332,7 +332,7 @@ class TopKKernel : public Kernel {
     ASSIGN_OR_RETURN(Tensor * indices, context.Output(1, DataType::kInt64, shape));
     const int64_t outer = Product(x.shape(), 0, axis);
     const int64_t inner = Product(x.shape(), axis + 1, x.rank());
-    DispatchNumeric(x.dtype(), [&](auto tag) {
+    NumericTypes::Dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* in = x.data<T>();
       T* out = values->data<T>();
@@ -405,7 +405,7 @@ class NonZeroKernel : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     const Tensor& x = context.input(0);
     std::vector<int64_t> hits;
-    DispatchNumericOrBool(x.dtype(), [&](auto tag) {
+    NumericOrBoolTypes::Dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* in = x.data<T>();
       for (int64_t i = 0; i < x.count(); ++i) {
@@ -433,8 +433,7 @@ class NonZeroKernel : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeNonZero(NodeContext& context) {
   RETURN_IF_ERROR(context.ExpectInputs(1, 1));
-  RETURN_IF_ERROR(
-      RequireType(context, 0, [](DataType t) { return IsNumeric(t) || t == DataType::kBool; }));
+  RETURN_IF_ERROR(RequireType(context, 0, IsNumericOrBool));
   const ValueInfo& x = context.input(0);
   context.SetOutput(0, DataType::kInt64, {x.rank_known ? std::max(x.rank(), 1) : -1, -1});
   return MakeKernel<NonZeroKernel>();
@@ -550,7 +549,7 @@ class ScatterKernel : public Kernel {
     if (data.size() > 0) std::memcpy(y->raw_data(), data.raw_data(), data.size());
     const std::vector<int64_t> index = ToInt64Vector(indices);
     absl::Status status;
-    DispatchNumericOrBool(data.dtype(), [&](auto tag) {
+    NumericOrBoolTypes::Dispatch(data.dtype(), [&](auto tag) {
       using T = decltype(tag);
       T* out = y->data<T>();
       const T* up = updates.data<T>();
@@ -627,8 +626,7 @@ class ScatterKernel : public Kernel {
 KernelFactory ScatterFactory(bool elements) {
   return [elements](NodeContext& context) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     RETURN_IF_ERROR(context.ExpectInputs(3, 3));
-    RETURN_IF_ERROR(
-        RequireType(context, 0, [](DataType t) { return IsNumeric(t) || t == DataType::kBool; }));
+    RETURN_IF_ERROR(RequireType(context, 0, IsNumericOrBool));
     RETURN_IF_ERROR(RequireType(context, 1, IsIndexType));
     RETURN_IF_ERROR(RequireSameType(context, 0, 2));
     int64_t axis = 0;
@@ -654,7 +652,7 @@ class HardmaxKernel : public Kernel {
     const int64_t width = coerce_2d_ ? Product(x.shape(), axis, x.rank()) : x.dim(axis);
     const int64_t inner = coerce_2d_ ? 1 : Product(x.shape(), axis + 1, x.rank());
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, x.dtype(), x.shape()));
-    DispatchFloat(x.dtype(), [&](auto tag) {
+    FloatTypes::Dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* in = x.data<T>();
       T* out = y->data<T>();
@@ -694,7 +692,7 @@ class EyeLikeKernel : public Kernel {
     const Tensor& x = context.input(0);
     if (x.rank() != 2) return absl::InvalidArgumentError("input must be a matrix");
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, dtype_, x.shape()));
-    DispatchNumericOrBool(dtype_, [&](auto tag) {
+    NumericOrBoolTypes::Dispatch(dtype_, [&](auto tag) {
       using T = decltype(tag);
       T* out = y->data<T>();
       std::fill(out, out + y->count(), T(0));
@@ -713,13 +711,12 @@ class EyeLikeKernel : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeEyeLike(NodeContext& context) {
   RETURN_IF_ERROR(context.ExpectInputs(1, 1));
-  RETURN_IF_ERROR(
-      RequireType(context, 0, [](DataType t) { return IsNumeric(t) || t == DataType::kBool; }));
+  RETURN_IF_ERROR(RequireType(context, 0, IsNumericOrBool));
   DataType dtype = context.input(0).dtype;
   if (context.has_attribute("dtype")) {
     ASSIGN_OR_RETURN(int64_t code, context.Int("dtype"));
     ASSIGN_OR_RETURN(dtype, DataTypeFromOnnx(static_cast<int>(code)));
-    if (!IsNumeric(dtype) && dtype != DataType::kBool) {
+    if (!IsNumericOrBool(dtype)) {
       return absl::UnimplementedError("EyeLike output type is not supported");
     }
   }

@@ -132,7 +132,7 @@ class ReduceKernel : public Kernel {
     bool trailing = true;
     for (int i = 0; i < first_reduced; ++i) trailing = trailing && !reduced[i];
     const Reduce kind = kind_;
-    DispatchNumeric(x.dtype(), [&](auto tag) {
+    NumericTypes::Dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       using A = Accumulator<T>;
       const T* in = x.data<T>();
@@ -266,7 +266,7 @@ class ArgKernel : public Kernel {
     const int64_t dim = x.dim(axis);
     const int64_t inner = Product(x.shape(), axis + 1, x.rank());
     if (dim == 0) return absl::InvalidArgumentError("cannot take the arg of an empty axis");
-    DispatchNumeric(x.dtype(), [&](auto tag) {
+    NumericTypes::Dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* in = x.data<T>();
       int64_t* out = y->data<int64_t>();
@@ -325,7 +325,7 @@ class CumSumKernel : public Kernel {
     const int64_t outer = Product(x.shape(), 0, axis);
     const int64_t dim = x.dim(axis);
     const int64_t inner = Product(x.shape(), axis + 1, x.rank());
-    DispatchNumeric(x.dtype(), [&](auto tag) {
+    NumericTypes::Dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* in = x.data<T>();
       T* out = y->data<T>();

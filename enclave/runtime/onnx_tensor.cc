@@ -11,6 +11,21 @@ namespace {
 
 using onnx::TensorProto;
 
+// ONNX element type codes of the types we carry.
+struct OnnxTypeEntry {
+  int onnx_type;
+  DataType dtype;
+};
+constexpr OnnxTypeEntry kOnnxTypes[] = {
+    {TensorProto::FLOAT, DataType::kFloat},     {TensorProto::DOUBLE, DataType::kDouble},
+    {TensorProto::FLOAT16, DataType::kFloat16}, {TensorProto::INT8, DataType::kInt8},
+    {TensorProto::INT16, DataType::kInt16},     {TensorProto::INT32, DataType::kInt32},
+    {TensorProto::INT64, DataType::kInt64},     {TensorProto::UINT8, DataType::kUint8},
+    {TensorProto::UINT16, DataType::kUint16},   {TensorProto::UINT32, DataType::kUint32},
+    {TensorProto::UINT64, DataType::kUint64},   {TensorProto::BOOL, DataType::kBool},
+    {TensorProto::STRING, DataType::kString},
+};
+
 // Copies repeated-field values into the tensor, converting each to T.
 template <typename T, typename Field>
 void CopyField(const Field& field, Tensor& tensor) {
@@ -21,35 +36,8 @@ void CopyField(const Field& field, Tensor& tensor) {
 }  // namespace
 
 absl::StatusOr<DataType> DataTypeFromOnnx(int onnx_type) {
-  switch (onnx_type) {
-    case TensorProto::FLOAT:
-      return DataType::kFloat;
-    case TensorProto::DOUBLE:
-      return DataType::kDouble;
-    case TensorProto::FLOAT16:
-      return DataType::kFloat16;
-    case TensorProto::INT8:
-      return DataType::kInt8;
-    case TensorProto::INT16:
-      return DataType::kInt16;
-    case TensorProto::INT32:
-      return DataType::kInt32;
-    case TensorProto::INT64:
-      return DataType::kInt64;
-    case TensorProto::UINT8:
-      return DataType::kUint8;
-    case TensorProto::UINT16:
-      return DataType::kUint16;
-    case TensorProto::UINT32:
-      return DataType::kUint32;
-    case TensorProto::UINT64:
-      return DataType::kUint64;
-    case TensorProto::BOOL:
-      return DataType::kBool;
-    case TensorProto::STRING:
-      return DataType::kString;
-    default:
-      break;
+  for (const OnnxTypeEntry& type : kOnnxTypes) {
+    if (type.onnx_type == onnx_type) return type.dtype;
   }
   std::string name = TensorProto::DataType_IsValid(onnx_type)
                          ? TensorProto::DataType_Name(static_cast<TensorProto::DataType>(onnx_type))
@@ -58,33 +46,8 @@ absl::StatusOr<DataType> DataTypeFromOnnx(int onnx_type) {
 }
 
 int OnnxDataType(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat:
-      return TensorProto::FLOAT;
-    case DataType::kDouble:
-      return TensorProto::DOUBLE;
-    case DataType::kFloat16:
-      return TensorProto::FLOAT16;
-    case DataType::kInt8:
-      return TensorProto::INT8;
-    case DataType::kInt16:
-      return TensorProto::INT16;
-    case DataType::kInt32:
-      return TensorProto::INT32;
-    case DataType::kInt64:
-      return TensorProto::INT64;
-    case DataType::kUint8:
-      return TensorProto::UINT8;
-    case DataType::kUint16:
-      return TensorProto::UINT16;
-    case DataType::kUint32:
-      return TensorProto::UINT32;
-    case DataType::kUint64:
-      return TensorProto::UINT64;
-    case DataType::kBool:
-      return TensorProto::BOOL;
-    case DataType::kString:
-      return TensorProto::STRING;
+  for (const OnnxTypeEntry& type : kOnnxTypes) {
+    if (type.dtype == dtype) return type.onnx_type;
   }
   return TensorProto::UNDEFINED;
 }
