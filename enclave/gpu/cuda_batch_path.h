@@ -2,8 +2,8 @@
 // CudaTransferPath transfer into device memory (in mode emulated, sealed on CPU threads and
 // authenticated and decrypted by the GCM kernels), the CUDA executor computes on them there, its
 // outputs are gathered on the device and cross back in one transfer (sealed by the kernels in
-// mode emulated). Registered for the executors "cuda" and "cuda-strict" by
-// cuda_registration.cc, so the enclave picks it by executor name.
+// mode emulated). Registered with the executors "cuda" and "cuda-strict" by
+// cuda_registration.cc, so the enclave finds it with its executor.
 //
 // Threading: thread-safe (CudaTransferPath is; GatherOnDevice runs on the calling thread's
 // default stream and waits for it). Ownership: buffers are leases that keep their pools alive.

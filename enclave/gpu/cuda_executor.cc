@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "enclave/gpu/cuda_device.h"
+#include "enclave/gpu/cuda_memory.h"
 #include "enclave/gpu/cuda_ops.h"
 
 namespace cloister::gpu {
@@ -22,6 +23,10 @@ class CudaExecutorImpl : public runtime::Executor {
   absl::StatusOr<std::unique_ptr<runtime::DeviceRun>> NewDeviceRun() const override {
     ASSIGN_OR_RETURN(std::shared_ptr<CudaRunState> state, CudaRunState::Create());
     return std::unique_ptr<runtime::DeviceRun>(new CudaRun(std::move(state)));
+  }
+  absl::StatusOr<DeviceMemory> DeviceMemoryUsage() const override {
+    ASSIGN_OR_RETURN(CudaMemoryUsage usage, CurrentDeviceMemory());
+    return DeviceMemory{usage.total_size, usage.used_size};
   }
 
  private:

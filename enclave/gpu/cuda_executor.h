@@ -1,5 +1,5 @@
 // The CUDA executor (DESIGN.md section 6): the runtime's Executor on one NVIDIA GPU, with cuBLAS
-// for matrix products and our own kernels (cuda_kernels.cu) for the rest, a stream and pooled,
+// for matrix products and our own kernels (cuda_kernels_*.cu) for the rest, a stream and pooled,
 // scrubbed device memory per run state, and constants uploaded when a model loads. See
 // README.md for the memory and residency rules and the operator coverage.
 //

@@ -1,7 +1,8 @@
-// Launchers for the CUDA executor's own kernels (cuda_kernels.cu). Each takes device pointers,
-// element counts and the run's stream, queues one kernel (or none for zero elements) and returns
-// the launch's cudaError_t; the caller converts it into a Status (cuda_status.h). Index
-// arithmetic is 64-bit throughout; every kernel is a bounds-checked grid-stride loop.
+// Launchers for the CUDA executor's own kernels, one file per family:
+// cuda_kernels_{elementwise,movement,reduce,conv}.cu. Each takes device pointers, element counts
+// and the run's stream, queues one kernel (or none for zero elements) and returns the launch's
+// cudaError_t; the caller converts it into a Status (CudaStatus, cuda_device.h). Index arithmetic
+// is 64-bit throughout; every kernel is a bounds-checked grid-stride loop.
 //
 // This header is plain C++ (no absl) so that nvcc compiles the kernels without the rest of the
 // runtime. Threading: launchers are stateless; a run's kernels are ordered by its stream.
