@@ -33,12 +33,15 @@
 // EnclaveClient::Call()); callers must not hold a lock that a callback takes, and callbacks must
 // not block for long or call Stop().
 // Ownership: the scheduler owns its thread; the EnclaveClients and the Clock must outlive it.
+//
+// The policies are plain classes beside it, each taking the time as a parameter: the rate
+// limit (token_bucket.h), the realtime period learning and hold-back (arrival_predictor.h) and
+// the learned per-model cost (cost_model.h); the options are in scheduler_options.h.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,106 +58,12 @@
 #include "base/clock.h"
 #include "cloister/boundary/v1/boundary.pb.h"
 #include "host/enclave_client/enclave_client.h"
+#include "host/scheduler/arrival_predictor.h"
+#include "host/scheduler/cost_model.h"
+#include "host/scheduler/scheduler_options.h"
+#include "host/scheduler/token_bucket.h"
 
 namespace cloister::host {
-
-// Strict priority between classes: realtime before standard before batch (best effort).
-enum class PriorityClass { kRealtime = 0, kStandard = 1, kBatch = 2 };
-inline constexpr int kPriorityClassCount = 3;
-
-// "realtime", "standard", "batch".
-absl::string_view PriorityClassName(PriorityClass priority);
-// The inverse of PriorityClassName; InvalidArgument for another word.
-absl::StatusOr<PriorityClass> ParsePriorityClass(absl::string_view name);
-
-// What one tenant may queue and how it is scheduled.
-struct TenantLimits {
-  PriorityClass priority = PriorityClass::kStandard;
-  int weight = 1;                  // 1..10000: share of execution time within its class
-  double rate_per_second = 0;      // token bucket refill; 0: no rate limit
-  double burst = 0;                // bucket size in requests; 0: max(1, rate_per_second)
-  int max_queued_requests = 1024;  // queued, not yet dispatched; >= 1
-  uint64_t max_queued_size = uint64_t{256} << 20;  // ciphertext bytes queued; >= 1
-  uint64_t max_payload_size = uint64_t{64} << 20;  // one request's ciphertext; >= 1
-  // Applies to requests that carry no deadline of their own.
-  absl::Duration default_deadline = absl::InfiniteDuration();
-  // The longest deadline any request gets, its own included (the enclave stops a run past it).
-  absl::Duration max_deadline = absl::InfiniteDuration();
-  // Sum of the tenant's stored model sizes. Checked by the service at upload; the scheduler
-  // does not use it.
-  uint64_t model_memory_quota = uint64_t{4} << 30;
-};
-
-// InvalidArgument naming the field when a limit is out of range.
-absl::Status CheckTenantLimits(const TenantLimits& limits);
-
-// What the scheduler saw of one finished batch, for metrics (SchedulerOptions::on_batch_done).
-// Counts and times only: no model handle, no sizes.
-struct BatchObservation {
-  int worker = 0;
-  std::string tenant_id;
-  PriorityClass priority = PriorityClass::kStandard;
-  int count = 0;                            // requests in the batch
-  std::vector<absl::Duration> queue_waits;  // per request: enqueued to dispatched
-  absl::Duration execution;                 // dispatched to answered
-  bool ok = false;                          // the enclave answered the batch as a whole
-};
-
-struct SchedulerOptions {
-  int max_batch_size = 8;                                  // 1..1024 requests
-  std::vector<int> preferred_batch_sizes;                  // ascending, each 1..max_batch_size
-  absl::Duration max_queue_delay = absl::Milliseconds(2);  // 0..10 s
-  // Waiting for a batch to fill only pays when company comes. With this on, a queue is sent at
-  // once, without waiting out max_queue_delay, while its tenant's requests rarely arrive within
-  // max_queue_delay of each other (fewer than one in four, smoothed over the last few): a
-  // closed-loop client that sends its next request after the last answer, or a slow steady
-  // stream, then pays no queue delay at all, while bursts and busy tenants still batch.
-  bool adaptive_queue_delay = true;
-  int max_batches_in_flight = 2;  // per enclave worker, 1..64
-  // While realtime requests wait, a batch-class batch holds at most this many requests (and
-  // never more than max_batch_size) and at most `best_effort_max_batch_time` of estimated
-  // execution (but always at least one request). Between the requests of periodic realtime
-  // tenants (see realtime_arrival_guard) with none queued, a batch may instead take as many
-  // requests as its estimated execution fits before the next realtime request is due.
-  int best_effort_max_batch_size = 2;                                 // 1..1024
-  absl::Duration best_effort_max_batch_time = absl::Milliseconds(5);  // > 0
-  // The caps also hold for this long after a realtime request arrived, even when none is queued
-  // at the moment: a realtime tenant at a moderate rate has an empty queue most of the time, and
-  // its next request must not find a full best-effort batch in the way. 0: only while queued.
-  absl::Duration realtime_activity_window = absl::Seconds(1);  // 0..60 s
-  // In-flight slots per worker that only realtime batches may take while realtime work is active
-  // (as for the caps above), 0..64, of which at most max_batches_in_flight - 1 count. A worker
-  // runs its batches concurrently (the enclave serves calls on several threads; a GPU runs them
-  // on separate streams), so a realtime request that arrives while other batches fill the rest
-  // starts at once instead of waiting behind them. Without realtime activity every slot is
-  // shared.
-  int realtime_reserved_slots = 0;
-  // Periodic realtime tenants (a frame every N ms, as audio and video streams send): once a
-  // realtime tenant's arrivals are regular, a batch of another class whose estimated execution
-  // would still run when its next request is due, give or take this guard, is held back until
-  // that request has come (or is overdue by the guard plus how late that tenant's requests have
-  // lately come, at most a quarter period), so the request finds the worker free.
-  // Holding back never idles a worker while another worker is idle. 0 turns it off.
-  absl::Duration realtime_arrival_guard = absl::Milliseconds(1);  // 0..1 s
-  // Deficit round robin: credit per round per unit of weight, in execution time.
-  absl::Duration fairness_quantum = absl::Milliseconds(2);  // > 0
-  // Per-request cost of a model before its first batch is measured.
-  absl::Duration initial_item_cost = absl::Milliseconds(1);  // > 0
-  double cost_smoothing = 0.25;  // EWMA weight of the newest measurement, (0, 1]
-  // Limits for tenants not listed in `tenant_limits`.
-  TenantLimits default_limits;
-  std::map<std::string, TenantLimits> tenant_limits;
-  Clock* clock = nullptr;  // nullptr: Clock::Real()
-  // When set, sees every batch's raw reply (e.g. to keep the enclave's usage receipt) on the
-  // completion thread, before the requests are answered. Must not block or call the scheduler.
-  std::function<void(int worker, const EnclaveClient::Reply& reply)> on_batch_reply;
-  // When set, sees every finished batch's counts and times on the completion thread, after its
-  // requests are answered. Must not block or call the scheduler.
-  std::function<void(const BatchObservation& batch)> on_batch_done;
-};
-
-// InvalidArgument naming the option when one is out of range.
-absl::Status CheckSchedulerOptions(const SchedulerOptions& options);
 
 inline constexpr int kAnyWorker = -1;
 
@@ -232,6 +141,11 @@ class Scheduler {
 
   // Makes the batcher re-read the clock now (tests that advance a FakeClock).
   void WakeForTest();
+  // Does on the caller's thread what the batcher does when it wakes at `now` (normally the
+  // clock's reading): answers the queued requests past their deadline and dispatches every batch
+  // that is ready for a free slot. Returns how many batches it dispatched, so that a test can
+  // prove nothing was ready without giving the batcher thread real time. 0 after Stop().
+  int PollForTest(absl::Time now);
 
  private:
   struct Queued {
@@ -255,8 +169,7 @@ class Scheduler {
   struct Tenant {
     std::string id;
     const TenantLimits* limits;
-    double tokens = 0;
-    absl::Time refilled;
+    TokenBucket bucket{/*rate_per_second=*/0, /*burst=*/0, absl::InfinitePast()};
     int queued_count = 0;
     uint64_t queued_size = 0;
     int64_t deficit_ns = 0;
@@ -264,23 +177,8 @@ class Scheduler {
     std::vector<Queue*> active;
     size_t next_active = 0;
     TenantStats stats;
-    // Realtime tenants: arrival times, to predict the next one (RecordArrivalLocked).
-    absl::Time last_arrival = absl::InfinitePast();
-    // When the next request is expected: a gap after the last one, or, when the last one came
-    // late against its own expected time (a clock-driven sender delayed once), a gap after that
-    // expected time, since such a sender keeps its schedule.
-    absl::Time next_due = absl::InfinitePast();
-    int64_t gap_ns = 0;     // smoothed gap between arrivals
-    int64_t jitter_ns = 0;  // smoothed distance of a gap from gap_ns
-    // How late against next_due its requests have come lately: the largest lateness seen,
-    // decaying by 1/256 per arrival (a half-life of about 180 arrivals). The rare late request
-    // (a sender's timer firing a millisecond or more late) is what jitter_ns, an average,
-    // forgets at once; a hold-back lasts this long past the due time.
-    int64_t late_ns = 0;
-    // Gaps in a row longer than one and a half trusted periods (a break in the stream; see
-    // RecordArrivalLocked).
-    int breaks = 0;
-    int arrivals = 0;
+    // Realtime tenants: when their requests come, to predict the next one.
+    ArrivalPredictor predictor;
     // Every tenant: the smoothed share of its arrivals that came within max_queue_delay of the
     // one before (adaptive_queue_delay), and how many it has had, up to kCompanionWarmup.
     absl::Time last_admitted = absl::InfinitePast();
@@ -306,7 +204,8 @@ class Scheduler {
   Scheduler(std::vector<EnclaveClient*> workers, SchedulerOptions options);
   static std::string QueueName(absl::string_view model_handle, int worker);
 
-  Tenant& TenantLocked(absl::string_view tenant_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Tenant& TenantLocked(absl::string_view tenant_id, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admission checks; OK or the refusal. Takes a token from the bucket when OK.
   absl::Status AdmitLocked(Tenant& tenant, const InferRequest& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -324,17 +223,15 @@ class Scheduler {
   // Takes ready batches for free slots (least busy worker first) until none is left.
   void FillSlotsLocked(absl::Time now, std::vector<Batch>& batches)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes the next batch for `worker` by priority and deficit round robin (from the realtime
-  // class alone when `realtime_only`); false if none.
   // Notes any admitted request's arrival for adaptive_queue_delay.
   void RecordAdmittedLocked(Tenant& tenant, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When `queue` is ready by time alone: its oldest request's arrival plus max_queue_delay, or
   // that arrival itself when its tenant's requests rarely come in company.
   absl::Time FlushTimeLocked(const Queue& queue) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the next batch for `worker` by priority and deficit round robin (from the realtime
+  // class alone when `realtime_only`); false if none.
   bool TakeBatchLocked(int worker, absl::Time now, bool realtime_only, Batch& batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Notes a realtime request's arrival for the tenant's period estimate.
-  void RecordArrivalLocked(Tenant& tenant, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a batch of `cost_ns` on `worker` must wait for a realtime request due soon (then
   // `holdback_until_` says until when).
   bool HoldBackLocked(int worker, absl::Time now, int64_t cost_ns)
@@ -356,6 +253,13 @@ class Scheduler {
   int64_t ItemCostLocked(absl::string_view model_handle) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When the batcher must look again without being woken.
   absl::Time NextWakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers expired requests and takes ready batches for free slots at `now` (one batcher pass).
+  void PassLocked(absl::Time now, std::vector<Answer>& answers, std::vector<Batch>& batches)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers every queued request UNAVAILABLE (Stop()).
+  void DropAllLocked(std::vector<Answer>& answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `answers` and sends `batches`, without the lock held.
+  void Deliver(std::vector<Answer>& answers, std::vector<Batch>& batches);
   void BatcherLoop();
   // Sends one batch to its worker (without the lock held).
   void Dispatch(Batch batch);
@@ -375,7 +279,7 @@ class Scheduler {
   absl::node_hash_map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
   Ring rings_[kPriorityClassCount] ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Ticket, Queue*> queued_by_ticket_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int64_t> item_cost_ns_ ABSL_GUARDED_BY(mu_);
+  CostModel cost_model_ ABSL_GUARDED_BY(mu_);
   std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);  // per worker
   int total_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int queued_count_ ABSL_GUARDED_BY(mu_) = 0;
