@@ -3,33 +3,32 @@
 #include <cstdio>
 #include <ctime>
 #include <atomic>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/status.h"
 
 namespace cloister {
 namespace {
 
-std::mutex& LogMutex() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
-std::string& Component() {
-  static std::string* c = new std::string("cloister");
-  return *c;
+// The settings every Log call reads, and the writes they serialize.
+struct LogState {
+  absl::Mutex mu;
+  std::string component ABSL_GUARDED_BY(mu) = "cloister";
+  std::function<void(const std::string&)> sink ABSL_GUARDED_BY(mu);
+};
+LogState& State() {
+  static LogState* const state = new LogState();  // never destroyed
+  return *state;
 }
 // Read without the mutex: a filtered-out call (the hot paths' debug logs) costs one load.
 std::atomic<LogLevel>& MinLevel() {
   static std::atomic<LogLevel> level{LogLevel::kInfo};
   return level;
-}
-std::function<void(const std::string&)>& Sink() {
-  static auto* sink = new std::function<void(const std::string&)>();
-  return *sink;
 }
 
 const char* LevelName(LogLevel level) {
@@ -65,23 +64,26 @@ void AppendJsonString(std::string& out, std::string_view s) {
 }  // namespace
 
 void SetLogComponent(std::string_view component) {
-  std::lock_guard<std::mutex> lock(LogMutex());
-  Component() = std::string(component);
+  LogState& state = State();
+  absl::MutexLock lock(&state.mu);
+  state.component = std::string(component);
 }
 
 void SetMinLogLevel(LogLevel level) { MinLevel().store(level, std::memory_order_relaxed); }
 
 void SetLogSinkForTest(std::function<void(const std::string&)> sink) {
-  std::lock_guard<std::mutex> lock(LogMutex());
-  Sink() = std::move(sink);
+  LogState& state = State();
+  absl::MutexLock lock(&state.mu);
+  state.sink = std::move(sink);
 }
 
 void Log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
   if (level < MinLevel().load(std::memory_order_relaxed)) return;
+  LogState& state = State();
   std::string component;
   {
-    std::lock_guard<std::mutex> lock(LogMutex());
-    component = Component();
+    absl::MutexLock lock(&state.mu);
+    component = state.component;
   }
   // The line is built outside the lock; only the write is serialized.
   std::string line = "{\"ts\":";
@@ -110,9 +112,9 @@ void Log(LogLevel level, std::string_view event, std::initializer_list<LogField>
     }
   }
   line += "}\n";
-  std::lock_guard<std::mutex> lock(LogMutex());
-  if (Sink()) {
-    Sink()(line);
+  absl::MutexLock lock(&state.mu);
+  if (state.sink) {
+    state.sink(line);
   } else {
     std::fwrite(line.data(), 1, line.size(), stderr);
     std::fflush(stderr);

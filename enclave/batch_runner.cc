@@ -141,37 +141,24 @@ struct OutputSlice {
   size_t staging_offset = 0;
 };
 
-}  // namespace
+// Staging layout of a batch's inputs: one 64-byte aligned region per input (per request unless
+// coalesced), the coalesced requests' rows back to back inside it. offsets[r][k] is where
+// request r's input k starts.
+struct InputLayout {
+  std::vector<std::vector<size_t>> offsets;
+  size_t size = 0;
+};
 
-int DefaultRunThreads() {
-  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
-}
-
-absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::TransferPath& path,
-                                      const std::vector<BatchRequest>& requests, TaskPool* runs) {
-  pcie::HostBatchPath host_path(path);
-  return RunBatch(model, host_path, requests, runs);
-}
-
-absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::BatchPath& path,
-                                      const std::vector<BatchRequest>& requests, TaskPool* runs) {
-  BatchOutcome outcome;
+InputLayout PlanInputs(const std::vector<BatchRequest>& requests, bool coalesce) {
   const size_t count = requests.size();
-  outcome.replies.assign(count, absl::UnknownError("not run"));
-  if (count == 0) return outcome;
-  const bool coalesce = Coalescible(model, requests);
-
-  // Staging layout: one 64-byte aligned region per input (per request unless coalesced), the
-  // coalesced requests' rows back to back inside it. offsets[r][k] is where request r's input
-  // k starts.
-  std::vector<std::vector<size_t>> offsets(count);
-  size_t total = 0;
-  const size_t input_count = requests[0].inputs.size();
+  InputLayout layout;
+  layout.offsets.resize(count);
+  size_t& total = layout.size;
   if (coalesce) {
-    for (size_t k = 0; k < input_count; ++k) {
+    for (size_t k = 0; k < requests[0].inputs.size(); ++k) {
       total = AlignUp(total);
       for (size_t r = 0; r < count; ++r) {
-        offsets[r].push_back(total);
+        layout.offsets[r].push_back(total);
         total += requests[r].inputs[k].raw.size();
       }
     }
@@ -179,148 +166,196 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::BatchPa
     for (size_t r = 0; r < count; ++r) {
       for (const auto& input : requests[r].inputs) {
         total = AlignUp(total);
-        offsets[r].push_back(total);
+        layout.offsets[r].push_back(total);
         total += input.raw.size();
       }
     }
   }
-  for (const auto& request : requests) {
-    for (const auto& input : request.inputs) outcome.input_size += input.raw.size();
+  return layout;
+}
+
+// Gathers the requests' inputs into a host staging buffer laid out as `layout`, then moves it
+// to the executor's side in one transfer (timed into `transfer_ns`). The host buffer goes back
+// to its pool zeroed.
+absl::StatusOr<pcie::PathBuffer> SendInputs(pcie::BatchPath& path,
+                                            const std::vector<BatchRequest>& requests,
+                                            const InputLayout& layout, uint64_t& transfer_ns) {
+  ASSIGN_OR_RETURN(pcie::PathBuffer host, path.AcquireHostStaging(layout.size));
+  for (size_t r = 0; r < requests.size(); ++r) {
+    for (size_t k = 0; k < requests[r].inputs.size(); ++k) {
+      const ByteSpan raw = requests[r].inputs[k].raw;
+      if (!raw.empty()) std::memcpy(host.data + layout.offsets[r][k], raw.data(), raw.size());
+    }
+  }
+  absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(pcie::PathBuffer device, path.ToDevice(host.view()));
+  transfer_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+  return device;
+}
+
+// What one group's runs left: the output slices to send back, and the runs' counts.
+struct GroupOutcome {
+  std::vector<OutputSlice> slices;
+  uint64_t execution_ns = 0;
+  int model_runs = 0;
+  bool coalesced = false;
+};
+
+// Runs the groups of a batch on views of its executor-side input buffer. Each group writes the
+// replies of its own requests only, so groups may run on several threads at once. The views
+// keep the buffer's lease alive while any tensor (an input, or an output that shares it) needs
+// them, including past the runner's own end.
+class GroupRunner {
+ public:
+  GroupRunner(const runtime::Model& model, const std::vector<BatchRequest>& requests,
+              const InputLayout& layout, const pcie::PathBuffer& inputs, bool on_device,
+              std::vector<absl::StatusOr<api::v1::InferReplyPayload>>& replies)
+      : model_(model),
+        requests_(requests),
+        layout_(layout),
+        inputs_(inputs),
+        on_device_(on_device),
+        replies_(replies),
+        releaser_(std::make_shared<StagingViewReleaser>(inputs.hold)) {}
+
+  // A group of several requests runs as one over their concatenated rows. When that run fails,
+  // or its outputs cannot be cut back into the requests' rows, they run again one by one, so
+  // each request gets its own result or error.
+  void Run(const Group& group, GroupOutcome& out) const {
+    if (group.end - group.begin > 1 && RunTogether(group, out)) return;
+    RunEach(group, out);
   }
 
-  // Gather, then one transfer.
-  pcie::PathBuffer device;
-  {
-    ASSIGN_OR_RETURN(pcie::PathBuffer host, path.AcquireHostStaging(total));
-    for (size_t r = 0; r < count; ++r) {
-      for (size_t k = 0; k < requests[r].inputs.size(); ++k) {
-        const ByteSpan raw = requests[r].inputs[k].raw;
-        if (!raw.empty()) std::memcpy(host.data + offsets[r][k], raw.data(), raw.size());
-      }
-    }
-    absl::Time start = absl::Now();
-    ASSIGN_OR_RETURN(device, path.ToDevice(host.view()));
-    outcome.transfer_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
-  }  // the host staging buffer goes back to its pool zeroed
-  const bool on_device = path.executor_memory_on_device();
-  const runtime::internal::MemoryKind kind =
-      on_device ? runtime::internal::MemoryKind::kDevice : runtime::internal::MemoryKind::kHost;
-  auto releaser = std::make_shared<StagingViewReleaser>(device.hold);
-  auto view = [&](size_t offset, runtime::DataType dtype, std::vector<int64_t> shape, size_t size) {
+ private:
+  runtime::Tensor View(size_t offset, runtime::DataType dtype, std::vector<int64_t> shape,
+                       size_t size) const {
+    const runtime::internal::MemoryKind kind =
+        on_device_ ? runtime::internal::MemoryKind::kDevice : runtime::internal::MemoryKind::kHost;
     auto buffer =
-        std::make_shared<runtime::internal::Buffer>(device.data + offset, size, kind, releaser);
+        std::make_shared<runtime::internal::Buffer>(inputs_.data + offset, size, kind, releaser_);
     return runtime::Tensor(dtype, std::move(shape), std::move(buffer));
-  };
-  // Each group's runs, on the pool's threads when there is a pool. A coalesced group whose run
-  // fails, or whose outputs cannot be cut back into its requests' rows, runs again request by
-  // request, so each request gets its own result or error.
-  const std::vector<Group> groups = PlanGroups(requests, coalesce, runs ? runs->size() : 1);
-  struct GroupOutcome {
-    std::vector<OutputSlice> slices;
-    uint64_t execution_ns = 0;
-    int model_runs = 0;
-    bool coalesced = false;
-  };
-  std::vector<GroupOutcome> group_outcomes(groups.size());
-  auto run_group = [&](size_t g) {
-    const Group& group = groups[g];
-    GroupOutcome& out = group_outcomes[g];
-    auto timed_run = [&](const NamedTensors& inputs, const std::vector<std::string>& wanted,
-                         absl::Time deadline) {
-      absl::Time start = absl::Now();
-      // On a device the outputs stay there, to be gathered and moved back in one transfer.
-      auto run = on_device ? model.RunLeavingOutputsOnDevice(inputs, wanted, deadline)
-                           : model.Run(inputs, wanted, deadline);
-      out.execution_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
-      ++out.model_runs;
-      return run;
-    };
-    if (group.end - group.begin > 1) {
-      int64_t group_rows = 0;
-      for (size_t r = group.begin; r < group.end; ++r) group_rows += requests[r].inputs[0].shape[0];
-      NamedTensors merged;
-      for (size_t k = 0; k < input_count; ++k) {
-        const BatchInput& first = requests[group.begin].inputs[k];
-        std::vector<int64_t> shape = first.shape;
-        shape[0] = group_rows;
-        size_t size = 0;
-        for (size_t r = group.begin; r < group.end; ++r) size += requests[r].inputs[k].raw.size();
-        merged.emplace_back(first.name, view(offsets[group.begin][k], first.dtype, shape, size));
-      }
-      absl::Time latest = absl::InfinitePast();
-      for (size_t r = group.begin; r < group.end; ++r) {
-        latest = std::max(latest, requests[r].deadline);
-      }
-      auto run = timed_run(merged, requests[group.begin].requested_outputs, latest);
-      if (absl::IsDeadlineExceeded(run.status())) {
-        // Past every one of the group's deadlines: no request would gain from a run of its own.
-        for (size_t r = group.begin; r < group.end; ++r) outcome.replies[r] = run.status();
-        return absl::OkStatus();
-      }
-      bool splittable = run.ok();
-      if (run.ok()) {
-        for (const auto& [name, tensor] : *run) {
-          splittable &= tensor.rank() > 0 && tensor.dim(0) == group_rows;
-        }
-      }
-      if (splittable) {
-        int64_t begin = 0;
-        for (size_t r = group.begin; r < group.end; ++r) {
-          const int64_t rows = requests[r].inputs[0].shape[0];
-          for (const auto& [name, tensor] : *run) {
-            const size_t row_size = group_rows == 0 ? 0 : tensor.size() / group_rows;
-            std::vector<int64_t> shape = tensor.shape();
-            shape[0] = rows;
-            out.slices.push_back(
-                {r, name, tensor.dtype(), shape, tensor, begin * row_size, rows * row_size});
-          }
-          begin += rows;
-          outcome.replies[r] = api::v1::InferReplyPayload();
-        }
-        out.coalesced = true;
-        return absl::OkStatus();
-      }
-      if (run.ok()) {
-        for (auto& [name, tensor] : *run) WipeHostResult(tensor);
-      }
+  }
+
+  absl::StatusOr<NamedTensors> TimedRun(const NamedTensors& inputs,
+                                        const std::vector<std::string>& wanted, absl::Time deadline,
+                                        GroupOutcome& out) const {
+    absl::Time start = absl::Now();
+    // On a device the outputs stay there, to be gathered and moved back in one transfer.
+    auto run = on_device_ ? model_.RunLeavingOutputsOnDevice(inputs, wanted, deadline)
+                          : model_.Run(inputs, wanted, deadline);
+    out.execution_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
+    ++out.model_runs;
+    return run;
+  }
+
+  // One run over the group's rows; true when that settled every request of the group.
+  bool RunTogether(const Group& group, GroupOutcome& out) const {
+    int64_t group_rows = 0;
+    for (size_t r = group.begin; r < group.end; ++r) group_rows += requests_[r].inputs[0].shape[0];
+    NamedTensors merged;
+    for (size_t k = 0; k < requests_[group.begin].inputs.size(); ++k) {
+      const BatchInput& first = requests_[group.begin].inputs[k];
+      std::vector<int64_t> shape = first.shape;
+      shape[0] = group_rows;
+      size_t size = 0;
+      for (size_t r = group.begin; r < group.end; ++r) size += requests_[r].inputs[k].raw.size();
+      merged.emplace_back(first.name,
+                          View(layout_.offsets[group.begin][k], first.dtype, shape, size));
     }
-    // One run per request, over views of the same device-side buffer.
+    absl::Time latest = absl::InfinitePast();
+    for (size_t r = group.begin; r < group.end; ++r) {
+      latest = std::max(latest, requests_[r].deadline);
+    }
+    auto run = TimedRun(merged, requests_[group.begin].requested_outputs, latest, out);
+    if (absl::IsDeadlineExceeded(run.status())) {
+      // Past every one of the group's deadlines: no request would gain from a run of its own.
+      for (size_t r = group.begin; r < group.end; ++r) replies_[r] = run.status();
+      return true;
+    }
+    if (!run.ok()) return false;
+    bool splittable = true;
+    for (const auto& [name, tensor] : *run) {
+      splittable &= tensor.rank() > 0 && tensor.dim(0) == group_rows;
+    }
+    if (!splittable) {
+      for (auto& [name, tensor] : *run) WipeHostResult(tensor);
+      return false;
+    }
+    int64_t begin = 0;
+    for (size_t r = group.begin; r < group.end; ++r) {
+      const int64_t rows = requests_[r].inputs[0].shape[0];
+      for (const auto& [name, tensor] : *run) {
+        const size_t row_size = group_rows == 0 ? 0 : tensor.size() / group_rows;
+        std::vector<int64_t> shape = tensor.shape();
+        shape[0] = rows;
+        out.slices.push_back(
+            {r, name, tensor.dtype(), shape, tensor, begin * row_size, rows * row_size});
+      }
+      begin += rows;
+      replies_[r] = api::v1::InferReplyPayload();
+    }
+    out.coalesced = true;
+    return true;
+  }
+
+  // One run per request, over views of the same executor-side buffer.
+  void RunEach(const Group& group, GroupOutcome& out) const {
     for (size_t r = group.begin; r < group.end; ++r) {
       NamedTensors inputs;
-      for (size_t k = 0; k < requests[r].inputs.size(); ++k) {
-        const BatchInput& input = requests[r].inputs[k];
-        inputs.emplace_back(input.name,
-                            view(offsets[r][k], input.dtype, input.shape, input.raw.size()));
+      for (size_t k = 0; k < requests_[r].inputs.size(); ++k) {
+        const BatchInput& input = requests_[r].inputs[k];
+        inputs.emplace_back(
+            input.name, View(layout_.offsets[r][k], input.dtype, input.shape, input.raw.size()));
       }
-      auto run = timed_run(inputs, requests[r].requested_outputs, requests[r].deadline);
+      auto run = TimedRun(inputs, requests_[r].requested_outputs, requests_[r].deadline, out);
       if (!run.ok()) {
-        outcome.replies[r] = run.status();
+        replies_[r] = run.status();
         continue;
       }
       for (const auto& [name, tensor] : *run) {
         out.slices.push_back({r, name, tensor.dtype(), tensor.shape(), tensor, 0, tensor.size()});
       }
-      outcome.replies[r] = api::v1::InferReplyPayload();
+      replies_[r] = api::v1::InferReplyPayload();
     }
-    return absl::OkStatus();
-  };
+  }
+
+  const runtime::Model& model_;
+  const std::vector<BatchRequest>& requests_;
+  const InputLayout& layout_;
+  const pcie::PathBuffer& inputs_;
+  const bool on_device_;
+  std::vector<absl::StatusOr<api::v1::InferReplyPayload>>& replies_;
+  const std::shared_ptr<StagingViewReleaser> releaser_;
+};
+
+// Runs the groups, on the pool's threads when there is a pool, and adds their counts to
+// `outcome`; returns every group's output slices, in request order.
+absl::StatusOr<std::vector<OutputSlice>> RunGroups(const GroupRunner& runner,
+                                                   const std::vector<Group>& groups, TaskPool* runs,
+                                                   BatchOutcome& outcome) {
+  std::vector<GroupOutcome> group_outcomes(groups.size());
   if (runs != nullptr && groups.size() > 1) {
-    RETURN_IF_ERROR(runs->Run(groups.size(), [&](size_t g, int) { return run_group(g); }));
+    RETURN_IF_ERROR(runs->Run(groups.size(), [&](size_t g, int) {
+      runner.Run(groups[g], group_outcomes[g]);
+      return absl::OkStatus();
+    }));
   } else {
-    for (size_t g = 0; g < groups.size(); ++g) RETURN_IF_ERROR(run_group(g));
+    for (size_t g = 0; g < groups.size(); ++g) runner.Run(groups[g], group_outcomes[g]);
   }
   std::vector<OutputSlice> slices;
-  outcome.coalesced = coalesce;
   for (auto& group : group_outcomes) {
     for (auto& slice : group.slices) slices.push_back(std::move(slice));
     outcome.execution_ns += group.execution_ns;
     outcome.model_runs += group.model_runs;
     outcome.coalesced &= group.coalesced;
   }
-  releaser.reset();
-  device.Release();  // the inputs' executor-side buffer goes back zeroed once no view is left
+  return slices;
+}
 
-  // Gather every output on the executor's side, then one transfer back.
+// Gathers every output slice on the executor's side, moves them back in one transfer and cuts
+// them into the replies. The runtime's host result buffers are wiped once gathered.
+absl::Status ReturnOutputs(pcie::BatchPath& path, std::vector<OutputSlice>& slices,
+                           BatchOutcome& outcome) {
   size_t out_total = 0;
   for (auto& slice : slices) {
     out_total = AlignUp(out_total);
@@ -357,6 +392,44 @@ absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::BatchPa
     for (int64_t d : slice.shape) tensor->add_shape(d);
     tensor->set_raw(reinterpret_cast<const char*>(back->data) + slice.staging_offset, slice.size);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int DefaultRunThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
+}
+
+absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::TransferPath& path,
+                                      const std::vector<BatchRequest>& requests, TaskPool* runs) {
+  pcie::HostBatchPath host_path(path);
+  return RunBatch(model, host_path, requests, runs);
+}
+
+// Plan the layout and the groups, send the inputs, run the groups, return the outputs.
+absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::BatchPath& path,
+                                      const std::vector<BatchRequest>& requests, TaskPool* runs) {
+  BatchOutcome outcome;
+  outcome.replies.assign(requests.size(), absl::UnknownError("not run"));
+  if (requests.empty()) return outcome;
+  const bool coalesce = Coalescible(model, requests);
+  const InputLayout layout = PlanInputs(requests, coalesce);
+  for (const auto& request : requests) {
+    for (const auto& input : request.inputs) outcome.input_size += input.raw.size();
+  }
+  ASSIGN_OR_RETURN(pcie::PathBuffer inputs,
+                   SendInputs(path, requests, layout, outcome.transfer_ns));
+  const std::vector<Group> groups = PlanGroups(requests, coalesce, runs ? runs->size() : 1);
+  outcome.coalesced = coalesce;
+  std::vector<OutputSlice> slices;
+  {
+    const GroupRunner runner(model, requests, layout, inputs, path.executor_memory_on_device(),
+                             outcome.replies);
+    ASSIGN_OR_RETURN(slices, RunGroups(runner, groups, runs, outcome));
+  }
+  inputs.Release();  // the inputs' executor-side buffer goes back zeroed once no view is left
+  RETURN_IF_ERROR(ReturnOutputs(path, slices, outcome));
   return outcome;
 }
 

@@ -60,14 +60,14 @@ struct BatchOutcome {
   uint64_t transfer_ns = 0;   // time in the two transfers
 };
 
-// Errors from the transfers: then no reply is produced (DataLoss when the emulated path finds
-// the inputs modified in flight, and the model did not run at all).
 // cloister-enclave's run threads on the CPU executor: the hardware threads, up to 8.
 int DefaultRunThreads();
 
 // `runs`: the threads that run the groups (nullptr: the calling thread alone, one group).
 // `path` must lead to the memory of the executor `model` was loaded on: a device path only for
-// its device executor.
+// its device executor (pcie::NewBatchPath finds it). Errors from the transfers: then no reply is
+// produced (DataLoss when the emulated path finds the inputs modified in flight, and the model
+// did not run at all).
 absl::StatusOr<BatchOutcome> RunBatch(const runtime::Model& model, pcie::BatchPath& path,
                                       const std::vector<BatchRequest>& requests,
                                       TaskPool* runs = nullptr);

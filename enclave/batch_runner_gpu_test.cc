@@ -29,23 +29,14 @@ using pcie::PcieMode;
 
 bool HaveCuda() { return runtime::FindExecutor("cuda").ok(); }
 
-TEST(DevicePathSelection, TheCpuExecutorTakesTheHostPath) {
-  auto path = pcie::NewDevicePath("cpu", PcieMode::kEmulated, {});
-  ASSERT_TRUE(path.ok()) << path.status();
-  EXPECT_EQ(*path, nullptr);
-  // So its batches take a host path over a TransferPath of their own.
-  auto batch_path = pcie::NewBatchPath("cpu", PcieMode::kEmulated, {});
-  ASSERT_TRUE(batch_path.ok()) << batch_path.status();
-  const auto* host = dynamic_cast<const pcie::HostBatchPath*>(batch_path->get());
-  ASSERT_NE(host, nullptr);
-  EXPECT_FALSE(host->executor_memory_on_device());
-  EXPECT_EQ(host->mode(), PcieMode::kEmulated);
-  EXPECT_EQ(host->transfer().mode(), PcieMode::kEmulated);
-}
-
+// (The CPU executor's host path and unknown names: batch_runner_test, which every build runs.)
 TEST(DevicePathSelection, CudaHasADevicePathThatNeedsADevice) {
   for (const char* name : {"cuda", "cuda-strict"}) {
-    auto path = pcie::NewDevicePath(name, PcieMode::kEmulated, {});
+    // One registration: the executor's name finds its path too.
+    auto factory = runtime::FindBatchPathFactory(name);
+    ASSERT_TRUE(factory.ok()) << factory.status();
+    EXPECT_TRUE(*factory != nullptr) << name;
+    auto path = pcie::NewBatchPath(name, PcieMode::kEmulated, {});
     if (HaveCuda()) {
       ASSERT_TRUE(path.ok()) << path.status();
       ASSERT_NE(*path, nullptr) << name;
@@ -84,9 +75,11 @@ class GpuBatchTest : public ::testing::Test {
   }
 
   std::unique_ptr<pcie::BatchPath> DevicePath(PcieMode mode, pcie::TransferOptions options = {}) {
-    auto path = pcie::NewDevicePath(cuda_->name(), mode, std::move(options));
+    auto path = pcie::NewBatchPath(cuda_->name(), mode, std::move(options));
     EXPECT_TRUE(path.ok()) << path.status();
-    return path.ok() ? *std::move(path) : nullptr;
+    if (!path.ok()) return nullptr;
+    EXPECT_TRUE((*path)->executor_memory_on_device());
+    return *std::move(path);
   }
 
   // A request of `rows` rows of `columns` floats drawn from `seed`.

@@ -1,7 +1,7 @@
 // RunBatch's grouping: coalesced requests run as up to one model run per pool thread, each
 // over a contiguous group of about equal rows, and every request still gets exactly its own
 // rows back; requests that cannot run together run one by one, and one the model refuses fails
-// alone.
+// alone. And which batch path an executor's batches take (the device ones: batch_runner_gpu_test).
 #include "enclave/batch_runner.h"
 
 #include <cstring>
@@ -11,7 +11,9 @@
 
 #include "base/task_pool.h"
 #include "enclave/batch_request_for_test.h"
+#include "enclave/pcie/batch_path.h"
 #include "enclave/pcie/transfer_path.h"
+#include "enclave/runtime/executor.h"
 #include "enclave/runtime/graph_builder_for_test.h"
 #include "enclave/runtime/model.h"
 #include "gtest/gtest.h"
@@ -19,6 +21,30 @@
 
 namespace cloister::enclave {
 namespace {
+
+TEST(BatchPathSelection, TheCpuExecutorTakesTheHostPath) {
+  auto factory = runtime::FindBatchPathFactory(runtime::CpuExecutor().name());
+  ASSERT_TRUE(factory.ok()) << factory.status();
+  EXPECT_TRUE(*factory == nullptr);  // it computes in host memory
+  auto path = pcie::NewBatchPath("cpu", pcie::PcieMode::kEmulated, {});
+  ASSERT_TRUE(path.ok()) << path.status();
+  const auto* host = dynamic_cast<const pcie::HostBatchPath*>(path->get());
+  ASSERT_NE(host, nullptr);
+  EXPECT_FALSE(host->executor_memory_on_device());
+  EXPECT_EQ(host->mode(), pcie::PcieMode::kEmulated);
+  EXPECT_EQ(host->transfer().mode(), pcie::PcieMode::kEmulated);
+}
+
+TEST(BatchPathSelection, AnUnknownExecutorHasNoPath) {
+  auto factory = runtime::FindBatchPathFactory("tpu");
+  ASSERT_FALSE(factory.ok());
+  EXPECT_EQ(factory.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(factory.status().message().find("unknown executor 'tpu'"), std::string::npos)
+      << factory.status();
+  auto path = pcie::NewBatchPath("tpu", pcie::PcieMode::kOff, {});
+  ASSERT_FALSE(path.ok());
+  EXPECT_EQ(path.status(), factory.status());
+}
 
 const std::vector<float> kWeights = {0.5f, -1.0f, 2.0f, 4.0f};
 

@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "attest/binding.h"
 #include "attest/policy.h"
@@ -70,18 +69,30 @@ absl::StatusOr<BatchInput> CheckInput(const api::v1::Tensor& proto) {
   return input;
 }
 
-}  // namespace
+// Reads an opened request's checked tensors and output names into `request`. Its deadline is
+// `time_left_ns` (from the host, like the rest of the item: it can only cut its tenant's
+// request short, which it could do by not sending it) after `start`; 0 means none.
+absl::Status ReadRequest(const api::v1::InferRequestPayload& payload, int64_t time_left_ns,
+                         absl::Time start, BatchRequest& request) {
+  for (const auto& tensor : payload.inputs()) {
+    ASSIGN_OR_RETURN(BatchInput input, CheckInput(tensor));
+    request.inputs.push_back(std::move(input));
+  }
+  request.requested_outputs.assign(payload.outputs().begin(), payload.outputs().end());
+  if (time_left_ns != 0) {
+    request.deadline = start + absl::Nanoseconds(std::max<int64_t>(time_left_ns, 0));
+  }
+  return absl::OkStatus();
+}
 
-absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options) {
-  std::unique_ptr<Enclave> enclave(new Enclave());
-  enclave->options_ = std::move(options);
-  EnclaveOptions& opts = enclave->options_;
-  if (opts.measurement.size() != 48) return absl::InvalidArgumentError("measurement must be 48 bytes");
+// The option combinations Create refuses before touching anything.
+absl::Status CheckOptions(const EnclaveOptions& opts) {
+  if (opts.measurement.size() != 48)
+    return absl::InvalidArgumentError("measurement must be 48 bytes");
   if (opts.run_threads < 1 || opts.run_threads > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("run threads must be from 1 to 64, not ", opts.run_threads));
   }
-
   const bool sim_tee = opts.tee == TeeMode::kSim;
   if (sim_tee && opts.gpu == GpuMode::kNvidiaCc) {
     return absl::InvalidArgumentError(
@@ -93,7 +104,11 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   if (!sim_tee && !opts.dev_policy_out.empty()) {
     return absl::InvalidArgumentError("a development policy needs the simulated TEE");
   }
-  attest::HardwareOptions hardware{
+  return absl::OkStatus();
+}
+
+attest::HardwareOptions HardwareOptionsOf(const EnclaveOptions& opts) {
+  return {
       .tee = opts.tee == TeeMode::kTdx ? attest::HardwareTee::kTdx : attest::HardwareTee::kSevSnp,
       .gpu = opts.gpu == GpuMode::kNvidiaCc ? attest::HardwareGpu::kNvidiaCc
                                             : attest::HardwareGpu::kNone,
@@ -102,6 +117,51 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
       .nvml_library = opts.nvml_library,
       .clock = opts.clock,
   };
+}
+
+// Fresh HPKE and signing keys for this enclave's lifetime.
+EnclaveKeys GenerateKeys() {
+  crypto::X25519KeyPair hpke = crypto::GenerateX25519();
+  crypto::Ed25519KeyPair signing = crypto::GenerateEd25519();
+  EnclaveKeys keys;
+  keys.hpke_private_key = std::move(hpke.private_key);
+  keys.hpke_public_key = hpke.public_key;
+  keys.signing_seed = std::move(signing.seed);
+  keys.signing_public_key = signing.public_key;
+  return keys;
+}
+
+absl::StatusOr<std::unique_ptr<attest::EvidenceCollector>> MakeCollector(
+    const EnclaveOptions& opts, const attest::HardwareOptions& hardware) {
+  if (opts.tee != TeeMode::kSim) return attest::MakeHardwareCollector(hardware);
+  attest::SimOptions sim_options;
+  sim_options.gpu_count = opts.gpu == GpuMode::kSim ? 1 : 0;
+  sim_options.clock = opts.clock;
+  return attest::MakeSimCollector(opts.sim_dir, opts.measurement, sim_options);
+}
+
+void LogReady(const EnclaveOptions& opts, const pcie::BatchPath& path, ByteSpan evidence_digest) {
+  Log(opts.pcie_mode == pcie::PcieMode::kOff && opts.tee != TeeMode::kSim ? LogLevel::kWarning
+                                                                          : LogLevel::kInfo,
+      "pcie_path",
+      {{"mode", std::string(pcie::PcieModeName(opts.pcie_mode))},
+       {"threads", path.threads()},
+       {"executor_memory", path.executor_memory_on_device() ? "device" : "host"},
+       {"chunk_size", static_cast<unsigned long>(opts.pcie_options.chunk_size)},
+       {"plaintext_on_bus", opts.pcie_mode == pcie::PcieMode::kOff ? "yes" : "no"}});
+  Log(LogLevel::kInfo, "enclave_ready",
+      {{"measurement", HexEncode(opts.measurement)}, {"evidence", HexEncode(evidence_digest)}});
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options) {
+  std::unique_ptr<Enclave> enclave(new Enclave());
+  enclave->options_ = std::move(options);
+  EnclaveOptions& opts = enclave->options_;
+  RETURN_IF_ERROR(CheckOptions(opts));
+  const bool sim_tee = opts.tee == TeeMode::kSim;
+  const attest::HardwareOptions hardware = HardwareOptionsOf(opts);
   const ByteSpan sealing_label = AsBytes("cloister/v1 model sealing");
   SecretBytes sealing_key;
   if (sim_tee) {
@@ -114,22 +174,8 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
     ASSIGN_OR_RETURN(sealing_key, attest::HardwareSealingKey(hardware, sealing_label));
   }
 
-  crypto::X25519KeyPair hpke = crypto::GenerateX25519();
-  crypto::Ed25519KeyPair signing = crypto::GenerateEd25519();
-  enclave->keys_.hpke_private_key = std::move(hpke.private_key);
-  enclave->keys_.hpke_public_key = hpke.public_key;
-  enclave->keys_.signing_seed = std::move(signing.seed);
-  enclave->keys_.signing_public_key = signing.public_key;
-
-  if (sim_tee) {
-    attest::SimOptions sim_options;
-    sim_options.gpu_count = opts.gpu == GpuMode::kSim ? 1 : 0;
-    sim_options.clock = opts.clock;
-    ASSIGN_OR_RETURN(enclave->collector_,
-                     attest::MakeSimCollector(opts.sim_dir, opts.measurement, sim_options));
-  } else {
-    ASSIGN_OR_RETURN(enclave->collector_, attest::MakeHardwareCollector(hardware));
-  }
+  enclave->keys_ = GenerateKeys();
+  ASSIGN_OR_RETURN(enclave->collector_, MakeCollector(opts, hardware));
   ASSIGN_OR_RETURN(auto evidence, enclave->CurrentEvidence());
 
   if (sim_tee) {
@@ -141,8 +187,8 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   }
   enclave->sessions_ =
       std::make_unique<SessionManager>(&enclave->keys_, opts.clock, opts.session_limits);
-  enclave->models_ = std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options,
-                                                  opts.model_limits);
+  enclave->models_ =
+      std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options, opts.model_limits);
   // A device executor with a path of its own takes batches into device memory (and in mode
   // emulated decrypts them there); the others compute in host memory, over a TransferPath.
   const std::string_view executor_name =
@@ -150,18 +196,20 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   ASSIGN_OR_RETURN(enclave->batch_path_,
                    pcie::NewBatchPath(executor_name, opts.pcie_mode, opts.pcie_options));
   if (opts.run_threads > 1) enclave->runs_ = std::make_unique<TaskPool>(opts.run_threads);
-  enclave->usage_ = std::make_unique<UsageLedger>(
-      enclave->keys_.signing_public_key, std::string(pcie::PcieModeName(opts.pcie_mode)), opts.clock);
-  Log(opts.pcie_mode == pcie::PcieMode::kOff && !sim_tee ? LogLevel::kWarning : LogLevel::kInfo,
-      "pcie_path",
-      {{"mode", std::string(pcie::PcieModeName(opts.pcie_mode))},
-       {"threads", enclave->batch_path_->threads()},
-       {"executor_memory", enclave->batch_path_->executor_memory_on_device() ? "device" : "host"},
-       {"chunk_size", static_cast<unsigned long>(opts.pcie_options.chunk_size)},
-       {"plaintext_on_bus", opts.pcie_mode == pcie::PcieMode::kOff ? "yes" : "no"}});
-  Log(LogLevel::kInfo, "enclave_ready",
-      {{"measurement", HexEncode(opts.measurement)}, {"evidence", HexEncode(evidence.second)}});
+  enclave->usage_ =
+      std::make_unique<UsageLedger>(enclave->keys_.signing_public_key,
+                                    std::string(pcie::PcieModeName(opts.pcie_mode)), opts.clock);
+  LogReady(opts, *enclave->batch_path_, evidence.second);
   return enclave;
+}
+
+absl::StatusOr<const pcie::TransferPath*> Enclave::transfer_path() const {
+  const auto* host = dynamic_cast<const pcie::HostBatchPath*>(batch_path_.get());
+  if (host == nullptr) {
+    return absl::FailedPreconditionError(
+        "the enclave's batches take the executor's device path, which has no host transfer path");
+  }
+  return &host->transfer();
 }
 
 EnclaveToHost Enclave::Handle(HostToEnclave call) {
@@ -246,7 +294,7 @@ absl::StatusOr<std::string> Enclave::CollectSerialized(ByteSpan nonce) {
 }
 
 absl::StatusOr<std::pair<std::string, Bytes>> Enclave::CurrentEvidence() {
-  std::lock_guard<std::mutex> lock(evidence_mu_);
+  absl::MutexLock lock(&evidence_mu_);
   absl::Time now = options_.clock->Now();
   if (evidence_.empty() || now - evidence_time_ >= kEvidenceRefresh) {
     ASSIGN_OR_RETURN(std::string serialized, CollectSerialized(crypto::RandomBytes(kNonceSize)));
@@ -271,7 +319,7 @@ absl::StatusOr<boundary::v1::GetEvidenceResult> Enclave::GetEvidence(
   if (call.fresh()) {
     ASSIGN_OR_RETURN(bundle, CollectSerialized(AsBytes(call.nonce())));
     digest = attest::EvidenceDigest(bundle);
-    std::lock_guard<std::mutex> lock(evidence_mu_);
+    absl::MutexLock lock(&evidence_mu_);
     recent_digests_.push_back(digest);
     while (recent_digests_.size() > kMaxRecentDigests) recent_digests_.pop_front();
   } else {
@@ -290,7 +338,7 @@ absl::StatusOr<boundary::v1::GetEvidenceResult> Enclave::GetEvidence(
 }
 
 bool Enclave::IsKnownEvidence(ByteSpan digest) {
-  std::lock_guard<std::mutex> lock(evidence_mu_);
+  absl::MutexLock lock(&evidence_mu_);
   if (ConstantTimeEquals(digest, evidence_digest_)) return true;
   for (const Bytes& d : recent_digests_) {
     if (ConstantTimeEquals(digest, d)) return true;
@@ -329,6 +377,7 @@ absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
     *body.mutable_model() = loaded->info;
     envelope = MakeEnvelope(absl::OkStatus(), &body);
     result.set_wrapped_model_key(ToString(loaded->wrapped_key));
+    result.set_model_memory_size(loaded->memory_size);
     Log(LogLevel::kInfo, "model_loaded", {{"tenant", call.tenant_id()}, {"handle", item.model_handle()}});
   } else {
     // Sealed to the client with the reason; no wrapped key, so the host stores nothing.
@@ -384,12 +433,48 @@ absl::StatusOr<boundary::v1::SealedCallResult> Enclave::DeleteModel(
   return result;
 }
 
+struct Enclave::OpenedBatch {
+  explicit OpenedBatch(size_t count)
+      : replies(count),
+        sessions(count),
+        outcome(count),
+        payloads(count),
+        requests(count),
+        bodies(count) {}
+  // The requests' plaintext (inputs, output names) is wiped on every way out of InferBatch.
+  ~OpenedBatch() {
+    for (auto& payload : payloads) proto::WipeMessage(payload);
+  }
+
+  std::vector<boundary::v1::SealedReplyItem> replies;
+  std::vector<std::shared_ptr<Session>> sessions;  // null where the item did not open
+  std::vector<absl::Status> outcome;
+  std::vector<api::v1::InferRequestPayload> payloads;
+  std::vector<BatchRequest> requests;  // their tensors view `payloads`
+  std::vector<absl::StatusOr<api::v1::InferReplyPayload>> bodies;
+  std::shared_ptr<const StoredModel> model;  // set once a request for it opened
+  boundary::v1::UsageCounters usage;
+};
+
 absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
     boundary::v1::InferBatchCall& call) {
+  RETURN_IF_ERROR(CheckBatch(call));
+  const absl::Time start = absl::Now();
+  OpenedBatch batch(call.items_size());
+  for (int i = 0; i < call.items_size(); ++i) OpenBatchItem(call, i, start, batch);
+  RETURN_IF_ERROR(RunOpenedBatch(call, batch));
+  boundary::v1::InferBatchResult result;
+  SealBatchReplies(call, batch, result);
+  result.set_execution_ns(absl::ToInt64Nanoseconds(absl::Now() - start));
+  RETURN_IF_ERROR(SignBatchUsage(call, batch.usage, result));
+  return result;
+}
+
+absl::Status Enclave::CheckBatch(const boundary::v1::InferBatchCall& call) {
   if (call.items_size() == 0) return absl::InvalidArgumentError("empty inference batch");
   if (static_cast<size_t>(call.items_size()) > kMaxBatchItems) {
-    return absl::InvalidArgumentError(absl::StrCat("batch of ", call.items_size(),
-                                                   " requests exceeds ", kMaxBatchItems));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", call.items_size(), " requests exceeds ", kMaxBatchItems));
   }
   // A batch holds one tenant's requests for one model: refuse the whole batch otherwise.
   for (const auto& item : call.items()) {
@@ -401,122 +486,106 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
       return absl::PermissionDeniedError("refused: batch mixes requests of different tenants");
     }
   }
-  absl::Time start = absl::Now();
-  const size_t count = call.items_size();
-  boundary::v1::InferBatchResult result;
-  std::vector<boundary::v1::SealedReplyItem> replies(count);
-  std::vector<std::shared_ptr<Session>> sessions(count);
-  std::vector<absl::Status> outcome(count);
-  std::vector<api::v1::InferRequestPayload> payloads(count);
-  // The requests' plaintext (inputs, output names) is wiped on every way out of this call.
-  absl::Cleanup wipe_payloads = [&payloads] {
-    for (auto& payload : payloads) proto::WipeMessage(payload);
-  };
-  std::vector<BatchRequest> requests(count);
-  std::shared_ptr<const StoredModel> model;
+  return absl::OkStatus();
+}
 
-  for (size_t i = 0; i < count; ++i) {
-    auto& item = *call.mutable_items(i);
-    // Opened in place in the item's ciphertext field, which is wiped below once parsed.
-    auto opened = sessions_->OpenItem(item, crypto::MessageKind::kInfer, call.tenant_id());
-    if (!opened.ok()) {
-      // Not sealed: the session or message did not authenticate, so there is no key to
-      // answer under. The host relays this status.
-      replies[i].set_request_id(item.request_id());
-      replies[i].mutable_status()->set_code(static_cast<int>(opened.status().code()));
-      replies[i].mutable_status()->set_message(std::string(opened.status().message()));
-      outcome[i] = opened.status();
-      continue;
-    }
-    sessions[i] = opened->session;
-    auto found = models_->Get(call.model_handle(), sessions[i]->identity_public_key());
-    if (!found.ok()) {
-      outcome[i] = found.status();
-    } else if ((*found)->llm != nullptr) {
-      // An LLM: its requests are prompts, not tensors.
-      outcome[i] = absl::FailedPreconditionError(
-          absl::StrCat("model '", (*found)->name, "' is a generative model: use Generate"));
-    } else if (!payloads[i].ParseFromArray(opened->plaintext.data(),
-                                           static_cast<int>(opened->plaintext.size()))) {
-      // (A partly parsed payload is wiped with the others on the way out.)
-      outcome[i] = absl::InvalidArgumentError("malformed inference request");
-    } else {
-      model = *found;
-      for (const auto& t : payloads[i].inputs()) {
-        auto input = CheckInput(t);
-        if (!input.ok()) {
-          outcome[i] = input.status();
-          break;
-        }
-        requests[i].inputs.push_back(std::move(*input));
-      }
-      requests[i].requested_outputs.assign(payloads[i].outputs().begin(),
-                                           payloads[i].outputs().end());
-      if (item.time_left_ns() != 0) {
-        // From the host, like the rest of the item: it can only cut its tenant's request
-        // short, which it could do by not sending it.
-        requests[i].deadline = start + absl::Nanoseconds(std::max<int64_t>(item.time_left_ns(), 0));
-      }
-    }
-    proto::WipeString(*item.mutable_ciphertext());
+void Enclave::OpenBatchItem(boundary::v1::InferBatchCall& call, int index, absl::Time start,
+                            OpenedBatch& batch) {
+  auto& item = *call.mutable_items(index);
+  // Opened in place in the item's ciphertext field, which is wiped below once parsed.
+  auto opened = sessions_->OpenItem(item, crypto::MessageKind::kInfer, call.tenant_id());
+  if (!opened.ok()) {
+    // Not sealed: the session or message did not authenticate, so there is no key to
+    // answer under. The host relays this status.
+    batch.replies[index].set_request_id(item.request_id());
+    batch.replies[index].mutable_status()->set_code(static_cast<int>(opened.status().code()));
+    batch.replies[index].mutable_status()->set_message(std::string(opened.status().message()));
+    batch.outcome[index] = opened.status();
+    return;
   }
+  batch.sessions[index] = opened->session;
+  auto found = models_->Get(call.model_handle(), opened->session->identity_public_key());
+  api::v1::InferRequestPayload& payload = batch.payloads[index];
+  if (!found.ok()) {
+    batch.outcome[index] = found.status();
+  } else if ((*found)->llm != nullptr) {
+    // An LLM: its requests are prompts, not tensors.
+    batch.outcome[index] = absl::FailedPreconditionError(
+        absl::StrCat("model '", (*found)->name, "' is a generative model: use Generate"));
+  } else if (!payload.ParseFromArray(opened->plaintext.data(),
+                                     static_cast<int>(opened->plaintext.size()))) {
+    // (A partly parsed payload is wiped with the others on the way out.)
+    batch.outcome[index] = absl::InvalidArgumentError("malformed inference request");
+  } else {
+    batch.model = *found;
+    batch.outcome[index] = ReadRequest(payload, item.time_left_ns(), start, batch.requests[index]);
+  }
+  proto::WipeString(*item.mutable_ciphertext());
+}
 
-  // Every valid request crosses to the executor in one transfer and runs (together when their
-  // shapes allow); a refused transfer refuses the whole batch before anything runs.
+// Every valid request crosses to the executor in one transfer and runs (together when their
+// shapes allow); a refused transfer refuses the whole batch before anything runs.
+absl::Status Enclave::RunOpenedBatch(const boundary::v1::InferBatchCall& call, OpenedBatch& batch) {
   std::vector<size_t> runnable;
-  std::vector<BatchRequest> batch;
-  for (size_t i = 0; i < count; ++i) {
-    if (sessions[i] && outcome[i].ok()) {
+  std::vector<BatchRequest> requests;
+  for (size_t i = 0; i < batch.sessions.size(); ++i) {
+    if (batch.sessions[i] && batch.outcome[i].ok()) {
       runnable.push_back(i);
-      batch.push_back(std::move(requests[i]));
+      requests.push_back(std::move(batch.requests[i]));
     }
   }
-  boundary::v1::UsageCounters usage;
-  std::vector<absl::StatusOr<api::v1::InferReplyPayload>> bodies(count);
-  if (!runnable.empty()) {
-    auto ran = RunBatch(*model->model, *batch_path_, batch, runs_.get());
-    if (!ran.ok()) {
-      Log(LogLevel::kError, "batch_transfer_refused",
-          {{"tenant", call.tenant_id()}, {"requests", static_cast<int>(runnable.size())},
-           {"reason", std::string(ran.status().message())}});
-      return ran.status();
-    }
-    for (size_t r = 0; r < runnable.size(); ++r) {
-      bodies[runnable[r]] = std::move(ran->replies[r]);
-      if (!bodies[runnable[r]].ok()) outcome[runnable[r]] = bodies[runnable[r]].status();
-    }
-    usage.set_input_size(ran->input_size);
-    usage.set_output_size(ran->output_size);
-    usage.set_execution_ns(ran->execution_ns);
-    usage.set_transfer_ns(ran->transfer_ns);
+  if (runnable.empty()) return absl::OkStatus();
+  auto ran = RunBatch(*batch.model->model, *batch_path_, requests, runs_.get());
+  if (!ran.ok()) {
+    Log(LogLevel::kError, "batch_transfer_refused",
+        {{"tenant", call.tenant_id()},
+         {"requests", static_cast<int>(runnable.size())},
+         {"reason", std::string(ran.status().message())}});
+    return ran.status();
   }
+  for (size_t r = 0; r < runnable.size(); ++r) {
+    auto& body = batch.bodies[runnable[r]];
+    body = std::move(ran->replies[r]);
+    if (!body.ok()) batch.outcome[runnable[r]] = body.status();
+  }
+  batch.usage.set_input_size(ran->input_size);
+  batch.usage.set_output_size(ran->output_size);
+  batch.usage.set_execution_ns(ran->execution_ns);
+  batch.usage.set_transfer_ns(ran->transfer_ns);
+  return absl::OkStatus();
+}
 
-  for (size_t i = 0; i < count; ++i) {
-    if (!sessions[i]) continue;
-    if (outcome[i].ok()) {
-      usage.set_requests(usage.requests() + 1);
+void Enclave::SealBatchReplies(const boundary::v1::InferBatchCall& call, OpenedBatch& batch,
+                               boundary::v1::InferBatchResult& result) {
+  for (size_t i = 0; i < batch.sessions.size(); ++i) {
+    if (!batch.sessions[i]) continue;
+    const absl::Status& outcome = batch.outcome[i];
+    if (outcome.ok()) {
+      batch.usage.set_requests(batch.usage.requests() + 1);
     } else {
-      usage.set_failed_requests(usage.failed_requests() + 1);
+      batch.usage.set_failed_requests(batch.usage.failed_requests() + 1);
     }
-    replies[i] = sessions_->SealReply(
-        *sessions[i], call.items(i), crypto::MessageKind::kInfer,
-        MakeEnvelope(outcome[i], outcome[i].ok() ? &*bodies[i] : nullptr));
+    batch.replies[i] =
+        sessions_->SealReply(*batch.sessions[i], call.items(i), crypto::MessageKind::kInfer,
+                             MakeEnvelope(outcome, outcome.ok() ? &*batch.bodies[i] : nullptr));
   }
-  for (auto& reply : replies) *result.add_replies() = std::move(reply);
-  result.set_execution_ns(absl::ToInt64Nanoseconds(absl::Now() - start));
+  for (auto& reply : batch.replies) *result.add_replies() = std::move(reply);
+}
 
-  // The signed account of this batch. A batch in which no request opened in a session is
-  // nobody's usage and gets none.
-  if (usage.requests() + usage.failed_requests() > 0) {
-    usage.set_batches(1);
-    boundary::v1::UsageReceipt receipt = usage_->Record(call.tenant_id(), call.model_handle(), usage);
-    std::string serialized = receipt.SerializeAsString();
-    ASSIGN_OR_RETURN(Bytes signature,
-                     crypto::SignUsageReceipt(keys_.signing_seed.span(), AsBytes(serialized)));
-    result.mutable_receipt()->set_receipt(std::move(serialized));
-    result.mutable_receipt()->set_signature(ToString(signature));
-  }
-  return result;
+// The signed account of a batch. A batch in which no request opened in a session is nobody's
+// usage and gets none.
+absl::Status Enclave::SignBatchUsage(const boundary::v1::InferBatchCall& call,
+                                     boundary::v1::UsageCounters& usage,
+                                     boundary::v1::InferBatchResult& result) {
+  if (usage.requests() + usage.failed_requests() == 0) return absl::OkStatus();
+  usage.set_batches(1);
+  boundary::v1::UsageReceipt receipt = usage_->Record(call.tenant_id(), call.model_handle(), usage);
+  std::string serialized = receipt.SerializeAsString();
+  ASSIGN_OR_RETURN(Bytes signature,
+                   crypto::SignUsageReceipt(keys_.signing_seed.span(), AsBytes(serialized)));
+  result.mutable_receipt()->set_receipt(std::move(serialized));
+  result.mutable_receipt()->set_signature(ToString(signature));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<boundary::v1::SignAuditCheckpointResult> Enclave::SignAuditCheckpoint(

@@ -13,11 +13,12 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "attest/collector.h"
 #include "attest/collectors/hardware_collector.h"
 #include "base/clock.h"
@@ -87,27 +88,39 @@ class Enclave {
   // fields, so a caller that is done with the call moves it in.
   boundary::v1::EnclaveToHost Handle(boundary::v1::HostToEnclave call);
 
-  // The batches' host transfer path, for its statistics: only when models compute in host
-  // memory (a device executor with a path of its own has no host path; see batch_path.h).
-  // And the enclave's public signing key (the one in its evidence bundle, which verifies its
-  // usage receipts).
-  const pcie::TransferPath& transfer_path() const {
-    const auto* host = dynamic_cast<const pcie::HostBatchPath*>(batch_path_.get());
-    CLOISTER_CHECK(host != nullptr);
-    return host->transfer();
-  }
+  // The batches' host transfer path, for its statistics. FailedPrecondition when models
+  // compute in device memory: a device executor's own path has no host path (batch_path.h).
+  absl::StatusOr<const pcie::TransferPath*> transfer_path() const;
+  // The enclave's public signing key (the one in its evidence bundle, which verifies its usage
+  // receipts).
   const Bytes& signing_public_key() const { return keys_.signing_public_key; }
 
  private:
+  // One inference batch on its way through InferBatch, item by item (enclave.cc).
+  struct OpenedBatch;
+
   Enclave() = default;
 
-  absl::StatusOr<boundary::v1::GetEvidenceResult> GetEvidence(const boundary::v1::GetEvidenceCall&);
+  absl::StatusOr<boundary::v1::GetEvidenceResult> GetEvidence(const boundary::v1::GetEvidenceCall&)
+      ABSL_LOCKS_EXCLUDED(evidence_mu_);
   absl::StatusOr<boundary::v1::OpenSessionResult> OpenSession(const boundary::v1::OpenSessionCall&);
   // The sealed calls take their message mutable: each opens its request in place.
   absl::StatusOr<boundary::v1::LoadModelResult> LoadModel(boundary::v1::LoadModelCall&);
   absl::StatusOr<boundary::v1::SealedCallResult> ListModels(boundary::v1::SealedCallMessage&);
   absl::StatusOr<boundary::v1::SealedCallResult> DeleteModel(boundary::v1::SealedCallMessage&);
   absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(boundary::v1::InferBatchCall&);
+  // InferBatch's steps. CheckBatch refuses a batch that is too large or mixes models or
+  // tenants; OpenBatchItem opens item `index` and reads its request, or records why not;
+  // RunOpenedBatch runs the requests that opened (an error refuses the whole batch);
+  // SealBatchReplies seals one reply per item that opened in a session and counts it; and
+  // SignBatchUsage adds the signed usage receipt when any item did.
+  absl::Status CheckBatch(const boundary::v1::InferBatchCall&);
+  void OpenBatchItem(boundary::v1::InferBatchCall&, int index, absl::Time start, OpenedBatch&);
+  absl::Status RunOpenedBatch(const boundary::v1::InferBatchCall&, OpenedBatch&);
+  void SealBatchReplies(const boundary::v1::InferBatchCall&, OpenedBatch&,
+                        boundary::v1::InferBatchResult&);
+  absl::Status SignBatchUsage(const boundary::v1::InferBatchCall&,
+                              boundary::v1::UsageCounters& usage, boundary::v1::InferBatchResult&);
   // Signs the head of the host's audit log (a 32-byte digest and its sequence number) with the
   // evidence signing key; InvalidArgument for a digest of another size or sequence 0.
   absl::StatusOr<boundary::v1::SignAuditCheckpointResult> SignAuditCheckpoint(
@@ -116,17 +129,17 @@ class Enclave {
   // Model memory by handle and, when there is a device, its memory.
   absl::StatusOr<boundary::v1::StatsResult> GetStats();
 
-  bool IsKnownEvidence(ByteSpan digest);
+  bool IsKnownEvidence(ByteSpan digest) ABSL_LOCKS_EXCLUDED(evidence_mu_);
   // Collects evidence over `nonce` and serializes it with the collection time.
   absl::StatusOr<std::string> CollectSerialized(ByteSpan nonce);
   // The cached evidence and its digest, recollected over a new nonce when older than
   // kEvidenceRefresh, so clients with a maximum evidence age keep accepting it.
-  absl::StatusOr<std::pair<std::string, Bytes>> CurrentEvidence();
+  absl::StatusOr<std::pair<std::string, Bytes>> CurrentEvidence() ABSL_LOCKS_EXCLUDED(evidence_mu_);
 
   EnclaveOptions options_;
   EnclaveKeys keys_;
   std::unique_ptr<attest::EvidenceCollector> collector_;
-  std::mutex evidence_mu_;
+  absl::Mutex evidence_mu_;
   std::string evidence_ ABSL_GUARDED_BY(evidence_mu_);  // serialized EvidenceBundle
   Bytes evidence_digest_ ABSL_GUARDED_BY(evidence_mu_);
   absl::Time evidence_time_ ABSL_GUARDED_BY(evidence_mu_);

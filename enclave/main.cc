@@ -18,9 +18,6 @@
 #include "enclave/batch_runner.h"
 #include "enclave/boundary/boundary_server.h"
 #include "enclave/enclave.h"
-#ifdef CLOISTER_WITH_CUDA_EXECUTOR
-#include "enclave/gpu/cuda_memory.h"
-#endif
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/model.h"
 
@@ -226,16 +223,14 @@ int main(int argc, char** argv) {
       {{"name", std::string((*executor)->name())},
        {"blas_threads", options.load_options.threads},
        {"run_threads", options.run_threads}});
-#ifdef CLOISTER_WITH_CUDA_EXECUTOR
-  // The operator's statistics show the device's memory when models run on it.
-  if ((*executor)->name().starts_with("cuda")) {
-    options.device_memory = []() -> absl::StatusOr<enclave::DeviceMemoryInfo> {
-      absl::StatusOr<gpu::CudaMemoryUsage> usage = gpu::CurrentDeviceMemory();
+  // The operator's statistics show the device's memory when models run on one.
+  if (!absl::IsUnimplemented((*executor)->DeviceMemoryUsage().status())) {
+    options.device_memory = [chosen = *executor]() -> absl::StatusOr<enclave::DeviceMemoryInfo> {
+      absl::StatusOr<runtime::Executor::DeviceMemory> usage = chosen->DeviceMemoryUsage();
       if (!usage.ok()) return usage.status();
       return enclave::DeviceMemoryInfo{usage->total_size, usage->used_size};
     };
   }
-#endif
 
   auto measurement = attest::MeasureFile("/proc/self/exe");
   if (!measurement.ok()) {

@@ -1,12 +1,12 @@
 #include "enclave/boundary/boundary_server.h"
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/log.h"
 #include "base/secret_bytes.h"
 #include "proto/frame.h"
@@ -26,18 +26,49 @@ absl::StatusOr<HostToEnclave> ParseHostFrame(absl::string_view frame) {
   return call;
 }
 
-absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<HostToEnclave> queue;
-  bool closing = false;
-  std::mutex write_mu;
-  absl::Status write_status;
+namespace {
 
+// The calls read from the host and not yet taken by a worker.
+class CallQueue {
+ public:
+  void Push(HostToEnclave call) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(std::move(call));
+  }
+  // After Close, Pop hands out the calls still queued, then returns false.
+  void Close() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+  }
+  // Waits for a call; false once the queue is closed and empty.
+  bool Pop(HostToEnclave& call) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &CallQueue::ReadyLocked));
+    if (calls_.empty()) return false;
+    call = std::move(calls_.front());
+    calls_.pop_front();
+    return true;
+  }
+
+ private:
+  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closing_ || !calls_.empty();
+  }
+
+  absl::Mutex mu_;
+  std::deque<HostToEnclave> calls_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
+  CallQueue queue;
+  absl::Mutex write_mu;  // one reply frame at a time on `fd`
   auto reply = [&](const EnclaveToHost& message) {
-    std::lock_guard<std::mutex> lock(write_mu);
-    absl::Status st = boundary::WriteMessageFrame(fd, message);
-    if (!st.ok() && write_status.ok()) write_status = st;
+    absl::MutexLock lock(&write_mu);
+    // A failed write shows on the read side too, which ends the loop below.
+    (void)boundary::WriteMessageFrame(fd, message);
   };
 
   std::vector<std::thread> workers;
@@ -45,13 +76,7 @@ absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
     workers.emplace_back([&] {
       while (true) {
         HostToEnclave call;
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return closing || !queue.empty(); });
-          if (queue.empty()) return;
-          call = std::move(queue.front());
-          queue.pop_front();
-        }
+        if (!queue.Pop(call)) return;
         reply(handler(std::move(call)));
         // The handler opened sealed requests and models on this thread's stack, and its
         // copies left their last bytes in the vector registers.
@@ -79,15 +104,9 @@ absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
       reply(error);
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu);
-    queue.push_back(std::move(*call));
-    cv.notify_one();
+    queue.Push(std::move(*call));
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    closing = true;
-  }
-  cv.notify_all();
+  queue.Close();
   for (auto& t : workers) t.join();
   return status;
 }

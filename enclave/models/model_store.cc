@@ -209,7 +209,7 @@ absl::StatusOr<ModelStore::LoadResult> ModelStore::Load(ByteSpan owner, const st
     return absl::InvalidArgumentError("model handle does not match the owner and model name");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (models_.count(handle)) {
       return absl::AlreadyExistsError(
           absl::StrCat("model '", request.name(), "' already exists; delete it first"));
@@ -224,8 +224,10 @@ absl::StatusOr<ModelStore::LoadResult> ModelStore::Load(ByteSpan owner, const st
                            memory_budget));
   ASSIGN_OR_RETURN(Bytes wrapped, Wrap(*stored, AsBytes(request.model_key()),
                                        AsBytes(request.plaintext_sha256())));
-  LoadResult result{stored->info, std::move(wrapped)};
-  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t memory_size =
+      stored->llm != nullptr ? static_cast<uint64_t>(stored->llm->weight_bytes()) : 0;
+  LoadResult result{stored->info, std::move(wrapped), memory_size};
+  absl::MutexLock lock(&mu_);
   if (!models_.emplace(handle, std::move(stored)).second) {
     return absl::AlreadyExistsError(
         absl::StrCat("model '", request.name(), "' already exists; delete it first"));
@@ -264,14 +266,14 @@ absl::Status ModelStore::Reload(const std::string& handle, ByteSpan wrapped_key,
   // Counted against the quota when it was uploaded: no budget again.
   ASSIGN_OR_RETURN(auto stored,
                    Decrypt(owner, handle, model_name, key, digest, size, ciphertext, 0));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   models_[handle] = std::move(stored);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const StoredModel>> ModelStore::Get(const std::string& handle,
                                                                    ByteSpan owner) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = models_.find(handle);
   if (it == models_.end() || !ConstantTimeEquals(it->second->owner, owner)) {
     return absl::NotFoundError("model not found");
@@ -280,7 +282,7 @@ absl::StatusOr<std::shared_ptr<const StoredModel>> ModelStore::Get(const std::st
 }
 
 std::vector<api::v1::ModelInfo> ModelStore::List(ByteSpan owner) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<api::v1::ModelInfo> out;
   for (const auto& [handle, model] : models_) {
     if (ConstantTimeEquals(model->owner, owner)) out.push_back(model->info);
@@ -289,7 +291,7 @@ std::vector<api::v1::ModelInfo> ModelStore::List(ByteSpan owner) {
 }
 
 std::vector<std::pair<std::string, uint64_t>> ModelStore::SizesByHandle() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::pair<std::string, uint64_t>> sizes;
   sizes.reserve(models_.size());
   for (const auto& [handle, model] : models_) sizes.emplace_back(handle, model->size);
@@ -298,7 +300,7 @@ std::vector<std::pair<std::string, uint64_t>> ModelStore::SizesByHandle() {
 
 absl::StatusOr<std::string> ModelStore::Delete(const std::string& name, ByteSpan owner) {
   std::string handle = crypto::ModelHandle(owner, name);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = models_.find(handle);
   if (it == models_.end() || !ConstantTimeEquals(it->second->owner, owner)) {
     return absl::NotFoundError("model not found");

@@ -11,12 +11,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/bytes.h"
 #include "base/secret_bytes.h"
 #include "cloister/api/v1/api.pb.h"
@@ -49,6 +49,9 @@ class ModelStore {
   struct LoadResult {
     api::v1::ModelInfo info;
     Bytes wrapped_key;
+    // Bytes the model takes in memory as the store counts them: an LLM's weights
+    // (llm::Model::weight_bytes, what the budget bounds); 0 for an ONNX model, not counted.
+    uint64_t memory_size = 0;
   };
   // Loads a newly uploaded model for `owner` under `handle` (which must be the handle of
   // owner and name). A plaintext that is a model package (package::IsModelPackage) is read
@@ -60,19 +63,22 @@ class ModelStore {
   // over the budget (ResourceExhausted), a name already in use by the same owner.
   absl::StatusOr<LoadResult> Load(ByteSpan owner, const std::string& handle,
                                   const api::v1::LoadModelRequest& request, ByteSpan ciphertext,
-                                  uint64_t memory_budget = 0);
+                                  uint64_t memory_budget = 0) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Reloads a model from its wrapped key and stored ciphertext (after a restart).
-  absl::Status Reload(const std::string& handle, ByteSpan wrapped_key, ByteSpan ciphertext);
+  absl::Status Reload(const std::string& handle, ByteSpan wrapped_key, ByteSpan ciphertext)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The model under `handle` if `owner` owns it; NotFound("model not found") otherwise.
-  absl::StatusOr<std::shared_ptr<const StoredModel>> Get(const std::string& handle, ByteSpan owner);
-  std::vector<api::v1::ModelInfo> List(ByteSpan owner);
+  absl::StatusOr<std::shared_ptr<const StoredModel>> Get(const std::string& handle, ByteSpan owner)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<api::v1::ModelInfo> List(ByteSpan owner) ABSL_LOCKS_EXCLUDED(mu_);
   // Every stored model's handle and size (bytes of the decrypted model), for the operator's
   // statistics: no names, no owners.
-  std::vector<std::pair<std::string, uint64_t>> SizesByHandle();
+  std::vector<std::pair<std::string, uint64_t>> SizesByHandle() ABSL_LOCKS_EXCLUDED(mu_);
   // Deletes `owner`'s model `name`; returns its handle. NotFound if there is none.
-  absl::StatusOr<std::string> Delete(const std::string& name, ByteSpan owner);
+  absl::StatusOr<std::string> Delete(const std::string& name, ByteSpan owner)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::StatusOr<std::shared_ptr<StoredModel>> Decrypt(ByteSpan owner, const std::string& handle,
@@ -84,7 +90,7 @@ class ModelStore {
   const SecretBytes sealing_key_;
   const runtime::LoadOptions load_options_;
   const ModelStoreLimits limits_;
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const StoredModel>> models_ ABSL_GUARDED_BY(mu_);
 };
 

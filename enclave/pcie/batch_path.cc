@@ -1,28 +1,13 @@
 #include "enclave/pcie/batch_path.h"
 
 #include <cstring>
-#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "base/status.h"
+#include "enclave/runtime/executor.h"
 
 namespace cloister::enclave::pcie {
-
-namespace {
-
-struct DevicePaths {
-  absl::Mutex mutex;
-  std::map<std::string, DevicePathFactory, std::less<>> factories ABSL_GUARDED_BY(mutex);
-};
-
-DevicePaths& Registry() {
-  static DevicePaths* const registry = new DevicePaths();  // never destroyed
-  return *registry;
-}
-
-}  // namespace
 
 absl::Status CheckGatherPiece(const PathBuffer& staging, const GatherPiece& piece) {
   if (piece.offset <= staging.size && piece.size <= staging.size - piece.offset) {
@@ -67,31 +52,11 @@ absl::StatusOr<PathBuffer> HostBatchPath::ToHost(const PathBuffer& device) {
   return HoldLease(std::move(buffer));
 }
 
-void RegisterDevicePath(std::string executor_name, DevicePathFactory factory) {
-  DevicePaths& registry = Registry();
-  absl::MutexLock lock(&registry.mutex);
-  registry.factories[std::move(executor_name)] = std::move(factory);
-}
-
-absl::StatusOr<std::unique_ptr<BatchPath>> NewDevicePath(std::string_view executor_name,
-                                                         PcieMode mode,
-                                                         const TransferOptions& options) {
-  DevicePathFactory factory;
-  {
-    DevicePaths& registry = Registry();
-    absl::MutexLock lock(&registry.mutex);
-    auto it = registry.factories.find(executor_name);
-    if (it == registry.factories.end()) return std::unique_ptr<BatchPath>();
-    factory = it->second;
-  }
-  return factory(mode, options);
-}
-
 absl::StatusOr<std::unique_ptr<BatchPath>> NewBatchPath(std::string_view executor_name,
                                                         PcieMode mode,
                                                         const TransferOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<BatchPath> device, NewDevicePath(executor_name, mode, options));
-  if (device != nullptr) return device;
+  ASSIGN_OR_RETURN(runtime::BatchPathFactory device, runtime::FindBatchPathFactory(executor_name));
+  if (device) return device(mode, options);
   ASSIGN_OR_RETURN(std::unique_ptr<HostBatchPath> host, HostBatchPath::Create(mode, options));
   return std::unique_ptr<BatchPath>(std::move(host));
 }

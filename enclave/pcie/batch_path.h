@@ -6,20 +6,20 @@
 //   host path    (HostBatchPath) the executor computes in host memory (the CPU executor, or any
 //                executor without a path of its own): a TransferPath, whose "device side" is the
 //                enclave's own memory and, in mode emulated, its executor thread decrypts.
-//   device path  registered by a device executor's library (enclave/gpu registers one for
-//                "cuda" and "cuda-strict"): the executor-side buffers are device memory, and in
-//                mode emulated the device decrypts the inputs and seals the outputs.
+//   device path  registered with its device executor (runtime::RegisterExecutorProvider;
+//                enclave/gpu registers one with "cuda" and "cuda-strict"): the executor-side
+//                buffers are device memory, and in mode emulated the device decrypts the inputs
+//                and seals the outputs.
 //
 // Buffers are leases: each zeroes its block (host or device) when the last holder lets go.
 //
-// Threading: implementations are thread-safe; several batches may cross at once. The registry
+// Threading: implementations are thread-safe; several batches may cross at once. NewBatchPath
 // is thread-safe. Ownership: a PathBuffer's `hold` keeps its block (and the pool it returns to)
 // alive, so buffers may outlive the path.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -127,24 +127,11 @@ class HostBatchPath final : public BatchPath {
   TransferPath& transfer_;
 };
 
-// Makes a device executor's path for `mode` with the host path's options (chunk size, sealing
-// threads, largest transfer, idle buffers, the in-flight test hook); FailedPrecondition when the
-// device is not there.
-using DevicePathFactory =
-    std::function<absl::StatusOr<std::unique_ptr<BatchPath>>(PcieMode, const TransferOptions&)>;
-
-// Called by a device executor's library when it is linked in, under its executor's name.
-void RegisterDevicePath(std::string executor_name, DevicePathFactory factory);
-
-// The path registered for the executor named `executor_name`, made for `mode`; nullptr when
-// that executor computes in host memory (none registered), so batches take a HostBatchPath.
-absl::StatusOr<std::unique_ptr<BatchPath>> NewDevicePath(std::string_view executor_name,
-                                                         PcieMode mode,
-                                                         const TransferOptions& options);
-
-// The path batches for the executor named `executor_name` take: its device path when one is
-// registered, else a HostBatchPath over a TransferPath of its own (made only then, so a device
-// executor starts no idle host cipher threads).
+// The path batches for the executor named `executor_name` (runtime::Executor::name()) take: the
+// batch path registered with that executor (runtime::FindBatchPathFactory) when it has one, else
+// a HostBatchPath over a TransferPath of its own (made only then, so a device executor starts no
+// idle host cipher threads). NotFound for a name no executor is registered under; the device
+// path's own errors (FailedPrecondition without the device).
 absl::StatusOr<std::unique_ptr<BatchPath>> NewBatchPath(std::string_view executor_name,
                                                         PcieMode mode,
                                                         const TransferOptions& options);

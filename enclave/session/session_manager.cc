@@ -26,7 +26,7 @@ Session::Session(crypto::ChannelKeys keys, std::string tenant_id, Bytes identity
 
 absl::StatusOr<size_t> Session::OpenInPlace(uint64_t sequence, const crypto::MessageHeader& header,
                                             std::span<uint8_t> message, uint64_t max_messages) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (received_ >= max_messages) {
     return absl::FailedPreconditionError("session message limit reached; open a new session");
   }
@@ -37,7 +37,7 @@ absl::StatusOr<size_t> Session::OpenInPlace(uint64_t sequence, const crypto::Mes
 
 absl::StatusOr<uint64_t> Session::SealInPlace(const crypto::MessageHeader& header,
                                               std::span<uint8_t> message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return sender_.SealInPlace(header, message);
 }
 
@@ -87,7 +87,7 @@ absl::StatusOr<boundary::v1::OpenSessionResult> SessionManager::Open(
   auto session = std::make_shared<Session>(std::move(keys), tenant_id, identity, expires);
 
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     DropExpiredLocked();
     if (sessions_.size() >= limits_.max_sessions) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -116,7 +116,7 @@ absl::StatusOr<boundary::v1::OpenSessionResult> SessionManager::Open(
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(ByteSpan session_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = sessions_.find(Bytes(session_id.begin(), session_id.end()));
   if (it == sessions_.end() || it->second->expires_at() <= clock_->Now()) {
     if (it != sessions_.end()) sessions_.erase(it);
@@ -173,7 +173,7 @@ SealedReplyItem SessionManager::SealReply(Session& session, const SealedItem& it
 }
 
 size_t SessionManager::session_count() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return sessions_.size();
 }
 

@@ -8,12 +8,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/bytes.h"
 #include "base/clock.h"
@@ -44,18 +44,19 @@ class Session {
   // the plaintext's size at the start of `message`. PermissionDenied for replays; a message that
   // fails authentication changes no state. On failure `message` is wiped.
   absl::StatusOr<size_t> OpenInPlace(uint64_t sequence, const crypto::MessageHeader& header,
-                                     std::span<uint8_t> message, uint64_t max_messages);
+                                     std::span<uint8_t> message, uint64_t max_messages)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Seals an enclave-to-client message in place (crypto::ChannelSender::SealInPlace); returns
   // the sequence number.
   absl::StatusOr<uint64_t> SealInPlace(const crypto::MessageHeader& header,
-                                       std::span<uint8_t> message);
+                                       std::span<uint8_t> message) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const Bytes id_;
   const std::string tenant_id_;
   const Bytes identity_public_key_;
   const absl::Time expires_at_;
-  std::mutex mu_;
+  absl::Mutex mu_;
   crypto::ChannelReceiver receiver_ ABSL_GUARDED_BY(mu_);
   crypto::ChannelSender sender_ ABSL_GUARDED_BY(mu_);
   uint64_t received_ ABSL_GUARDED_BY(mu_) = 0;
@@ -78,10 +79,11 @@ class SessionManager {
   // mismatch, bad transcript signature, too many sessions.
   absl::StatusOr<boundary::v1::OpenSessionResult> Open(const std::string& tenant_id,
                                                        ByteSpan hpke_enc, ByteSpan sealed_hello,
-                                                       ByteSpan evidence_digest);
+                                                       ByteSpan evidence_digest)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Finds a live session. NotFound("unknown or expired session; open a new session") otherwise.
-  absl::StatusOr<std::shared_ptr<Session>> Find(ByteSpan session_id);
+  absl::StatusOr<std::shared_ptr<Session>> Find(ByteSpan session_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Opens one sealed item of `kind` for `tenant_id`: the session must exist, belong to that
   // tenant, and the message must authenticate and not be a replay. Opened in place in the
@@ -92,7 +94,7 @@ class SessionManager {
     ByteSpan plaintext;
   };
   absl::StatusOr<Opened> OpenItem(boundary::v1::SealedItem& item, crypto::MessageKind kind,
-                                  const std::string& tenant_id);
+                                  const std::string& tenant_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Seals a ReplyEnvelope for `item` (same request id and model handle, kind of the call).
   // Takes the envelope and wipes it, and its serialized copy, once sealed: the reply's
@@ -101,19 +103,20 @@ class SessionManager {
                                           crypto::MessageKind kind,
                                           api::v1::ReplyEnvelope envelope);
 
-  size_t session_count();
+  size_t session_count() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void DropExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The item's session when it belongs to `tenant_id`; NotFound (as for an unknown session)
   // otherwise.
   absl::StatusOr<std::shared_ptr<Session>> ItemSession(const boundary::v1::SealedItem& item,
-                                                       const std::string& tenant_id);
+                                                       const std::string& tenant_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const EnclaveKeys* keys_;
   Clock* clock_;
   const SessionLimits limits_;
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::map<Bytes, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };
 

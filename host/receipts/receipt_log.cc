@@ -86,7 +86,7 @@ absl::StatusOr<std::unique_ptr<ReceiptLog>> ReceiptLog::Open(const std::string& 
 }
 
 ReceiptLog::~ReceiptLog() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ::fdatasync(fd_);
   ::close(fd_);
 }
@@ -107,7 +107,7 @@ absl::StatusOr<UsageReceipt> ReceiptLog::Append(const std::string& worker,
   auto printed = google::protobuf::util::MessageToJsonString(line, &json, options);
   if (!printed.ok()) return absl::InternalError("cannot print a receipt log line");
   json.push_back('\n');
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   size_t written = 0;
   while (written < json.size()) {
     ssize_t n = ::write(fd_, json.data() + written, json.size() - written);
@@ -122,7 +122,7 @@ absl::StatusOr<UsageReceipt> ReceiptLog::Append(const std::string& worker,
 }
 
 absl::Status ReceiptLog::Sync() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (::fdatasync(fd_) != 0) {
     return absl::InternalError(
         absl::StrCat("cannot sync receipt log ", path_, ": ", std::strerror(errno)));

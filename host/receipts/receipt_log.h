@@ -11,13 +11,13 @@
 #include <istream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/bytes.h"
 #include "base/clock.h"
 #include "cloister/boundary/v1/boundary.pb.h"
@@ -51,10 +51,10 @@ class ReceiptLog {
   // written; Internal when the write fails. Lines are written whole, with one write(2) each.
   absl::StatusOr<boundary::v1::UsageReceipt> Append(
       const std::string& worker, ByteSpan enclave_signing_public_key,
-      const boundary::v1::SignedUsageReceipt& signed_receipt);
+      const boundary::v1::SignedUsageReceipt& signed_receipt) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Flushes the file to stable storage (fdatasync).
-  absl::Status Sync();
+  absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& path() const { return path_; }
 
@@ -63,7 +63,7 @@ class ReceiptLog {
       : path_(std::move(path)), fd_(fd), clock_(clock) {}
 
   const std::string path_;
-  std::mutex mu_;
+  absl::Mutex mu_;
   const int fd_ ABSL_GUARDED_BY(mu_);
   Clock* const clock_;
 };

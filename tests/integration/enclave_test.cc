@@ -5,15 +5,18 @@
 // wrapped model key under another measurement. Also: batches cross the PCIe path in one
 // transfer each way in every mode, a modified emulated transfer refuses the batch, and every
 // batch's signed usage receipt verifies and adds up to the requests sent.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "attest/binding.h"
 #include "attest/policy.h"
 #include "attest/verifier.h"
 #include "base/file.h"
+#include "base/status.h"
 #include "crypto/channel.h"
 #include "crypto/chunked.h"
 #include "crypto/hash.h"
@@ -22,6 +25,8 @@
 #include "crypto/model_handle.h"
 #include "crypto/random.h"
 #include "enclave/enclave.h"
+#include "enclave/pcie/batch_path.h"
+#include "enclave/runtime/executor.h"
 #include "gtest/gtest.h"
 #include "host/audit/audit_log.h"
 #include "host/receipts/receipt_log.h"
@@ -95,6 +100,13 @@ class EnclaveTest : public ::testing::Test {
     auto made = enclave::Enclave::Create(std::move(options));
     EXPECT_TRUE(made.ok()) << made.status();
     return made.ok() ? std::move(*made) : nullptr;
+  }
+
+  // The statistics of the enclave's host transfer path (its batches take one on the CPU).
+  enclave::pcie::TransferPath::Stats HostTransferStats() {
+    auto path = enclave_->transfer_path();
+    EXPECT_TRUE(path.ok()) << path.status();
+    return path.ok() ? (*path)->stats() : enclave::pcie::TransferPath::Stats();
   }
 
   std::unique_ptr<TestClient> Client(const std::string& tenant) {
@@ -360,7 +372,7 @@ TEST_F(EnclaveTest, HostCannotMixTenantsOrModelsInABatch) {
   EnclaveToHost wrong_tenant = InferBatch("beta", alpha->Handle("cls"), {a});
   EXPECT_EQ(wrong_tenant.status().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
   // Refused whole: nothing crossed to the executor and no usage was counted.
-  EXPECT_EQ(enclave_->transfer_path().stats().to_device_transfers, 0u);
+  EXPECT_EQ(HostTransferStats().to_device_transfers, 0u);
   EXPECT_FALSE(wrong_tenant.infer_batch().has_receipt());
   // And the genuine request still runs (a is unused so far).
   EnclaveToHost ok = InferBatch("alpha", alpha->Handle("cls"), {a});
@@ -446,7 +458,7 @@ TEST_F(EnclaveTest, EveryPcieModeMovesTheBatchInOneTransferEachWay) {
                            Bytes(payload.outputs(0).raw().begin(), payload.outputs(0).raw().end())};
       EXPECT_EQ(CompareArrays(actual, *expected), "") << "set " << set;
     }
-    auto stats = enclave_->transfer_path().stats();
+    auto stats = HostTransferStats();
     EXPECT_EQ(stats.to_device_transfers, 1u);
     EXPECT_EQ(stats.to_host_transfers, 1u);
     EXPECT_EQ(stats.to_device_size, 2u * 3 * 48 * 192 * 4);  // both requests' inputs
@@ -456,6 +468,98 @@ TEST_F(EnclaveTest, EveryPcieModeMovesTheBatchInOneTransferEachWay) {
       EXPECT_EQ(stats.chunks_sealed, 0u);
     }
   }
+}
+
+// An executor registered with a batch path of its own, as enclave/gpu registers CUDA's: the CPU
+// kernels under another name, and a path that counts what it carries over a host path.
+class CountingPath final : public enclave::pcie::BatchPath {
+ public:
+  explicit CountingPath(std::unique_ptr<enclave::pcie::HostBatchPath> host)
+      : host_(std::move(host)) {}
+  enclave::pcie::PcieMode mode() const override { return host_->mode(); }
+  int threads() const override { return host_->threads(); }
+  bool executor_memory_on_device() const override { return false; }
+  absl::StatusOr<enclave::pcie::PathBuffer> AcquireHostStaging(size_t size) override {
+    return host_->AcquireHostStaging(size);
+  }
+  absl::StatusOr<enclave::pcie::PathBuffer> ToDevice(ByteSpan host) override {
+    ++to_device;
+    return host_->ToDevice(host);
+  }
+  absl::StatusOr<enclave::pcie::PathBuffer> AcquireDeviceStaging(size_t size) override {
+    return host_->AcquireDeviceStaging(size);
+  }
+  absl::Status GatherOnDevice(const enclave::pcie::PathBuffer& staging,
+                              std::span<const enclave::pcie::GatherPiece> pieces) override {
+    return host_->GatherOnDevice(staging, pieces);
+  }
+  absl::StatusOr<enclave::pcie::PathBuffer> ToHost(
+      const enclave::pcie::PathBuffer& device) override {
+    ++to_host;
+    return host_->ToHost(device);
+  }
+
+  static inline std::atomic<int> to_device = 0;
+  static inline std::atomic<int> to_host = 0;
+
+ private:
+  std::unique_ptr<enclave::pcie::HostBatchPath> host_;
+};
+
+class ExecutorWithItsOwnPath final : public runtime::Executor {
+ public:
+  std::string_view name() const override { return "own-path-for-test"; }
+  const runtime::KernelRegistry& kernels() const override {
+    return runtime::CpuExecutor().kernels();
+  }
+};
+
+const runtime::Executor* ExecutorWithItsOwnPathInstance() {
+  static const ExecutorWithItsOwnPath* const executor = new ExecutorWithItsOwnPath();
+  return executor;
+}
+
+// Registers it (once) the way an optional target does, and returns it.
+const runtime::Executor* RegisterExecutorWithItsOwnPath() {
+  static const bool registered = [] {
+    runtime::RegisterExecutorProvider(
+        std::string(ExecutorWithItsOwnPathInstance()->name()),
+        [] { return absl::StatusOr<const runtime::Executor*>(ExecutorWithItsOwnPathInstance()); },
+        [](enclave::pcie::PcieMode mode, const enclave::pcie::TransferOptions& options)
+            -> absl::StatusOr<std::unique_ptr<enclave::pcie::BatchPath>> {
+          ASSIGN_OR_RETURN(auto host, enclave::pcie::HostBatchPath::Create(mode, options));
+          return std::unique_ptr<enclave::pcie::BatchPath>(new CountingPath(std::move(host)));
+        });
+    return true;
+  }();
+  (void)registered;
+  return ExecutorWithItsOwnPathInstance();
+}
+
+// One registration serves the executor and its batches: the enclave finds the path registered
+// with its executor and takes it, so it has no host transfer path of its own to report.
+TEST_F(EnclaveTest, BatchesTakeThePathRegisteredWithTheirExecutor) {
+  const runtime::Executor* executor = RegisterExecutorWithItsOwnPath();
+  enclave_ = MakeEnclave(
+      TestMeasurement("enclave under test"),
+      [executor](enclave::EnclaveOptions& options) { options.load_options.executor = executor; });
+  ASSERT_NE(enclave_, nullptr);
+  auto path = enclave_->transfer_path();
+  ASSERT_FALSE(path.ok());
+  EXPECT_EQ(path.status().code(), absl::StatusCode::kFailedPrecondition) << path.status();
+  EXPECT_NE(path.status().message().find("no host transfer path"), std::string::npos)
+      << path.status();
+
+  auto client = Client("alpha");
+  Upload(*client, "cls");
+  const int to_device = CountingPath::to_device, to_host = CountingPath::to_host;
+  SealedItem item = client->InferItem("cls", 0);
+  EnclaveToHost reply = InferBatch("alpha", client->Handle("cls"), {item});
+  ASSERT_EQ(reply.status().code(), 0) << reply.status().message();
+  EXPECT_TRUE(
+      client->OpenReply(crypto::MessageKind::kInfer, item, reply.infer_batch().replies(0)).ok());
+  EXPECT_EQ(CountingPath::to_device - to_device, 1);
+  EXPECT_EQ(CountingPath::to_host - to_host, 1);
 }
 
 TEST_F(EnclaveTest, RunThreadsOutOfRangeAreRefused) {
@@ -497,7 +601,7 @@ TEST_F(EnclaveTest, FlippedByteOnTheEmulatedPcieBusRefusesTheBatch) {
   EXPECT_NE(refused.status().message().find("failed authentication"), std::string::npos)
       << refused.status().message();
   EXPECT_EQ(refused.infer_batch().replies_size(), 0);
-  auto stats = enclave_->transfer_path().stats();
+  auto stats = HostTransferStats();
   EXPECT_EQ(stats.authentication_failures, 1u);
   EXPECT_EQ(stats.to_device_transfers, 0u);
   EXPECT_EQ(stats.to_host_transfers, 0u);  // no outputs: the model never ran
