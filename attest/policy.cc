@@ -6,16 +6,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
-#include <map>
 #include <set>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "attest/sim/sim_tee.h"
 #include "attest/spdm.h"
@@ -25,6 +21,7 @@
 #include "base/status.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
+#include "proto/yaml_message.h"
 
 namespace cloister::attest {
 namespace {
@@ -33,236 +30,16 @@ namespace pb = ::google::protobuf;
 
 constexpr uint64_t kMaxPolicyFileSize = 1 << 20;
 
-// Enum values are written in YAML without the enum's prefix, in lower case with dashes:
-// TEE_TYPE_SEV_SNP -> "sev-snp".
-std::string EnumPrefix(const pb::EnumDescriptor* type) {
-  std::string prefix;
-  for (char c : type->name()) {
-    if (absl::ascii_isupper(c) && !prefix.empty()) prefix.push_back('_');
-    prefix.push_back(absl::ascii_toupper(c));
-  }
-  return prefix + "_";
-}
+using ::cloister::proto::EnumYamlName;
+using ::cloister::proto::YamlMessageReader;
 
-std::string EnumYamlName(const pb::EnumValueDescriptor* value) {
-  std::string name = value->name();
-  std::string prefix = EnumPrefix(value->type());
-  if (absl::StartsWith(name, prefix)) name = name.substr(prefix.size());
-  return absl::StrReplaceAll(absl::AsciiStrToLower(name), {{"_", "-"}});
-}
-
-std::string NodeKind(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "nothing (null)";
-    case YAML::NodeType::Scalar:
-      return node.Tag() == "?" ? absl::StrCat("'", node.Scalar(), "'")
-                               : absl::StrCat("the string '", node.Scalar(), "'");
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    default:
-      return "nothing";
-  }
-}
-
-// Maps a YAML tree onto a protobuf message by reflection, remembering where each field was
-// written so that later checks can point at the line.
-class YamlPolicyReader {
+// Checks that the schema cannot express, with errors at the line of the field they name;
+// normalizes hex and version spellings.
+class PolicyChecker {
  public:
-  explicit YamlPolicyReader(absl::string_view source) : source_(source) {}
+  explicit PolicyChecker(const YamlMessageReader& reader) : reader_(reader) {}
 
-  absl::Status Read(const YAML::Node& root, Policy& policy) {
-    root_mark_ = root.Mark();
-    if (!root.IsMap()) {
-      return ErrorAt(root.Mark(), "",
-                     absl::StrCat("the policy must be a mapping of fields, not ", NodeKind(root)));
-    }
-    RETURN_IF_ERROR(ReadMessage(root, policy, ""));
-    return CheckSemantics(policy);
-  }
-
- private:
-  absl::Status ErrorAt(const YAML::Mark& mark, absl::string_view path, absl::string_view message) {
-    int line = mark.is_null() ? 1 : mark.line + 1;
-    if (path.empty())
-      return absl::InvalidArgumentError(absl::StrCat(source_, ":", line, ": ", message));
-    return absl::InvalidArgumentError(
-        absl::StrCat(source_, ":", line, ": field '", path, "': ", message));
-  }
-  // The mark of a field that was written, or of the closest enclosing mapping.
-  YAML::Mark MarkOf(const std::string& path) const {
-    std::string probe = path;
-    while (true) {
-      auto it = marks_.find(probe);
-      if (it != marks_.end()) return it->second;
-      size_t dot = probe.find_last_of(".[");
-      if (dot == std::string::npos) return root_mark_;
-      probe = probe.substr(0, dot);
-    }
-  }
-  absl::Status Error(const std::string& path, absl::string_view message) {
-    return ErrorAt(MarkOf(path), path, message);
-  }
-
-  absl::Status ReadMessage(const YAML::Node& map, pb::Message& message, const std::string& prefix) {
-    const pb::Descriptor* descriptor = message.GetDescriptor();
-    std::map<std::string, int> seen_lines;
-    for (const auto& entry : map) {
-      // Copies: yaml-cpp's iterator hands out temporaries (nodes are shared handles).
-      const YAML::Node key = entry.first;
-      const YAML::Node value = entry.second;
-      if (!key.IsScalar()) {
-        return ErrorAt(key.Mark(), prefix, "field names must be plain words");
-      }
-      const std::string& name = key.Scalar();
-      std::string path = prefix.empty() ? name : absl::StrCat(prefix, ".", name);
-      auto [seen, inserted] = seen_lines.emplace(name, key.Mark().line + 1);
-      if (!inserted) {
-        return ErrorAt(key.Mark(), path,
-                       absl::StrCat("appears twice (first on line ", seen->second, ")"));
-      }
-      const pb::FieldDescriptor* field = descriptor->FindFieldByName(name);
-      if (field == nullptr) {
-        std::vector<std::string> known;
-        for (int i = 0; i < descriptor->field_count(); ++i)
-          known.push_back(descriptor->field(i)->name());
-        return ErrorAt(
-            key.Mark(), path,
-            absl::StrCat("unknown field; expected one of: ", absl::StrJoin(known, ", ")));
-      }
-      marks_[path] = key.Mark();
-      RETURN_IF_ERROR(ReadField(key.Mark(), value, message, field, path));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status ReadField(const YAML::Mark& key_mark, const YAML::Node& value, pb::Message& message,
-                         const pb::FieldDescriptor* field, const std::string& path) {
-    const pb::Reflection* reflection = message.GetReflection();
-    if (field->is_repeated()) {
-      if (!value.IsSequence()) {
-        return ErrorAt(key_mark, path, absl::StrCat("expected a list, got ", NodeKind(value)));
-      }
-      for (size_t i = 0; i < value.size(); ++i) {
-        const YAML::Node element = value[i];
-        std::string element_path = absl::StrCat(path, "[", i, "]");
-        YAML::Mark mark = element.Mark().is_null() ? key_mark : element.Mark();
-        marks_[element_path] = mark;
-        RETURN_IF_ERROR(ReadScalarInto(mark, element, message, field, element_path, true));
-      }
-      return absl::OkStatus();
-    }
-    if (field->type() == pb::FieldDescriptor::TYPE_MESSAGE) {
-      if (!value.IsMap()) {
-        return ErrorAt(key_mark, path, absl::StrCat("expected a mapping, got ", NodeKind(value)));
-      }
-      return ReadMessage(value, *reflection->MutableMessage(&message, field), path);
-    }
-    return ReadScalarInto(key_mark, value, message, field, path, false);
-  }
-
-  absl::Status ReadScalarInto(const YAML::Mark& mark, const YAML::Node& value, pb::Message& message,
-                              const pb::FieldDescriptor* field, const std::string& path,
-                              bool repeated) {
-    const pb::Reflection* reflection = message.GetReflection();
-    const bool plain = value.IsScalar() && value.Tag() == "?";
-    switch (field->cpp_type()) {
-      case pb::FieldDescriptor::CPPTYPE_STRING: {
-        if (field->type() != pb::FieldDescriptor::TYPE_STRING || !value.IsScalar()) {
-          return ErrorAt(mark, path, absl::StrCat("expected text, got ", NodeKind(value)));
-        }
-        if (repeated) {
-          reflection->AddString(&message, field, value.Scalar());
-        } else {
-          reflection->SetString(&message, field, value.Scalar());
-        }
-        return absl::OkStatus();
-      }
-      case pb::FieldDescriptor::CPPTYPE_BOOL: {
-        static const std::set<std::string> kTrue = {"true", "True", "TRUE"};
-        static const std::set<std::string> kFalse = {"false", "False", "FALSE"};
-        if (!plain || (!kTrue.count(value.Scalar()) && !kFalse.count(value.Scalar()))) {
-          return ErrorAt(mark, path, absl::StrCat("expected true or false, got ", NodeKind(value)));
-        }
-        bool b = kTrue.count(value.Scalar()) > 0;
-        if (repeated) {
-          reflection->AddBool(&message, field, b);
-        } else {
-          reflection->SetBool(&message, field, b);
-        }
-        return absl::OkStatus();
-      }
-      case pb::FieldDescriptor::CPPTYPE_INT64:
-      case pb::FieldDescriptor::CPPTYPE_INT32:
-      case pb::FieldDescriptor::CPPTYPE_UINT64:
-      case pb::FieldDescriptor::CPPTYPE_UINT32: {
-        int64_t number = 0;
-        if (!plain || !absl::SimpleAtoi(value.Scalar(), &number)) {
-          return ErrorAt(mark, path,
-                         absl::StrCat("expected a whole number, got ", NodeKind(value)));
-        }
-        return SetInteger(mark, message, field, path, number, repeated);
-      }
-      case pb::FieldDescriptor::CPPTYPE_ENUM: {
-        const pb::EnumDescriptor* type = field->enum_type();
-        std::vector<std::string> names;
-        for (int i = 0; i < type->value_count(); ++i) {
-          const pb::EnumValueDescriptor* candidate = type->value(i);
-          if (candidate->number() == 0) continue;  // "unspecified" is not a choice
-          names.push_back(EnumYamlName(candidate));
-          if (value.IsScalar() && names.back() == value.Scalar()) {
-            if (repeated) {
-              reflection->AddEnum(&message, field, candidate);
-            } else {
-              reflection->SetEnum(&message, field, candidate);
-            }
-            return absl::OkStatus();
-          }
-        }
-        return ErrorAt(mark, path,
-                       absl::StrCat("expected one of ", absl::StrJoin(names, ", "), "; got ",
-                                    NodeKind(value)));
-      }
-      default:
-        return ErrorAt(mark, path, "this field type cannot be written in YAML");
-    }
-  }
-
-  absl::Status SetInteger(const YAML::Mark& mark, pb::Message& message,
-                          const pb::FieldDescriptor* field, const std::string& path, int64_t number,
-                          bool repeated) {
-    const pb::Reflection* reflection = message.GetReflection();
-    auto out_of_range = [&] {
-      return ErrorAt(mark, path, absl::StrCat(number, " is out of range"));
-    };
-    switch (field->cpp_type()) {
-      case pb::FieldDescriptor::CPPTYPE_INT64:
-        repeated ? reflection->AddInt64(&message, field, number)
-                 : reflection->SetInt64(&message, field, number);
-        break;
-      case pb::FieldDescriptor::CPPTYPE_INT32:
-        if (number < INT32_MIN || number > INT32_MAX) return out_of_range();
-        repeated ? reflection->AddInt32(&message, field, static_cast<int32_t>(number))
-                 : reflection->SetInt32(&message, field, static_cast<int32_t>(number));
-        break;
-      case pb::FieldDescriptor::CPPTYPE_UINT64:
-        if (number < 0) return out_of_range();
-        repeated ? reflection->AddUInt64(&message, field, static_cast<uint64_t>(number))
-                 : reflection->SetUInt64(&message, field, static_cast<uint64_t>(number));
-        break;
-      default:
-        if (number < 0 || number > UINT32_MAX) return out_of_range();
-        repeated ? reflection->AddUInt32(&message, field, static_cast<uint32_t>(number))
-                 : reflection->SetUInt32(&message, field, static_cast<uint32_t>(number));
-        break;
-    }
-    return absl::OkStatus();
-  }
-
-  // Checks that the schema cannot express; normalizes hex and version spellings.
-  absl::Status CheckSemantics(Policy& policy) {
+  absl::Status Check(Policy& policy) const {
     if (policy.name().empty()) return Error("name", "missing (every policy needs a name)");
     if (policy.tee() == v1::TEE_TYPE_UNSPECIFIED) {
       return Error("tee", "missing (one of sim, sev-snp, tdx)");
@@ -353,7 +130,8 @@ class YamlPolicyReader {
     return absl::OkStatus();
   }
 
-  absl::Status CheckRoot(const std::string& path, const std::string& pem) {
+ private:
+  absl::Status CheckRoot(const std::string& path, const std::string& pem) const {
     if (pem.empty()) return Error(path, "missing (PEM of the simulated root certificate)");
     auto cert = Certificate::FromPem(pem);
     if (!cert.ok()) return Error(path, cert.status().message());
@@ -361,9 +139,11 @@ class YamlPolicyReader {
     return absl::OkStatus();
   }
 
-  std::string source_;
-  YAML::Mark root_mark_;
-  std::map<std::string, YAML::Mark> marks_;
+  absl::Status Error(const std::string& path, absl::string_view message) const {
+    return reader_.Error(path, message);
+  }
+
+  const YamlMessageReader& reader_;
 };
 
 void EmitMessage(YAML::Emitter& out, const pb::Message& message) {
@@ -399,7 +179,7 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& message) {
             emit_string(reflection->GetRepeatedString(message, field, j));
             break;
           case pb::FieldDescriptor::CPPTYPE_ENUM:
-            out << EnumYamlName(reflection->GetRepeatedEnum(message, field, j));
+            out << EnumYamlName(*reflection->GetRepeatedEnum(message, field, j));
             break;
           default:
             CLOISTER_CHECK(false && "policy schema has an unsupported repeated field type");
@@ -429,7 +209,7 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& message) {
         break;
       case pb::FieldDescriptor::CPPTYPE_ENUM: {
         const pb::EnumValueDescriptor* value = reflection->GetEnum(message, field);
-        out << (value->number() == 0 ? std::string("unspecified") : EnumYamlName(value));
+        out << (value->number() == 0 ? std::string("unspecified") : EnumYamlName(*value));
         break;
       }
       default:
@@ -467,8 +247,8 @@ absl::StatusOr<Policy> ParsePolicyYaml(std::string_view text, std::string_view s
   absl::string_view source_name = Sv(source_text);
   const int document_count = CountYamlDocuments(text);
   if (document_count != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source_name, ": expected exactly one YAML document, found ", document_count));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": expected exactly one YAML document, found ", document_count));
   }
   std::vector<YAML::Node> documents;
   try {
@@ -479,8 +259,15 @@ absl::StatusOr<Policy> ParsePolicyYaml(std::string_view text, std::string_view s
   }
   Policy policy;
   try {
-    YamlPolicyReader reader(source_name);
-    RETURN_IF_ERROR(reader.Read(documents[0], policy));
+    const YAML::Node& root = documents[0];
+    YamlMessageReader reader(source_name);
+    if (!root.IsMap()) {
+      return reader.ErrorAt(
+          root.Mark(), "",
+          absl::StrCat("the policy must be a mapping of fields, not ", reader.Describe(root)));
+    }
+    RETURN_IF_ERROR(reader.ReadMessage(root, policy));
+    RETURN_IF_ERROR(PolicyChecker(reader).Check(policy));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1, ": ", e.msg));
   }

@@ -12,6 +12,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::host {
 namespace {
@@ -28,11 +29,8 @@ std::string TenantYaml(const std::string& id, const std::string& token,
 class ConfigReloaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("reloader_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cloister::testing::MakeTempDir("reloader");
+    ASSERT_FALSE(dir_.empty());
     path_ = (dir_ / "cloisterd.yaml").string();
     SetLogSinkForTest([this](const std::string& line) { log_.push_back(line); });
   }

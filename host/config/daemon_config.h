@@ -65,9 +65,12 @@
 //       file: ../attestation/sev-snp-h100.yaml
 //   attestation_policy: production     # default for tenants that name none
 //
-// Errors are "FILE:LINE: field: what" (unknown fields and wrong types included), one line per
-// mistake: the loader reports every top-level section and every tenant that is wrong, not only
-// the first. Flags override the file. Thread-safe: pure functions.
+// The file is read into that message by proto/yaml_message.h; daemon_config.cc keeps the checks
+// across fields and the conversion into DaemonConfig. Errors are "FILE:LINE: field: what"
+// (unknown or repeated keys and wrong types included), one line per mistake in line order: the
+// loader reports every top-level section and every entry of tenants, devices and
+// attestation_policies that is wrong, not only the first. Flags override the file. Thread-safe:
+// pure functions.
 #pragma once
 
 #include <optional>

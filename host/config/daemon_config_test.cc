@@ -12,6 +12,7 @@
 #include "base/file.h"
 #include "cloister/config/v1/daemon.pb.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::host {
 namespace {
@@ -189,7 +190,9 @@ TEST(DaemonConfigTest, SchedulerAndLimitErrorsNameLineAndField) {
             "test.yaml:2: scheduler: best_effort_max_batch_size (5) is larger than "
             "max_batch_size (4)");
   EXPECT_EQ(ErrorOf("scheduler:\n  max_batch_size: 4\nbatching:\n  max_batch_size: 4\n"),
-            "test.yaml:3: batching: the scheduler settings are already given as 'scheduler'");
+            "test.yaml:3: batching: appears twice (first on line 1, as 'scheduler')");
+  EXPECT_EQ(ErrorOf("workers: 2\nworkers: 3\n"),
+            "test.yaml:2: workers: appears twice (first on line 1)");
   EXPECT_EQ(ErrorOf("scheduler:\n  fairness_quantum_ms: 0\n"),
             "test.yaml:2: scheduler.fairness_quantum_ms: 0 is outside 0.001..60000");
   EXPECT_EQ(ErrorOf("scheduler:\n  max_batches_in_flight: 2\n  realtime_reserved_slots: 2\n"),
@@ -224,7 +227,7 @@ TEST(DaemonConfigTest, SchedulerAndLimitErrorsNameLineAndField) {
             "test.yaml:1: tenant_defaults: expected a map, got a list");
 }
 
-// The hand-written loader and the schema in daemon.proto name the same fields.
+// Every field of the schema in daemon.proto is a key of the file.
 TEST(DaemonConfigTest, LoaderKnowsEveryFieldOfTheProtoSchema) {
   auto not_unknown = [](const std::string& text, const std::string& name) {
     absl::StatusOr<DaemonConfig> config = Parse(text);
@@ -360,8 +363,7 @@ TEST(DaemonConfigTest, CommandLine) {
 }
 
 TEST(DaemonConfigTest, FlagsOverrideTheFile) {
-  std::string path = std::string(::testing::TempDir()) + "/daemon_config_test_" +
-                     std::to_string(::getpid()) + ".yaml";
+  std::string path = cloister::testing::MakeTempDir("daemon-config") + "/cloisterd.yaml";
   ASSERT_TRUE(WriteFileAtomic(path, "listen: 10.0.0.1:1\ndata_dir: /from/file\n").ok());
   CommandLine command_line;
   command_line.config_path = path;
@@ -382,9 +384,7 @@ TEST(DaemonConfigTest, FlagsOverrideTheFile) {
 }
 
 TEST(DaemonConfigTest, OperatorSections) {
-  std::string dir = (std::filesystem::path(::testing::TempDir()) /
-                     ("daemon_config_sections_" + std::to_string(::getpid())))
-                        .string();
+  std::string dir = cloister::testing::MakeTempDir("daemon-config-sections");
   std::filesystem::create_directories(dir + "/tls");
   std::string config_path = dir + "/cloisterd.yaml";
   auto config = ParseDaemonConfig(
@@ -502,7 +502,8 @@ TEST(DaemonConfigTest, OperatorSectionErrorsNameLineAndField) {
             "test.yaml:2: devices[0].name: 'GPU 0' is not a name: use a-z, 0-9, _ and -, at most "
             "32 characters");
   EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    pcie_mode: fast\n"),
-            "test.yaml:3: devices[0].pcie_mode: must be one of driver, emulated, off, not 'fast'");
+            "test.yaml:3: devices[0].pcie_mode: pcie_mode must be driver, emulated or off, not "
+            "'fast'");
   EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    run_threads: 65\n"),
             "test.yaml:3: devices[0].run_threads: 65 is outside 1..64");
   EXPECT_EQ(ErrorOf("devices:\n  - name: a\n    gpu: nvidia-cc\n    executor: cuda\n"
@@ -568,9 +569,7 @@ TEST(DaemonConfigTest, EveryBrokenSectionIsReported) {
 }
 
 TEST(DaemonConfigTest, FileChecksReadWhatTheConfigNames) {
-  std::string dir = (std::filesystem::path(::testing::TempDir()) /
-                     ("daemon_config_files_" + std::to_string(::getpid())))
-                        .string();
+  std::string dir = cloister::testing::MakeTempDir("daemon-config-files");
   std::filesystem::create_directories(dir);
   auto write = [&](const std::string& name, const std::string& text, int mode = 0600) {
     ASSERT_TRUE(WriteFileAtomic(dir + "/" + name, text, mode).ok());

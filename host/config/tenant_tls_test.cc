@@ -19,6 +19,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
 #include "host/testing/test_certificates.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::host {
 namespace {
@@ -79,11 +80,8 @@ class AnswerEverything : public grpc::CallbackGenericService {
 class TenantTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("tenant_tls_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cloister::testing::MakeTempDir("tenant-tls");
+    ASSERT_FALSE(dir_.empty());
     absl::StatusOr<testing::TestCertificates> made = testing::MakeTestCertificates(dir_);
     ASSERT_TRUE(made.ok()) << made.status();
     certs_ = *made;
