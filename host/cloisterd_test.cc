@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -29,6 +30,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 extern char** environ;
 
@@ -40,6 +42,9 @@ using api::v1::Cloister;
 
 constexpr char kHandle[] = "0123456789abcdef0123456789abcdef";
 constexpr char kOtherHandle[] = "fedcba9876543210fedcba9876543210";
+// Every daemon started here takes free operator and metrics ports, so that tests (and other
+// daemons on the machine) never collide on the default 127.0.0.1:7701.
+constexpr char kOperatorOnFreePort[] = "operator:\n  listen: 127.0.0.1:0\n";
 
 // One cloisterd child process with its stdout on a pipe and its stderr in a file.
 class Daemon {
@@ -132,22 +137,32 @@ class Daemon {
 class CloisterdTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("cloisterd_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cloister::testing::MakeTempDir("cloisterd");
+    ASSERT_FALSE(dir_.empty());
     data_dir_ = dir_ / "data";
     stderr_path_ = dir_ / "stderr.log";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
+  // With `extra_args` that name no --config, a config file with kOperatorOnFreePort alone;
+  // tests that pass their own config put kOperatorOnFreePort in it (WriteConfig).
   std::unique_ptr<Daemon> StartDaemon(std::vector<std::string> extra_args = {},
                                       std::vector<std::string> extra_env = {}) {
     std::vector<std::string> args = {"--listen",         "127.0.0.1:0",      "--data-dir",
                                      data_dir_.string(), "--enclave-binary", FAKE_ENCLAVE_WORKER};
+    if (std::find(extra_args.begin(), extra_args.end(), "--config") == extra_args.end()) {
+      std::string config = (dir_ / "operator.yaml").string();
+      EXPECT_TRUE(WriteFileAtomic(config, kOperatorOnFreePort).ok());
+      args.insert(args.end(), {"--config", config});
+    }
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     return std::make_unique<Daemon>(args, stderr_path_, std::move(extra_env));
+  }
+
+  // Writes DIR/cloisterd.yaml: `text`, then kOperatorOnFreePort. Returns its path.
+  std::string WriteConfig(const std::string& text) {
+    std::string config = (dir_ / "cloisterd.yaml").string();
+    EXPECT_TRUE(WriteFileAtomic(config, text + kOperatorOnFreePort).ok());
+    return config;
   }
 
   void Connect(int port, const std::string& tenant, const std::string& token) {
@@ -282,30 +297,40 @@ TEST_F(CloisterdTest, StartsServesAndStopsOnSigterm) {
   }
 }
 
-// With the default operator address already taken (by this test, or by another cloisterd on
-// the machine), cloisterd warns and serves tenants; gRPC's own complaint about the port comes
-// out as one of cloisterd's JSON lines, not as a bare line of its own.
-TEST_F(CloisterdTest, DefaultOperatorPortTakenIsAWarningInJson) {
+// An operator address that is already taken (here held by the test) stops start-up: exit 1,
+// nothing on stdout, and one plain line at the end naming the address and what to do; gRPC's
+// own complaint about the port comes out before it as one of cloisterd's JSON lines.
+TEST_F(CloisterdTest, TakenOperatorPortStopsStartupWithOneLine) {
   int holder = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(holder, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_port = htons(7701);
+  address.sin_port = 0;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool held = ::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-                    ::listen(holder, 1) == 0;
-  // Not held: someone else has it, which is the case under test as well.
-  auto daemon = StartDaemon();
-  int port = daemon->WaitListening();
-  ASSERT_GT(port, 0) << Stderr();
-  daemon->Signal(SIGTERM);
-  EXPECT_EQ(daemon->WaitExit(), 0) << Stderr();
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  socklen_t size = sizeof(address);
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &size), 0);
+  const std::string taken = absl::StrCat("127.0.0.1:", ntohs(address.sin_port));
+  std::string config = (dir_ / "cloisterd.yaml").string();
+  ASSERT_TRUE(WriteFileAtomic(config, absl::StrCat("operator:\n  listen: ", taken, "\n")).ok());
+
+  auto daemon = StartDaemon({"--config", config});
+  EXPECT_EQ(daemon->WaitExit(), 1);
+  EXPECT_EQ(daemon->ReadLine(absl::Seconds(1)), "");
   ::close(holder);
   const std::string log = Stderr();
-  EXPECT_NE(log.find("\"event\":\"operator_endpoints_unavailable\""), std::string::npos)
-      << (held ? "port held by the test" : "port held elsewhere") << "\n" << log;
+  std::vector<std::string> lines = absl::StrSplit(log, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(),
+            absl::StrCat("cloisterd: cannot listen on operator address ", taken,
+                         " (address in use or not available?); choose free operator.listen and "
+                         "operator.metrics_listen addresses in the config file (port 0 picks a "
+                         "free one)"));
   EXPECT_NE(log.find("\"event\":\"grpc\""), std::string::npos) << log;
-  for (absl::string_view line : absl::StrSplit(log, '\n', absl::SkipEmpty())) {
+  EXPECT_NE(log.find("\"event\":\"startup_failed\""), std::string::npos) << log;
+  lines.pop_back();
+  for (const std::string& line : lines) {
     EXPECT_EQ(line.front(), '{') << line;
     EXPECT_EQ(line.back(), '}') << line;
   }
@@ -407,12 +432,10 @@ TEST_F(CloisterdTest, StartsWhenTheWorkerIsNotReadyAtFirst) {
 }
 
 TEST_F(CloisterdTest, ConfiguredTenantsReplaceTheDevelopmentTenant) {
-  std::string config = (dir_ / "cloisterd.yaml").string();
-  ASSERT_TRUE(
-      WriteFileAtomic(config, absl::StrCat("batching:\n  max_batch_size: 4\n"
-                                           "tenants:\n  - id: acme\n    token_sha256: ",
-                                           HexEncode(crypto::Sha256(AsBytes("s3cret"))), "\n"))
-          .ok());
+  std::string config =
+      WriteConfig(absl::StrCat("batching:\n  max_batch_size: 4\n"
+                               "tenants:\n  - id: acme\n    token_sha256: ",
+                               HexEncode(crypto::Sha256(AsBytes("s3cret"))), "\n"));
   auto daemon = StartDaemon({"--config", config});
   int port = daemon->WaitListening();
   ASSERT_GT(port, 0) << Stderr();
@@ -424,8 +447,7 @@ TEST_F(CloisterdTest, ConfiguredTenantsReplaceTheDevelopmentTenant) {
 }
 
 TEST_F(CloisterdTest, SeveralWorkersEachGetEveryModel) {
-  std::string config = (dir_ / "cloisterd.yaml").string();
-  ASSERT_TRUE(WriteFileAtomic(config, "workers: 2\nscheduler:\n  max_batch_size: 4\n").ok());
+  std::string config = WriteConfig("workers: 2\nscheduler:\n  max_batch_size: 4\n");
   auto count = [](const std::string& log, const std::string& event) {
     int found = 0;
     for (size_t at = log.find(event); at != std::string::npos; at = log.find(event, at + 1)) {

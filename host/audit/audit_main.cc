@@ -8,6 +8,7 @@
 // signature; receipts: every signature, sequence number and cumulative count); 1 it does not
 // (the first bad entry or line is named on stderr), or --require-signed and some entries are not
 // yet covered by a signed checkpoint; 2 bad usage or an unreadable file.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -18,6 +19,7 @@
 #include "absl/time/time.h"
 #include "base/bytes.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "host/audit/audit_log.h"
 #include "host/receipts/receipt_log.h"
 #include "nlohmann/json.hpp"
@@ -245,49 +247,51 @@ int main(int argc, char** argv) {
   Flags flags;
   flags.subcommand = args[0];
   const bool receipts = flags.subcommand == "receipts";
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help") {
-      std::printf("%s", kHelp);
-      return 0;
-    } else if (arg == "--json") {
-      flags.json = true;
-    } else if (arg == "--require-signed" && !receipts) {
-      flags.require_signed = true;
-    } else if (arg == "--tenant" && receipts) {
-      if (i + 1 >= args.size() || args[i + 1].empty()) return Usage("--tenant needs a value");
-      flags.tenant = args[++i];
-    } else if (arg == "--evidence" || arg == "--key") {
-      if (i + 1 >= args.size()) return Usage(absl::StrCat(arg, " needs a value"));
-      const std::string& value = args[++i];
-      if (arg == "--key") {
-        absl::StatusOr<Bytes> key = HexDecode(value);
-        if (!key.ok() || key->size() != 32) {
-          return Usage(absl::StrCat("--key ", value, " is not 32 bytes of hex"));
-        }
-        flags.keys.push_back(*std::move(key));
-      } else {
-        absl::StatusOr<std::string> evidence = ReadFile(value);
-        if (!evidence.ok()) {
-          std::fprintf(stderr, "cloister-audit: cannot read evidence %s: %s\n", value.c_str(),
-                       std::string(evidence.status().message()).c_str());
-          return 2;
-        }
-        absl::StatusOr<Bytes> key = host::SigningKeyFromEvidenceBytes(*evidence);
-        if (!key.ok()) {
-          std::fprintf(stderr, "cloister-audit: %s: %s\n", value.c_str(),
-                       std::string(key.status().message()).c_str());
-          return 2;
-        }
-        flags.keys.push_back(*std::move(key));
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      return Usage(absl::StrCat("unknown flag ", arg, " for ", flags.subcommand));
-    } else if (flags.path.empty()) {
-      flags.path = arg;
-    } else {
-      return Usage(absl::StrCat("unexpected argument ", arg));
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (std::find(rest.begin(), rest.end(), "--help") != rest.end()) {
+    std::printf("%s", kHelp);
+    return 0;
+  }
+  std::vector<FlagSpec> specs = {{"--json", SwitchFlag{&flags.json}}};
+  if (receipts) {
+    specs.push_back({"--tenant", StringFlag{&flags.tenant, {}, /*non_empty=*/true}});
+  } else {
+    specs.push_back({"--require-signed", SwitchFlag{&flags.require_signed}});
+  }
+  std::vector<std::string> evidence_files, key_texts, positional;
+  specs.push_back({"--evidence", StringListFlag{&evidence_files}});
+  specs.push_back({"--key", StringListFlag{&key_texts}});
+  const absl::Status parsed =
+      ParseFlags(rest, specs,
+                 {.positional = &positional,
+                  .inline_values = false,
+                  .unknown_flag = [&](const std::string& arg) {
+                    return absl::StrCat("unknown flag ", arg, " for ", flags.subcommand);
+                  }});
+  if (!parsed.ok()) return Usage(std::string(parsed.message()));
+  if (positional.size() > 1) return Usage(absl::StrCat("unexpected argument ", positional[1]));
+  if (!positional.empty()) flags.path = positional[0];
+  for (const std::string& value : key_texts) {
+    absl::StatusOr<Bytes> key = HexDecode(value);
+    if (!key.ok() || key->size() != 32) {
+      return Usage(absl::StrCat("--key ", value, " is not 32 bytes of hex"));
     }
+    flags.keys.push_back(*std::move(key));
+  }
+  for (const std::string& value : evidence_files) {
+    absl::StatusOr<std::string> evidence = ReadFile(value);
+    if (!evidence.ok()) {
+      std::fprintf(stderr, "cloister-audit: cannot read evidence %s: %s\n", value.c_str(),
+                   std::string(evidence.status().message()).c_str());
+      return 2;
+    }
+    absl::StatusOr<Bytes> key = host::SigningKeyFromEvidenceBytes(*evidence);
+    if (!key.ok()) {
+      std::fprintf(stderr, "cloister-audit: %s: %s\n", value.c_str(),
+                   std::string(key.status().message()).c_str());
+      return 2;
+    }
+    flags.keys.push_back(*std::move(key));
   }
   if (flags.path.empty()) {
     return Usage(receipts ? "receipts needs the receipt log FILE"

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/file.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::host {
 namespace {
@@ -34,11 +35,8 @@ HostToEnclave EvidenceCall(const std::string& nonce) {
 class ProcessEnclaveClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    data_dir_ = fs::path(::testing::TempDir()) /
-                ("enclave_client_" + std::to_string(::getpid()) + "_" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(data_dir_);
-    fs::create_directories(data_dir_);
+    data_dir_ = cloister::testing::MakeTempDir("enclave-client");
+    ASSERT_FALSE(data_dir_.empty());
   }
   void TearDown() override {
     ::unsetenv("FAKE_ENCLAVE_EXIT_AT_START");

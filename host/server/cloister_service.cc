@@ -10,6 +10,9 @@
 #include "base/status.h"
 #include "host/common/ids.h"
 #include "host/common/std_string_view.h"
+#include "host/server/infer_reactor.h"
+#include "host/server/sealed_relay.h"
+#include "host/server/upload_reactor.h"
 
 namespace cloister::host {
 namespace {
@@ -23,7 +26,6 @@ using api::v1::SealedReply;
 using api::v1::UploadModelRequest;
 using api::v1::UploadModelResponse;
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedItem;
 using boundary::v1::SealedReplyItem;
 
 constexpr char kUnauthenticated[] = "unknown tenant or wrong API token";
@@ -31,36 +33,12 @@ constexpr size_t kNonceSize = 32;
 constexpr size_t kHpkeEncSize = 32;  // DHKEM(X25519)
 constexpr size_t kEvidenceDigestSize = 32;
 constexpr size_t kMaxSealedHelloSize = 64 << 10;
-constexpr size_t kMaxSessionIdSize = 64;
 
 std::string MetadataValue(const grpc::CallbackServerContext& context, absl::string_view key) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(grpc::string_ref(key.data(), key.size()));
   if (it == metadata.end()) return "";
   return std::string(it->second.data(), it->second.size());
-}
-
-// The boundary item for `call`, carrying `ciphertext` (the call's, copied or moved in).
-SealedItem ToSealedItem(const SealedCall& call, std::string ciphertext) {
-  SealedItem item;
-  item.set_session_id(call.session_id());
-  item.set_request_id(call.request_id());
-  item.set_model_handle(call.model_handle());
-  item.set_sequence(call.sequence());
-  item.set_ciphertext(std::move(ciphertext));
-  return item;
-}
-
-// The sealed reply for `request_id`, or the host-visible error the enclave reported for it.
-absl::Status ToSealedReply(SealedReplyItem& item, absl::string_view request_id,
-                           SealedReply& response) {
-  if (item.has_status() && item.status().code() != 0) return FromBoundaryStatus(item.status());
-  if (item.request_id() != request_id) {
-    return absl::InternalError("enclave replied for a different request id");
-  }
-  response.set_sequence(item.sequence());
-  response.set_ciphertext(std::move(*item.mutable_ciphertext()));
-  return absl::OkStatus();
 }
 
 void LogRefused(absl::string_view method, absl::string_view tenant_id, const absl::Status& status) {
@@ -71,6 +49,16 @@ void LogRefused(absl::string_view method, absl::string_view tenant_id, const abs
        {"error", ToStd(status.message())}});
 }
 
+// The reactor of the unary RPCs other than Infer.
+class TrackedUnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit TrackedUnaryReactor(RpcInFlight in_flight) : in_flight_(std::move(in_flight)) {}
+  void OnDone() override { delete this; }
+
+ private:
+  RpcInFlight in_flight_;
+};
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -78,499 +66,15 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-// ---- Reactors ----
-
-class CloisterService::TrackedUnaryReactor : public grpc::ServerUnaryReactor {
- public:
-  explicit TrackedUnaryReactor(CloisterService* service) : service_(service) {
-    service_->RpcStarted();
-  }
-  void OnDone() override {
-    CloisterService* service = service_;
-    delete this;
-    service->RpcDone();
-  }
-
- private:
-  CloisterService* const service_;
-};
-
-// Infer's reactor: a client cancellation (or an expired RPC deadline) takes the request out of
-// the scheduler's queue. It lives until both gRPC is done with it and Infer() has handed it
-// the request's ticket, so the ticket never lands in a deleted reactor.
-class CloisterService::InferReactor : public grpc::ServerUnaryReactor {
- public:
-  explicit InferReactor(CloisterService* service) : service_(service) { service_->RpcStarted(); }
-
-  // Called once by Infer() after Submit (ticket 0: answered at once).
-  void SetTicket(Scheduler::Ticket ticket) {
-    bool cancel_now = false;
-    {
-      absl::MutexLock lock(&mu_);
-      ticket_ = ticket;
-      cancel_now = cancelled_;
-    }
-    if (cancel_now && ticket != 0) service_->scheduler_->Cancel(ticket);
-    Unref();
-  }
-
-  void OnCancel() override {
-    Scheduler::Ticket ticket = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      cancelled_ = true;
-      ticket = ticket_;
-    }
-    if (ticket != 0) service_->scheduler_->Cancel(ticket);
-  }
-
-  void OnDone() override {
-    service_->RpcDone();
-    Unref();
-  }
-
- private:
-  void Unref() {
-    if (references_.fetch_sub(1) == 1) delete this;
-  }
-
-  CloisterService* const service_;
-  std::atomic<int> references_{2};  // gRPC's (until OnDone) and Infer()'s (until SetTicket)
-  absl::Mutex mu_;
-  Scheduler::Ticket ticket_ ABSL_GUARDED_BY(mu_) = 0;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-};
-
 grpc::ServerUnaryReactor* CloisterService::NewUnaryReactor() {
-  return new TrackedUnaryReactor(this);
+  return new TrackedUnaryReactor(RpcInFlight(&rpcs_));
 }
 
-void CloisterService::RpcStarted() {
-  absl::MutexLock lock(&rpc_mu_);
-  ++active_rpcs_;
-}
+void CloisterService::BeginDrain() { rpcs_.BeginDrain(); }
 
-void CloisterService::RpcDone() {
-  absl::MutexLock lock(&rpc_mu_);
-  --active_rpcs_;
-}
+bool CloisterService::WaitUntilIdle(absl::Duration timeout) { return rpcs_.WaitUntilIdle(timeout); }
 
-void CloisterService::BeginDrain() {
-  absl::MutexLock lock(&rpc_mu_);
-  draining_ = true;
-}
-
-bool CloisterService::WaitUntilIdle(absl::Duration timeout) {
-  absl::MutexLock lock(&rpc_mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rpc_mu_) { return active_rpcs_ == 0; };
-  return rpc_mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
-}
-
-int CloisterService::active_rpcs() const {
-  absl::MutexLock lock(&rpc_mu_);
-  return active_rpcs_;
-}
-
-absl::Status CloisterService::CheckAccepting() const {
-  absl::MutexLock lock(&rpc_mu_);
-  if (draining_) return absl::UnavailableError("cloisterd is shutting down");
-  return absl::OkStatus();
-}
-
-// ---- UploadModel ----
-
-// UploadModel's reactor. Its handlers run one at a time (gRPC reads, then the file worker), so
-// the upload's state needs no lock; only `mu_` guards what the service's idle watchdog also
-// touches (whether the upload is waiting for its client, since when, and whether it is
-// finished). It lives until gRPC is done with it and the watchdog has let go of it.
-class CloisterService::UploadReactor : public grpc::ServerReadReactor<UploadModelRequest> {
- public:
-  UploadReactor(CloisterService* service, grpc::CallbackServerContext* context,
-                UploadModelResponse* response)
-      : service_(service), response_(response) {
-    service_->RpcStarted();
-    {
-      absl::MutexLock lock(&service_->uploads_mu_);
-      service_->uploads_.insert(this);
-    }
-    absl::StatusOr<std::string> tenant = service_->Authenticate(*context, "UploadModel");
-    if (!tenant.ok()) {
-      state_ = State::kFinished;
-      FinishOnce(tenant.status());
-      return;
-    }
-    tenant_id_ = *std::move(tenant);
-    ReadNext();
-  }
-
-  // The watchdog holds a reference while it looks at the upload.
-  void Ref() { references_.fetch_add(1); }
-  void Unref() {
-    if (references_.fetch_sub(1) != 1) return;
-    CloisterService* service = service_;
-    delete this;
-    service->RpcDone();
-  }
-
-  // Called by the watchdog: ends the upload with DEADLINE_EXCEEDED when it has waited longer
-  // than the idle timeout for the client's next message, or is still waiting for its client
-  // after the overall upload timeout.
-  void EndIfOverdue(absl::Time now) {
-    const absl::Duration idle = service_->options_.upload_idle_timeout;
-    const absl::Duration overall = service_->options_.upload_timeout;
-    absl::Status status;
-    {
-      // Checked and marked finished in one step: once OnReadDone has taken the message, the
-      // handlers own the upload and the watchdog must not finish it under them.
-      absl::MutexLock lock(&mu_);
-      if (finished_ || !awaiting_client_) return;
-      if (now - awaiting_since_ >= idle) {
-        status = absl::DeadlineExceededError(
-            absl::StrCat("upload sent nothing for ", absl::FormatDuration(idle),
-                         " (limits.upload_idle_timeout_seconds); upload again"));
-      } else if (now - started_ >= overall) {
-        status = absl::DeadlineExceededError(absl::StrCat(
-            "upload still incomplete after ", absl::FormatDuration(overall),
-            " (limits.upload_timeout_seconds); nothing was stored"));
-      } else {
-        return;
-      }
-      MarkFinishedLocked();
-    }
-    service_->Refused("UploadModel", tenant_id_, status);
-    Finish(ToGrpcStatus(status));
-  }
-
-  void OnReadDone(bool ok) override {
-    {
-      absl::MutexLock lock(&mu_);
-      awaiting_client_ = false;
-      if (finished_) return;  // ended meanwhile by the idle watchdog
-    }
-    if (!ok) {
-      Fail(absl::InvalidArgumentError("upload stream ended before its finish message"));
-      return;
-    }
-    switch (request_.part_case()) {
-      case UploadModelRequest::kStart:
-        if (state_ != State::kExpectStart) {
-          Fail(absl::InvalidArgumentError("upload sent a second start message"));
-          return;
-        }
-        HandleStart();
-        return;
-      case UploadModelRequest::kData:
-        if (state_ != State::kReceiving) {
-          Fail(absl::InvalidArgumentError("upload must begin with a start message"));
-          return;
-        }
-        HandleData();
-        return;
-      case UploadModelRequest::kFinish:
-        if (state_ != State::kReceiving) {
-          Fail(absl::InvalidArgumentError("upload must begin with a start message"));
-          return;
-        }
-        HandleFinish();
-        return;
-      case UploadModelRequest::PART_NOT_SET:
-        break;
-    }
-    Fail(absl::InvalidArgumentError("upload message carries neither start, data nor finish"));
-  }
-
-  void OnDone() override {
-    {
-      absl::MutexLock lock(&service_->uploads_mu_);
-      service_->uploads_.erase(this);
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      if (reserved_size_ > 0) service_->ReleaseModelMemory(tenant_id_, reserved_size_);
-      reserved_size_ = 0;
-    }
-    upload_.reset();  // removes staged ciphertext that was not committed
-    Unref();
-  }
-
- private:
-  enum class State { kExpectStart, kReceiving, kLoading, kFinished };
-
-  // Waits for the client's next message (unless the watchdog already ended the upload).
-  // StartRead under the lock: once the watchdog finishes the RPC, no read may start (gRPC runs
-  // OnReadDone on its own threads, never inside StartRead).
-  void ReadNext() {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    awaiting_client_ = true;
-    awaiting_since_ = service_->clock_->Now();
-    StartRead(&request_);
-  }
-
-  void HandleStart() {
-    const UploadModelRequest::Start& start = request_.start();
-    absl::Status status = CheckModelHandle(start.model_handle());
-    if (status.ok() &&
-        (start.session_id().empty() || start.session_id().size() > kMaxSessionIdSize)) {
-      status = absl::InvalidArgumentError("upload start needs a session id");
-    }
-    if (status.ok() && start.ciphertext_size() == 0) {
-      status = absl::InvalidArgumentError("upload declares an empty model");
-    }
-    if (status.ok() && start.ciphertext_size() > service_->options_.max_model_size) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("model of ", start.ciphertext_size(), " bytes exceeds the limit of ",
-                       service_->options_.max_model_size, " bytes (limits.max_model_bytes)"));
-    }
-    if (status.ok()) {
-      absl::StatusOr<int> worker = service_->sessions_.WorkerFor(start.session_id(), tenant_id_);
-      status = worker.status();
-      if (worker.ok()) worker_ = *worker;
-    }
-    if (status.ok()) {
-      absl::StatusOr<uint64_t> budget =
-          service_->ReserveModelMemory(tenant_id_, start.model_handle(), start.ciphertext_size());
-      status = budget.status();
-      if (budget.ok()) {
-        memory_budget_ = *budget;
-        absl::MutexLock lock(&mu_);
-        reserved_size_ = start.ciphertext_size();
-      }
-    }
-    if (!status.ok()) {
-      Fail(status);
-      return;
-    }
-    absl::StatusOr<std::unique_ptr<BlobUpload>> upload =
-        service_->blobs_->BeginUpload(tenant_id_, start.model_handle());
-    if (!upload.ok()) {
-      Log(LogLevel::kError, "upload_staging_failed",
-          {{"tenant", tenant_id_}, {"error", upload.status().ToString()}});
-      Fail(absl::InternalError("cloisterd cannot stage the upload"));
-      return;
-    }
-    upload_ = *std::move(upload);
-    session_id_ = start.session_id();
-    handle_ = start.model_handle();
-    declared_size_ = start.ciphertext_size();
-    state_ = State::kReceiving;
-    // Tells the client its start was accepted and the declared size is held against its quota,
-    // before it streams the data (a client may wait for this with WaitForInitialMetadata).
-    // Sent before the next read, so the watchdog cannot have finished the RPC yet.
-    StartSendInitialMetadata();
-    ReadNext();
-  }
-
-  void HandleData() {
-    const std::string& data = request_.data();
-    if (upload_->size() + data.size() > declared_size_) {
-      Fail(absl::InvalidArgumentError(
-          absl::StrCat("upload sent more than its declared size of ", declared_size_, " bytes")));
-      return;
-    }
-    absl::Status status = upload_->Append(data);
-    if (!status.ok()) {
-      Log(LogLevel::kError, "upload_staging_failed",
-          {{"tenant", tenant_id_}, {"error", status.ToString()}});
-      Fail(absl::InternalError("cloisterd cannot stage the upload"));
-      return;
-    }
-    ReadNext();
-  }
-
-  void HandleFinish() {
-    SealedCall& finish = *request_.mutable_finish();
-    absl::Status status;
-    if (upload_->size() != declared_size_) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "upload sent ", upload_->size(), " of the declared ", declared_size_, " bytes"));
-    } else if (finish.session_id() != session_id_) {
-      status = absl::InvalidArgumentError("finish names a different session than start");
-    } else if (finish.model_handle() != handle_) {
-      status = absl::InvalidArgumentError("finish names a different model handle than start");
-    } else {
-      status = CheckRequestId(finish.request_id());
-    }
-    if (status.ok() && finish.ciphertext().empty()) {
-      status = absl::InvalidArgumentError("finish carries no sealed load request");
-    }
-    if (status.ok() && finish.ciphertext().size() > service_->options_.max_sealed_message_size) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "sealed load request of ", finish.ciphertext().size(), " bytes exceeds the limit of ",
-          service_->options_.max_sealed_message_size, " bytes (limits.max_sealed_message_bytes)"));
-    }
-    if (!status.ok()) {
-      Fail(status);
-      return;
-    }
-    state_ = State::kLoading;
-    request_id_ = finish.request_id();
-    auto item = std::make_shared<SealedItem>(ToSealedItem(finish, finish.ciphertext()));
-    service_->file_worker_.Post([this, item] { SendToEnclave(std::move(*item)); });
-  }
-
-  // On the file worker: read the staged ciphertext back and hand the model to the enclave.
-  void SendToEnclave(SealedItem item) {
-    absl::StatusOr<std::string> ciphertext = upload_->ReadAll();
-    if (!ciphertext.ok()) {
-      Log(LogLevel::kError, "upload_staging_failed",
-          {{"tenant", tenant_id_}, {"error", ciphertext.status().ToString()}});
-      Fail(absl::InternalError("cloisterd cannot read back the staged upload"));
-      return;
-    }
-    HostToEnclave call;
-    boundary::v1::LoadModelCall* load = call.mutable_load_model();
-    load->set_tenant_id(tenant_id_);
-    load->set_model_memory_budget(memory_budget_);
-    *load->mutable_request() = std::move(item);
-    // The other workers get the same ciphertext once the enclave has wrapped the model key.
-    if (service_->workers_.size() > 1) ciphertext_ = std::make_shared<std::string>(*ciphertext);
-    load->set_model_ciphertext(*std::move(ciphertext));
-    service_->workers_[worker_]->Call(std::move(call), [this](EnclaveClient::Reply reply) {
-      auto shared = std::make_shared<EnclaveClient::Reply>(std::move(reply));
-      service_->file_worker_.Post([this, shared] { Complete(std::move(*shared)); });
-    });
-  }
-
-  // On the file worker: store the model if the enclave loaded it, then answer.
-  void Complete(EnclaveClient::Reply reply) {
-    if (!reply.ok()) {
-      if (absl::IsFailedPrecondition(reply.status()) &&
-          absl::StrContains(reply.status().message(), "re-attest")) {
-        // The worker holding the upload's session died while the ciphertext streamed in (the
-        // supervisor refuses the dead incarnation's session): the same answer as when it dies
-        // while loading the model, and as retryable.
-        Fail(absl::UnavailableError(absl::StrCat(
-            "enclave worker ", worker_,
-            " restarted during the upload; nothing was stored: re-attest and upload again")));
-        return;
-      }
-      if (absl::IsUnavailable(reply.status())) {
-        // The worker ended while loading: the wrapped key is committed only from its answer.
-        Fail(absl::UnavailableError(absl::StrCat(
-            "enclave worker ", worker_, " ended while loading the model (", reply.status().message(),
-            "); nothing was stored: re-attest and upload again")));
-        return;
-      }
-      Fail(reply.status());
-      return;
-    }
-    boundary::v1::LoadModelResult& result = *reply->mutable_load_model();
-    absl::Status status =
-        ToSealedReply(*result.mutable_reply(), request_id_, *response_->mutable_reply());
-    if (!status.ok()) {
-      Fail(status);
-      return;
-    }
-    if (result.wrapped_model_key().empty()) {
-      // The enclave refused the model; why is sealed for the tenant. Nothing is stored.
-      Log(LogLevel::kInfo, "upload_not_loaded", {{"tenant", tenant_id_}, {"handle", handle_}});
-      upload_.reset();
-      FinishOnce(absl::OkStatus());
-      return;
-    }
-    std::string wrapped_key = std::move(*result.mutable_wrapped_model_key());
-    if (service_->workers_.size() == 1) {
-      Store(wrapped_key);
-      return;
-    }
-    // Load it into every other worker too (its sessions may use the model), then store it.
-    auto remaining =
-        std::make_shared<std::atomic<int>>(static_cast<int>(service_->workers_.size()) - 1);
-    auto shared_key = std::make_shared<std::string>(std::move(wrapped_key));
-    for (size_t worker = 0; worker < service_->workers_.size(); ++worker) {
-      if (static_cast<int>(worker) == worker_) continue;
-      HostToEnclave reload;
-      reload.mutable_reload_model()->set_model_handle(handle_);
-      reload.mutable_reload_model()->set_wrapped_model_key(*shared_key);
-      reload.mutable_reload_model()->set_model_ciphertext(*ciphertext_);
-      service_->workers_[worker]->Call(
-          std::move(reload), [this, worker, remaining, shared_key](EnclaveClient::Reply reply) {
-            if (!reply.ok()) {
-              Log(LogLevel::kWarning, "model_fanout_failed",
-                  {{"tenant", tenant_id_},
-                   {"handle", handle_},
-                   {"worker", static_cast<int>(worker)},
-                   {"error", reply.status().ToString()}});
-            }
-            if (remaining->fetch_sub(1) == 1) {
-              service_->file_worker_.Post([this, shared_key] { Store(*shared_key); });
-            }
-          });
-    }
-  }
-
-  // On the file worker: commit the staged model with its wrapped key and answer.
-  void Store(const std::string& wrapped_key) {
-    ciphertext_.reset();
-    uint64_t size = upload_->size();
-    absl::Status status = upload_->Commit(wrapped_key);
-    upload_.reset();
-    if (!status.ok()) {
-      Log(LogLevel::kError, "model_store_failed",
-          {{"tenant", tenant_id_}, {"handle", handle_}, {"error", status.ToString()}});
-      response_->Clear();
-      FinishOnce(absl::InternalError(
-          "the enclave loaded the model but cloisterd could not store it; it will not survive a "
-          "restart, upload it again"));
-      return;
-    }
-    Log(LogLevel::kInfo, "model_stored",
-        {{"tenant", tenant_id_}, {"handle", handle_}, {"size", static_cast<unsigned long>(size)}});
-    service_->Audit(audit_event::kModelUploaded, tenant_id_, {{"handle", handle_}});
-    FinishOnce(absl::OkStatus());
-  }
-
-  void Fail(const absl::Status& status) {
-    service_->Refused("UploadModel", tenant_id_, status);
-    upload_.reset();  // removes the staged ciphertext
-    response_->Clear();
-    FinishOnce(status);
-  }
-
-  // Finishes the RPC unless it is finished already (from any thread: the handlers or the
-  // watchdog).
-  void FinishOnce(const absl::Status& status) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      MarkFinishedLocked();
-    }
-    Finish(ToGrpcStatus(status));
-  }
-
-  void MarkFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    finished_ = true;
-    // Stored or given up: either way the upload no longer holds quota of its own.
-    if (reserved_size_ > 0) {
-      service_->ReleaseModelMemory(tenant_id_, reserved_size_);
-      reserved_size_ = 0;
-    }
-  }
-
-  CloisterService* const service_;
-  UploadModelResponse* const response_;
-  UploadModelRequest request_;
-  State state_ = State::kExpectStart;
-  std::string tenant_id_;  // set in the constructor, then only read
-  std::string session_id_;
-  std::string handle_;
-  std::string request_id_;
-  uint64_t declared_size_ = 0;
-  uint64_t memory_budget_ = 0;  // of the tenant's quota, for the enclave (set at the start)
-  int worker_ = 0;                           // the worker holding the upload's session
-  std::shared_ptr<std::string> ciphertext_;  // kept for the other workers
-  std::unique_ptr<BlobUpload> upload_;
-
-  std::atomic<int> references_{1};  // gRPC's until OnDone, plus the watchdog's while it looks
-  absl::Mutex mu_;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool awaiting_client_ ABSL_GUARDED_BY(mu_) = false;  // a read of the client's next message
-  absl::Time awaiting_since_ ABSL_GUARDED_BY(mu_);
-  const absl::Time started_ = service_->clock_->Now();
-  // Of the tenant's model-memory quota; released when the RPC finishes.
-  uint64_t reserved_size_ ABSL_GUARDED_BY(mu_) = 0;
-};
+int CloisterService::active_rpcs() const { return rpcs_.count(); }
 
 // ---- The service ----
 
@@ -587,12 +91,12 @@ CloisterService::CloisterService(TenantRegistry* tenants, std::vector<EnclaveCli
       blobs_(blobs),
       options_(options),
       clock_(options.clock != nullptr ? options.clock : Clock::Real()),
-      sessions_(clock_, options.session_ttl, options.max_sessions_per_tenant) {
+      sessions_(clock_, options.session_ttl, options.max_sessions_per_tenant),
+      upload_watchdog_(clock_, options.upload_idle_timeout, options.upload_timeout) {
   CLOISTER_CHECK(!workers_.empty());
   for (EnclaveClient* worker : workers_) CLOISTER_CHECK(worker != nullptr);
   CLOISTER_CHECK(options_.upload_idle_timeout > absl::ZeroDuration() &&
                  options_.upload_timeout > absl::ZeroDuration());
-  upload_watchdog_ = std::thread([this] { WatchUploads(); });
   if (options_.audit != nullptr) {
     sessions_.SetOnExpiredForAudit([audit = options_.audit](const std::string& tenant_id,
                                                             int worker) {
@@ -641,13 +145,15 @@ absl::StatusOr<uint64_t> CloisterService::ReserveModelMemory(const std::string& 
     Log(LogLevel::kError, "model_list_failed", {{"error", stored.status().ToString()}});
     return absl::InternalError("cloisterd cannot read its model store");
   }
+  absl::MutexLock lock(&quota_mu_);
   uint64_t stored_size = 0;
   for (const StoredModel& model : *stored) {
     // An upload under an existing handle replaces that model.
-    if (model.tenant_id == tenant_id && model.handle != handle)
-      stored_size += model.ciphertext_size;
+    if (model.tenant_id != tenant_id || model.handle == handle) continue;
+    // What the enclave reported the model takes in its memory, else (an ONNX model) its size.
+    auto reported = model_memory_size_.find(std::make_pair(model.tenant_id, model.handle));
+    stored_size += reported != model_memory_size_.end() ? reported->second : model.ciphertext_size;
   }
-  absl::MutexLock lock(&quota_mu_);
   uint64_t& uploading = uploading_size_[tenant_id];
   if (stored_size + uploading + size > quota) {
     uint64_t in_progress = uploading;
@@ -669,39 +175,22 @@ void CloisterService::ReleaseModelMemory(const std::string& tenant_id, uint64_t 
   if (it->second == 0) uploading_size_.erase(it);
 }
 
-CloisterService::~CloisterService() {
-  stop_watchdog_.Notify();
-  upload_watchdog_.join();
-}
-
-void CloisterService::WatchUploads() {
-  // A quarter of the shorter timeout: an upload ends at most 25% late (and within a second).
-  const absl::Duration period =
-      std::clamp(std::min(options_.upload_idle_timeout, options_.upload_timeout) / 4,
-                 absl::Milliseconds(10), absl::Seconds(1));
-  while (!stop_watchdog_.WaitForNotificationWithTimeout(period)) EndOverdueUploads();
-}
-
-void CloisterService::EndOverdueUploads() {
-  std::vector<UploadReactor*> uploads;
-  {
-    absl::MutexLock lock(&uploads_mu_);
-    uploads.reserve(uploads_.size());
-    for (UploadReactor* upload : uploads_) {
-      upload->Ref();
-      uploads.push_back(upload);
-    }
-  }
-  const absl::Time now = clock_->Now();
-  for (UploadReactor* upload : uploads) {
-    upload->EndIfOverdue(now);
-    upload->Unref();
+void CloisterService::RecordModelMemory(const std::string& tenant_id, const std::string& handle,
+                                        uint64_t memory_size) {
+  absl::MutexLock lock(&quota_mu_);
+  std::pair<std::string, std::string> key(tenant_id, handle);
+  if (memory_size > 0) {
+    model_memory_size_[key] = memory_size;
+  } else {
+    model_memory_size_.erase(key);
   }
 }
+
+CloisterService::~CloisterService() = default;
 
 absl::StatusOr<std::string> CloisterService::Authenticate(
     const grpc::CallbackServerContext& context, absl::string_view method) const {
-  RETURN_IF_ERROR(CheckAccepting());
+  RETURN_IF_ERROR(rpcs_.CheckAccepting());
   std::string tenant_id = MetadataValue(context, "x-cloister-tenant");
   std::string authorization = MetadataValue(context, "authorization");
   constexpr absl::string_view kBearer = "Bearer ";  // the scheme is case-insensitive
@@ -872,7 +361,7 @@ void CloisterService::OpenSessionOn(size_t worker, std::shared_ptr<const HostToE
 
 grpc::ServerReadReactor<UploadModelRequest>* CloisterService::UploadModel(
     grpc::CallbackServerContext* context, UploadModelResponse* response) {
-  return new UploadReactor(this, context, response);
+  return new UploadReactor(RpcInFlight(&rpcs_), this, context, response);
 }
 
 grpc::ServerUnaryReactor* CloisterService::ListModels(grpc::CallbackServerContext* context,
@@ -953,6 +442,10 @@ void CloisterService::RemoveStoredModel(const std::string& handle) {
   }
   for (const StoredModel& model : *stored) {
     if (model.handle != handle) continue;
+    {
+      absl::MutexLock lock(&quota_mu_);
+      model_memory_size_.erase(std::make_pair(model.tenant_id, handle));
+    }
     absl::Status status = blobs_->Delete(model.tenant_id, handle);
     if (!status.ok()) {
       Log(LogLevel::kError, "model_delete_failed",
@@ -963,7 +456,7 @@ void CloisterService::RemoveStoredModel(const std::string& handle) {
 
 grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* context,
                                                  const SealedCall* request, SealedReply* response) {
-  InferReactor* reactor = new InferReactor(this);
+  InferReactor* reactor = new InferReactor(RpcInFlight(&rpcs_), scheduler_);
   absl::StatusOr<std::string> tenant = Authenticate(*context, "Infer");
   absl::StatusOr<int> worker = absl::UnknownError("not checked");
   if (!tenant.ok()) {

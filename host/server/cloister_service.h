@@ -25,7 +25,8 @@
 //
 // Threading: handlers run on gRPC threads and return at once; completions run on the enclave
 // client's thread or on the service's SerialWorker (file work); the service's own upload
-// watchdog thread ends idle uploads.
+// watchdog thread ends idle uploads. The reactors are in infer_reactor.h and upload_reactor.h;
+// each counts as in flight (rpc_in_flight.h) until gRPC is done with it.
 // Ownership: the registry, enclave clients, scheduler and blob store are borrowed and must
 // outlive the service; the service must outlive the grpc::Server that serves it.
 #pragma once
@@ -36,22 +37,22 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "cloister/api/v1/api.grpc.pb.h"
 #include "host/audit/audit_log.h"
 #include "host/enclave_client/enclave_client.h"
 #include "host/scheduler/scheduler.h"
+#include "host/server/rpc_in_flight.h"
 #include "host/server/serial_worker.h"
 #include "host/server/session_table.h"
+#include "host/server/upload_reactor.h"
 #include "host/storage/blob_store.h"
 #include "host/tenants/tenant_registry.h"
 
@@ -122,20 +123,10 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   std::map<std::string, int> SessionCountsByTenant() { return sessions_.CountsByTenant(); }
 
  private:
-  class TrackedUnaryReactor;
-  class InferReactor;
-  class UploadReactor;
-  friend class TrackedUnaryReactor;
-  friend class InferReactor;
-  friend class UploadReactor;
+  friend class UploadReactor;  // the upload's steps use the stores, workers and quota below
 
-  // Every RPC's reactor calls RpcStarted() when created and RpcDone() from OnDone().
-  void RpcStarted();
-  void RpcDone();
   // A reactor for a unary RPC that counts as active until gRPC is done with it.
   grpc::ServerUnaryReactor* NewUnaryReactor();
-  // UNAVAILABLE while draining.
-  absl::Status CheckAccepting() const;
 
   // The authenticated tenant id of a call; UNAUTHENTICATED, or UNAVAILABLE while draining.
   absl::StatusOr<std::string> Authenticate(const grpc::CallbackServerContext& context,
@@ -150,15 +141,14 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   // Model-memory quota: reserves `size` bytes of `tenant_id`'s quota for an upload of `handle`
   // (replacing any stored model of that handle), or RESOURCE_EXHAUSTED naming the quota. Returns
   // the quota this model may take in the enclave (at least `size`): the quota less the tenant's
-  // other stored models and uploads, which bounds an LLM's weights (LoadModelCall).
+  // other stored models and uploads, which bounds an LLM's weights (LoadModelCall). A stored
+  // model counts the memory the enclave reported for it (model_memory_size_), else its size.
   absl::StatusOr<uint64_t> ReserveModelMemory(const std::string& tenant_id,
                                               const std::string& handle, uint64_t size);
   void ReleaseModelMemory(const std::string& tenant_id, uint64_t size);
-  // The upload watchdog: ends the uploads that have waited longer than
-  // options_.upload_idle_timeout for their client, or are still receiving after
-  // options_.upload_timeout.
-  void WatchUploads();
-  void EndOverdueUploads();
+  // A stored model of `handle` counts `memory_size` bytes from now on (0: its stored size).
+  void RecordModelMemory(const std::string& tenant_id, const std::string& handle,
+                         uint64_t memory_size);
   // ListModels and DeleteModel: one SealedCallMessage each.
   grpc::ServerUnaryReactor* RelaySealedCall(grpc::CallbackServerContext* context,
                                             const api::v1::SealedCall* request,
@@ -178,23 +168,20 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   Clock* const clock_;
   SessionTable sessions_;
 
-  mutable absl::Mutex rpc_mu_;
-  int active_rpcs_ ABSL_GUARDED_BY(rpc_mu_) = 0;
-  bool draining_ ABSL_GUARDED_BY(rpc_mu_) = false;
+  InFlightRpcs rpcs_;
 
   std::atomic<uint64_t> next_evidence_worker_{0};
   absl::Mutex quota_mu_;
   // Bytes of uploads in progress, per tenant, counted against the model-memory quota.
   absl::flat_hash_map<std::string, uint64_t> uploading_size_ ABSL_GUARDED_BY(quota_mu_);
+  // Stored models' memory as the enclave reported it on load (LoadModelResult), by (tenant,
+  // handle); a stored model without an entry (an ONNX model, or one loaded before a restart)
+  // counts its ciphertext size.
+  absl::flat_hash_map<std::pair<std::string, std::string>, uint64_t> model_memory_size_
+      ABSL_GUARDED_BY(quota_mu_);
 
   SerialWorker file_worker_;
-
-  // Uploads in progress (registered by their reactor until gRPC is done with it), for the
-  // watchdog.
-  absl::Mutex uploads_mu_;
-  absl::flat_hash_set<UploadReactor*> uploads_ ABSL_GUARDED_BY(uploads_mu_);
-  absl::Notification stop_watchdog_;
-  std::thread upload_watchdog_;  // last: starts once everything above exists
+  UploadWatchdog upload_watchdog_;  // last: its thread starts once everything above exists
 };
 
 // grpc::Status from absl::Status (the codes are the same numbers).

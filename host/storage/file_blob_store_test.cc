@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "crypto/hash.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::host {
 namespace {
@@ -23,15 +24,11 @@ constexpr char kOtherHandle[] = "fedcba9876543210fedcba9876543210";
 class FileBlobStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) /
-            ("blob_store_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
+    root_ = fs::path(cloister::testing::MakeTempDir("blob-store")) / "store";
     auto store = FileBlobStore::Open(root_.string());
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   // Files in the tenant's folder, by name.
   std::vector<std::string> FilesOf(const std::string& tenant) {

@@ -21,6 +21,7 @@
 #include "crypto/hash.h"
 #include "gtest/gtest.h"
 #include "host/storage/file_blob_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::host {
 namespace {
@@ -40,17 +41,14 @@ std::string WrappedKeyFor(const std::string& handle, const std::string& cipherte
 class WorkerSupervisorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/supervisor-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    dir_ = cloister::testing::MakeTempDir("supervisor-test");
+    ASSERT_FALSE(dir_.empty());
     auto blobs = FileBlobStore::Open(dir_ + "/models");
     ASSERT_TRUE(blobs.ok()) << blobs.status();
     blobs_ = *std::move(blobs);
   }
   void TearDown() override {
     supervisor_.reset();
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
   }
 
   // Default options: `workers` fake workers, quick backoff, evidence recorded.

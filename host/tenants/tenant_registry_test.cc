@@ -12,6 +12,7 @@
 #include "base/bytes.h"
 #include "base/file.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::host {
 namespace {
@@ -101,13 +102,9 @@ TEST(TenantRegistryTest, ReadersAlwaysSeeACompleteSnapshotWhileReplaced) {
 class DevTokenTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("dev_token_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = cloister::testing::MakeTempDir("dev-token");
+    ASSERT_FALSE(dir_.empty());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path dir_;
 };
 

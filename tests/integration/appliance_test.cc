@@ -33,8 +33,12 @@ class Appliance {
 
   ::testing::AssertionResult Start() {
     log_dir_ = MakeTempDir("cloisterd-log");
+    // Free operator and metrics ports: two appliances run side by side below.
+    const std::string config = log_dir_ + "/cloisterd.yaml";
+    std::ofstream(config) << "operator:\n  listen: 127.0.0.1:0\n";
     process_ = std::make_unique<Process>(
-        std::vector<std::string>{CLOISTERD_BINARY, "--listen", "127.0.0.1:0", "--data-dir", data_dir_},
+        std::vector<std::string>{CLOISTERD_BINARY, "--listen", "127.0.0.1:0", "--data-dir", data_dir_,
+                                 "--config", config},
         log_dir_);
     std::string line = process_->WaitForStdout("cloisterd listening on ", absl::Seconds(60));
     if (line.empty()) {

@@ -48,7 +48,8 @@ class IsolationTest : public ::testing::Test {
   void SetUp() override {
     work_ = testing::MakeTempDir("cloister-isolation");
     const std::string config = work_ + "/cloisterd.yaml";
-    std::ofstream(config) << "tenants:\n"
+    std::ofstream(config) << "operator:\n  listen: 127.0.0.1:0\n"
+                          << "tenants:\n"
                           << "  - id: acme\n    token_sha256: " << HashOf(kAcmeToken) << "\n"
                           << "  - id: globex\n    token_sha256: " << HashOf(kGlobexToken) << "\n";
     appliance_ = std::make_unique<testing::Appliance>(CLOISTERD_BINARY, work_ + "/data",

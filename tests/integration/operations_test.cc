@@ -135,9 +135,11 @@ class OperationsTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
+  // `text` with free operator and metrics ports after it (so the line numbers stay).
   void WriteConfig(const std::string& text) {
     // Written beside and renamed over, as an operator's editor or config management would.
-    ASSERT_TRUE(WriteFileAtomic(config_path_, text, 0600).ok());
+    ASSERT_TRUE(
+        WriteFileAtomic(config_path_, text + "operator:\n  listen: 127.0.0.1:0\n", 0600).ok());
   }
 
   // Starts cloisterd on the config file; returns its port (0 on failure).

@@ -103,7 +103,8 @@ class ResourceLimitsTest : public ::testing::Test {
   void SetUp() override {
     work_ = testing::MakeTempDir("cloister-resources");
     const std::string config = work_ + "/cloisterd.yaml";
-    std::ofstream(config) << "limits:\n"
+    std::ofstream(config) << "operator:\n  listen: 127.0.0.1:0\n"
+                          << "limits:\n"
                           << "  max_model_bytes: " << kMaxModelSize << "\n"
                           << "  max_sealed_message_bytes: " << kMaxSealedMessageSize << "\n"
                           << "  upload_idle_timeout_seconds: " << upload_idle_seconds_ << "\n"

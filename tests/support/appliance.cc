@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <fstream>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -14,6 +16,13 @@ absl::Status Appliance::Start() {
   log_dir_ = MakeTempDir("cloisterd-log");
   std::vector<std::string> argv = {cloisterd_binary_, "--listen", "127.0.0.1:0", "--data-dir",
                                    data_dir_};
+  if (std::find(extra_args_.begin(), extra_args_.end(), "--config") == extra_args_.end()) {
+    // Free operator and metrics ports, so that appliances (and other daemons on the machine)
+    // never collide on the default 127.0.0.1:7701.
+    const std::string config = log_dir_ + "/cloisterd.yaml";
+    std::ofstream(config) << "operator:\n  listen: 127.0.0.1:0\n";
+    argv.insert(argv.end(), {"--config", config});
+  }
   argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
   process_ = std::make_unique<Process>(std::move(argv), log_dir_);
   std::string line = process_->WaitForStdout("cloisterd listening on ", absl::Seconds(60));

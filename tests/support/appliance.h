@@ -18,7 +18,9 @@ namespace cloister::testing {
 
 class Appliance {
  public:
-  // `extra_args` go after the address and data dir flags (e.g. --config FILE).
+  // `extra_args` go after the address and data dir flags (e.g. --config FILE, whose operator
+  // section should then take free ports: `listen: 127.0.0.1:0`; without a --config the
+  // appliance passes one that does).
   Appliance(std::string cloisterd_binary, std::string data_dir,
             std::vector<std::string> extra_args = {})
       : cloisterd_binary_(std::move(cloisterd_binary)),

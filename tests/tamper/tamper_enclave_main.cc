@@ -1,5 +1,5 @@
 // cloister-tamper-enclave: a hostile boundary between cloisterd and the real cloister-enclave,
-// for the tamper tests (tests/tamper/tamper_test.cc). cloisterd is configured to use this
+// for the tamper tests (tests/tamper/tamper_*_test.cc). cloisterd is configured to use this
 // program as its enclave binary (`enclave_binary:`); it is exec'd exactly like the worker
 // (`--fd 3 --data-dir ...`), starts the real worker with its own socketpair on that worker's
 // fd 3 and the same arguments, and relays boundary frames (proto/frame.h) both ways. Each frame

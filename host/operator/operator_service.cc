@@ -1,4 +1,4 @@
-#include "host/server/operator_service.h"
+#include "host/operator/operator_service.h"
 
 #include <algorithm>
 #include <map>

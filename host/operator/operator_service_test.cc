@@ -1,12 +1,13 @@
-// In-process tests of the operator side: the tenant API with its metrics interceptor and audit
-// log, and the operator gRPC service, each on 127.0.0.1:0, with the real scheduler and blob
-// store and the FakeEnclave.
-#include "host/server/operator_service.h"
+// In-process tests of the operator side: the tenant API (host/server/service_test_harness.h)
+// with its metrics interceptor and audit log, and the operator gRPC service, each on
+// 127.0.0.1:0, with the real scheduler and blob store and the FakeEnclave.
+#include "host/operator/operator_service.h"
 
-#include <unistd.h>
-
-#include <filesystem>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,32 +18,20 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "host/server/grpc_server.h"
-#include "host/storage/file_blob_store.h"
+#include "host/server/service_test_harness.h"
 #include "host/testing/fake_enclave.h"
 #include "host/testing/fake_enclave_client.h"
 
 namespace cloister::host {
 namespace {
 
-namespace fs = std::filesystem;
-
-class OperatorServiceTest : public ::testing::Test {
+class OperatorServiceTest : public testing::ServiceTest {
  protected:
   void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) /
-            ("operator_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    auto registry = TenantRegistry::Create(
-        {{"acme", TokenHash("acme-token")}, {"globex", TokenHash("globex-token")}});
-    ASSERT_TRUE(registry.ok());
-    registry_ = *std::move(registry);
+    ServiceTest::SetUp();
+    if (HasFatalFailure()) return;
     enclave_ =
         std::make_unique<testing::FakeEnclaveClient>(std::make_unique<testing::FakeEnclave>());
-    auto blobs = FileBlobStore::Open((root_ / "models").string());
-    ASSERT_TRUE(blobs.ok());
-    blobs_ = *std::move(blobs);
     auto audit = AuditLog::Open((root_ / "audit" / "audit.jsonl").string());
     ASSERT_TRUE(audit.ok()) << audit.status();
     audit_ = *std::move(audit);
@@ -50,23 +39,12 @@ class OperatorServiceTest : public ::testing::Test {
     SchedulerOptions scheduler_options;
     scheduler_options.max_queue_delay = absl::Milliseconds(1);
     scheduler_options.tenant_limits["acme"].priority = PriorityClass::kRealtime;
-    auto scheduler = Scheduler::Create(enclave_.get(), scheduler_options);
-    ASSERT_TRUE(scheduler.ok());
-    scheduler_ = *std::move(scheduler);
     metrics_.SetTenantClasses({{"acme", "realtime"}, {"globex", "standard"}});
-
     ServiceOptions options;
     options.audit = audit_.get();
-    service_ = std::make_unique<CloisterService>(registry_.get(), enclave_.get(), scheduler_.get(),
-                                                 blobs_.get(), options);
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counting;
+    InterceptorFactories counting;
     counting.push_back(NewRequestMetricsInterceptorFactory(&metrics_));
-    auto server =
-        StartGrpcServer(service_.get(), "127.0.0.1:0", 8 << 20, nullptr, std::move(counting));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    tenant_stub_ = api::v1::Cloister::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_.port), grpc::InsecureChannelCredentials()));
+    StartService({enclave_.get()}, scheduler_options, options, std::move(counting));
   }
 
   // The operator service with `reload` as its reload entry point (empty: none).
@@ -90,26 +68,9 @@ class OperatorServiceTest : public ::testing::Test {
 
   void TearDown() override {
     if (operator_server_) operator_server_->Shutdown();
-    server_.server->Shutdown();
-    server_.server.reset();
-    scheduler_->Stop();
-    service_.reset();
-    fs::remove_all(root_);
-  }
-
-  grpc::Status OpenSession(const std::string& tenant, const std::string& token,
-                           std::string* session_id = nullptr) {
-    grpc::ClientContext context;
-    context.AddMetadata("x-cloister-tenant", tenant);
-    context.AddMetadata("authorization", "Bearer " + token);
-    api::v1::OpenSessionRequest request;
-    request.set_hpke_enc(std::string(32, 'e'));
-    request.set_sealed_hello("hello:" + tenant);
-    request.set_evidence_digest(std::string(32, 'd'));
-    api::v1::OpenSessionResponse response;
-    grpc::Status status = tenant_stub_->OpenSession(&context, request, &response);
-    if (session_id != nullptr) *session_id = response.session_id();
-    return status;
+    operator_server_.reset();
+    operator_service_.reset();
+    ServiceTest::TearDown();
   }
 
   std::string AuditText() {
@@ -117,17 +78,10 @@ class OperatorServiceTest : public ::testing::Test {
     return text.ok() ? *text : "";
   }
 
-  fs::path root_;
-  std::unique_ptr<TenantRegistry> registry_;
   std::unique_ptr<testing::FakeEnclaveClient> enclave_;
-  std::unique_ptr<FileBlobStore> blobs_;
   std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<EvidenceTracker> evidence_;
-  std::unique_ptr<Scheduler> scheduler_;
   Metrics metrics_;
-  std::unique_ptr<CloisterService> service_;
-  RunningServer server_;
-  std::unique_ptr<api::v1::Cloister::Stub> tenant_stub_;
   std::unique_ptr<OperatorService> operator_service_;
   std::unique_ptr<grpc::Server> operator_server_;
   std::unique_ptr<ops::v1::Operator::Stub> operator_stub_;
@@ -135,9 +89,9 @@ class OperatorServiceTest : public ::testing::Test {
 
 TEST_F(OperatorServiceTest, StatusCountsSessionsPerTenantAndNamesTheWorkers) {
   StartOperator(nullptr);
-  ASSERT_TRUE(OpenSession("acme", "acme-token").ok());
-  ASSERT_TRUE(OpenSession("acme", "acme-token").ok());
-  ASSERT_TRUE(OpenSession("globex", "globex-token").ok());
+  ASSERT_TRUE(TryOpenSession("acme", "acme-token").ok());
+  ASSERT_TRUE(TryOpenSession("acme", "acme-token").ok());
+  ASSERT_TRUE(TryOpenSession("globex", "globex-token").ok());
 
   grpc::ClientContext context;
   ops::v1::StatusResponse status;
@@ -191,23 +145,14 @@ TEST_F(OperatorServiceTest, ReloadAnswersWithTheSummaryOrTheError) {
 
 TEST_F(OperatorServiceTest, AuditAndMetricsSeeSessionsAndRefusals) {
   std::string session;
-  ASSERT_TRUE(OpenSession("acme", "acme-token", &session).ok());
-  EXPECT_EQ(OpenSession("acme", "wrong-token").error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(OpenSession("nobody", "x").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(TryOpenSession("acme", "acme-token", &session).ok());
+  EXPECT_EQ(TryOpenSession("acme", "wrong-token").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(TryOpenSession("nobody", "x").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   {
     // globex names acme's session: refused before anything is queued, and audited.
-    grpc::ClientContext context;
-    context.AddMetadata("x-cloister-tenant", "globex");
-    context.AddMetadata("authorization", "Bearer globex-token");
-    api::v1::SealedCall call;
-    call.set_session_id(session);
-    call.set_request_id("r1");
-    call.set_model_handle("0123456789abcdef0123456789abcdef");
-    call.set_sequence(1);
-    call.set_ciphertext("c");
     api::v1::SealedReply reply;
     // Answered as an unknown session would be, so nothing tells globex the session exists.
-    EXPECT_EQ(tenant_stub_->Infer(&context, call, &reply).error_code(),
+    EXPECT_EQ(Infer(Sealed(session, "r1", testing::kHandle, "c"), reply, "globex").error_code(),
               grpc::StatusCode::NOT_FOUND);
   }
 

@@ -31,9 +31,9 @@
 #include "host/config/config_reloader.h"
 #include "host/enclave_client/enclave_client.h"
 #include "host/metrics/metrics.h"
+#include "host/operator/operator_service.h"
 #include "host/scheduler/scheduler.h"
 #include "host/server/cloister_service.h"
-#include "host/server/operator_service.h"
 #include "host/storage/blob_store.h"
 
 namespace cloister::host {

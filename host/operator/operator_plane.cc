@@ -1,4 +1,4 @@
-#include "host/server/operator_plane.h"
+#include "host/operator/operator_plane.h"
 
 #include <algorithm>
 #include <map>
