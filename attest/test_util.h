@@ -14,6 +14,7 @@
 #include "attest/verifier.h"
 #include "base/file.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::attest::testing {
 
@@ -37,18 +38,11 @@ inline Bytes ReadTestHex(const std::string& relative) {
   return bytes.ok() ? *bytes : Bytes();
 }
 
-// A fresh directory under the test's temp dir, removed on destruction.
+// A fresh directory (tests/support/temp_dir.h), removed when the test process exits.
 class ScopedTempDir {
  public:
-  ScopedTempDir() {
-    std::string pattern = ::testing::TempDir() + "/attest_XXXXXX";
-    char* made = ::mkdtemp(pattern.data());
-    EXPECT_NE(made, nullptr);
-    path_ = pattern;
-  }
-  ~ScopedTempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+  ScopedTempDir() : path_(cloister::testing::MakeTempDir("attest")) {
+    EXPECT_FALSE(path_.empty());
   }
   const std::string& path() const { return path_; }
 

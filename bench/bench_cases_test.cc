@@ -1,6 +1,6 @@
-// Unit tests for the coalescing, cc-tax and broker-efficiency cases: flag parsing (and its
-// refusals), the JSON lines and tables, and a tiny run of the coalescing case through the real
-// PCIe path.
+// Unit tests for the coalescing, cc-tax and broker-efficiency cases: their flags (the parser
+// itself is tested in base/flags_test.cc), the JSON lines and tables, and a tiny run of the
+// coalescing case through the real PCIe path.
 #include <unistd.h>
 
 #include <chrono>
@@ -9,7 +9,6 @@
 #include <string>
 
 #include "bench/broker_efficiency.h"
-#include "bench/case_flags.h"
 #include "bench/cc_tax.h"
 #include "bench/chaos.h"
 #include "bench/coalescing.h"
@@ -65,34 +64,6 @@ TEST(Chaos, CheckCatchesEveryMissAndJsonHasEveryField) {
   }
   EXPECT_EQ(line["sent"], 10);
   EXPECT_EQ(line["error_codes"]["UNAVAILABLE"], 1);
-}
-
-TEST(CaseFlags, FillsEveryKindAndRefusesBadInput) {
-  int count = 0;
-  std::vector<int> list;
-  bool on = false;
-  std::string word;
-  const std::vector<FlagSpec> specs = {{"--count", IntFlag{&count, 1}},
-                                       {"--list", IntListFlag{&list, 1}},
-                                       {"--on", SwitchFlag{&on}},
-                                       {"--word", StringFlag{&word, {"a", "b"}}}};
-  ASSERT_TRUE(ParseCaseFlags({"--count", "3", "--list=1,2", "--on", "--word", "b"}, specs).ok());
-  EXPECT_EQ(count, 3);
-  EXPECT_EQ(list, (std::vector<int>{1, 2}));
-  EXPECT_TRUE(on);
-  EXPECT_EQ(word, "b");
-
-  EXPECT_EQ(ParseCaseFlags({"--count", "0"}, specs).message(),
-            "--count needs an integer >= 1, got \"0\"");
-  EXPECT_EQ(ParseCaseFlags({"--count"}, specs).message(), "--count needs a value");
-  EXPECT_EQ(ParseCaseFlags({"--list", "1,x"}, specs).message(),
-            "--list needs an integer >= 1, got \"x\"");
-  EXPECT_EQ(ParseCaseFlags({"--on=1"}, specs).message(), "--on takes no value");
-  EXPECT_EQ(ParseCaseFlags({"--word", "c"}, specs).message(),
-            "--word must be one of a, b, not \"c\"");
-  EXPECT_EQ(ParseCaseFlags({"--other"}, specs).message(), "unknown flag \"--other\"");
-  EXPECT_TRUE(WantsHelp({"--x", "-h"}));
-  EXPECT_FALSE(WantsHelp({"--x"}));
 }
 
 TEST(CaseFlags, EachCaseRefusesBadValues) {

@@ -10,6 +10,7 @@
 //   cloister-bench noisy-neighbour [--json] [--rate N] [--duration-ms N] [--loads N] ...
 //   cloister-bench chaos [--json] [--check] [--duration-s N] [--kills N] [--tenants N] ...
 //   cloister-bench llm-vs-llamacpp [--json] [--models tiny,synthetic] [--threads 1,2] ...
+//   cloister-bench llm-cuda [--json] [--models synthetic-1b] [--sequences 1,32] ...
 //
 // OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
 // kernels in VMs whose CPU it does not recognise (see deploy/README.md). The deployed enclave sets
@@ -18,8 +19,8 @@
 // variable is already set.
 //
 // Exit status: 0 when the benchmark ran (whether or not it met its target), 1 on bad usage or a
-// failure while running, 2 when a peer runtime (node, onnxruntime-node, node-llama-cpp) is not
-// installed.
+// failure while running, 2 when a peer runtime (node, onnxruntime-node, node-llama-cpp) or, for
+// llm-cuda, a device is not there.
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,12 +31,13 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/flags.h"
 #include "base/malloc_tuning.h"
 #include "bench/broker_efficiency.h"
-#include "bench/case_flags.h"
 #include "bench/cc_tax.h"
 #include "bench/chaos.h"
 #include "bench/coalescing.h"
+#include "bench/llm_cuda.h"
 #include "bench/llm_vs_llamacpp.h"
 #include "bench/ort_peer.h"
 #include "bench/runtime_vs_ort.h"
@@ -77,6 +79,7 @@ void PrintUsage(std::FILE* to) {
   absl::FPrintF(to, "  noisy-neighbour  %s", NoisyNeighbourUsage());
   absl::FPrintF(to, "  chaos            %s", ChaosUsage());
   absl::FPrintF(to, "  llm-vs-llamacpp  %s", LlmVsLlamaCppUsage());
+  absl::FPrintF(to, "  llm-cuda         %s", LlmCudaUsage());
 }
 
 int LlmVsLlamaCppMain(const std::vector<std::string>& args) {
@@ -103,6 +106,31 @@ int LlmVsLlamaCppMain(const std::vector<std::string>& args) {
     absl::FPrintF(stderr, "cloister-bench llm-vs-llamacpp: %s\n", report.status().message());
     return report.status().code() == absl::StatusCode::kFailedPrecondition ? kExitPeerMissing
                                                                            : kExitFailure;
+  }
+  return 0;
+}
+
+int LlmCudaMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", LlmCudaUsage());
+    return 0;
+  }
+  LlmCudaOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  defaults.cache_dir = CLOISTER_BENCH_LLM_CACHE_DIR;
+  defaults.generator_script = CLOISTER_BENCH_LLM_GENERATOR;
+  auto options = ParseLlmCudaFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-cuda: %s (see --help)\n", options.status().message());
+    return kExitFailure;
+  }
+  auto lines = RunLlmCuda(*options, stdout, stderr);
+  if (!lines.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-cuda: %s\n", lines.status().message());
+    const absl::StatusCode code = lines.status().code();
+    return code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kNotFound
+               ? kExitPeerMissing
+               : kExitFailure;
   }
   return 0;
 }
@@ -328,6 +356,7 @@ int main(int argc, char** argv) {
   if (subcommand == "noisy-neighbour") return cloister::bench::NoisyNeighbourMain(args);
   if (subcommand == "chaos") return cloister::bench::ChaosMain(args);
   if (subcommand == "llm-vs-llamacpp") return cloister::bench::LlmVsLlamaCppMain(args);
+  if (subcommand == "llm-cuda") return cloister::bench::LlmCudaMain(args);
   absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
   return cloister::bench::kExitFailure;
 }

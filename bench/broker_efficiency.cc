@@ -1,3 +1,4 @@
+#include "base/flags.h"
 #include "bench/broker_efficiency.h"
 
 #include <signal.h>
@@ -21,7 +22,6 @@
 #include "absl/synchronization/mutex.h"
 #include "base/file.h"
 #include "base/status.h"
-#include "bench/case_flags.h"
 #include "bench/runtime_vs_ort.h"
 #include "enclave/batch_runner.h"
 #include "enclave/runtime/model.h"
@@ -153,7 +153,7 @@ absl::StatusOr<BrokerEfficiencyOptions> ParseBrokerEfficiencyFlags(
     const std::vector<std::string>& args, BrokerEfficiencyOptions options) {
   std::string models = absl::StrJoin(options.models, ",");
   std::string model;
-  RETURN_IF_ERROR(ParseCaseFlags(args, {{"--json", SwitchFlag{&options.json}},
+  RETURN_IF_ERROR(ParseFlags(args, {{"--json", SwitchFlag{&options.json}},
                                         {"--models", StringFlag{&models, {}}},
                                         {"--model", StringFlag{&model, {"cls", "bert_mini"}}},
                                         {"--models-dir", StringFlag{&options.models_dir, {}}},
@@ -291,16 +291,15 @@ absl::StatusOr<BrokerEfficiencyResult> RunBrokerEfficiency(const BrokerEfficienc
   const std::string data = data_dir->path() + "/data";
   std::vector<std::string> argv = {options.cloisterd, "--listen", "127.0.0.1:0", "--data-dir",
                                    data};
-  std::string config_text;
+  // Free operator and metrics ports, so that it never collides with another daemon.
+  std::string config_text = "operator:\n  listen: 127.0.0.1:0\n";
   if (options.max_batch > 0) {
     absl::StrAppend(&config_text, "scheduler:\n  max_batch_size: ", options.max_batch, "\n");
   }
   if (options.workers > 0) absl::StrAppend(&config_text, "workers: ", options.workers, "\n");
-  if (!config_text.empty()) {
-    const std::string config = data_dir->path() + "/cloisterd.yaml";
-    RETURN_IF_ERROR(WriteFileAtomic(config, config_text, 0600));
-    argv.insert(argv.end(), {"--config", config});
-  }
+  const std::string config = data_dir->path() + "/cloisterd.yaml";
+  RETURN_IF_ERROR(WriteFileAtomic(config, config_text, 0600));
+  argv.insert(argv.end(), {"--config", config});
   if (!options.json) absl::FPrintF(log, "starting %s\n", absl::StrJoin(argv, " "));
   testing::Process cloisterd(argv, data_dir->path());
   const std::string listening =

@@ -1,3 +1,4 @@
+#include "base/flags.h"
 #include "bench/cc_tax.h"
 
 #include <algorithm>
@@ -13,7 +14,6 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/status.h"
-#include "bench/case_flags.h"
 #include "enclave/batch_runner.h"
 #include "enclave/pcie/batch_path.h"
 #include "enclave/pcie/transfer_path.h"
@@ -129,7 +129,7 @@ absl::StatusOr<CcTaxOptions> ParseCcTaxFlags(const std::vector<std::string>& arg
                                              CcTaxOptions options) {
   std::string models = absl::StrJoin(options.models, ",");
   RETURN_IF_ERROR(
-      ParseCaseFlags(args, {{"--json", SwitchFlag{&options.json}},
+      ParseFlags(args, {{"--json", SwitchFlag{&options.json}},
                             {"--models", StringFlag{&models, {}}},
                             {"--models-dir", StringFlag{&options.models_dir, {}}},
                             {"--batches", IntListFlag{&options.batches, 1}},

@@ -1,3 +1,4 @@
+#include "base/flags.h"
 #include "bench/chaos.h"
 
 #include <dirent.h>
@@ -28,7 +29,6 @@
 #include "base/bytes.h"
 #include "base/file.h"
 #include "base/status.h"
-#include "bench/case_flags.h"
 #include "crypto/hash.h"
 #include "crypto/random.h"
 #include "nlohmann/json.hpp"
@@ -289,7 +289,7 @@ absl::StatusOr<ChaosOptions> ParseChaosFlags(const std::vector<std::string>& arg
                                              ChaosOptions options) {
   int seed = static_cast<int>(options.seed % 1000000007);
   RETURN_IF_ERROR(
-      ParseCaseFlags(args, {{"--json", SwitchFlag{&options.json}},
+      ParseFlags(args, {{"--json", SwitchFlag{&options.json}},
                             {"--check", SwitchFlag{&options.check}},
                             {"--cloisterd", StringFlag{&options.cloisterd, {}}},
                             {"--duration-s", IntFlag{&options.duration_s, 1}},
@@ -380,7 +380,9 @@ absl::StatusOr<ChaosResult> RunChaos(const ChaosOptions& options, std::FILE* out
   ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> scratch, ScratchDir::Create());
   const std::string data = scratch->path() + "/data";
   std::vector<std::unique_ptr<Tenant>> tenants;
-  std::string config = absl::StrCat("workers: ", options.workers, "\ntenants:\n");
+  // Free operator and metrics ports, so that it never collides with another daemon.
+  std::string config =
+      absl::StrCat("operator:\n  listen: 127.0.0.1:0\nworkers: ", options.workers, "\ntenants:\n");
   for (int t = 0; t < options.tenants; ++t) {
     auto tenant = std::make_unique<Tenant>();
     tenant->index = t;

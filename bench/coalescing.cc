@@ -1,3 +1,4 @@
+#include "base/flags.h"
 #include "bench/coalescing.h"
 
 #include <chrono>
@@ -6,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status.h"
-#include "bench/case_flags.h"
 #include "enclave/pcie/transfer_path.h"
 #ifdef CLOISTER_BENCH_HAVE_GPU
 #include "enclave/gpu/cuda_transfer.h"
@@ -94,7 +94,7 @@ std::string SizeName(int64_t size) {
 absl::StatusOr<CoalescingOptions> ParseCoalescingFlags(const std::vector<std::string>& args,
                                                        CoalescingOptions options) {
   RETURN_IF_ERROR(
-      ParseCaseFlags(args, {{"--json", SwitchFlag{&options.json}},
+      ParseFlags(args, {{"--json", SwitchFlag{&options.json}},
                             {"--requests", IntFlag{&options.requests, 1}},
                             {"--payloads", IntListFlag{&options.payload_sizes, 1}},
                             {"--iterations", IntFlag{&options.iterations, 1}},

@@ -2,6 +2,7 @@
 // comparison, the bandwidth probe, parsing the peer's document, the JSON document and table; and
 // (ctest bench_llm_vs_llamacpp_tiny, label slow) one short run of the tiny model through our
 // engine and llama.cpp, skipped when node-llama-cpp is not installed.
+#include "bench/llm_cuda.h"
 #include "bench/llm_vs_llamacpp.h"
 
 #include <cstdio>
@@ -327,6 +328,38 @@ TEST(LlmVsLlamaCppEndToEnd, TinyModelMatchesLlamaCpp) {
   std::fclose(out);
   json document = json::parse(text);
   EXPECT_EQ(document["lines"].size(), 2u);
+}
+
+TEST(LlmCudaFlags, ParsesListsAndRefusesUnknownModelsAndPrecisions) {
+  auto options = ParseLlmCudaFlags(
+      {"--models", "tiny,synthetic-1b", "--precisions", "f32", "--sequences", "1,8,32", "--json"},
+      LlmCudaOptions{});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->models, (std::vector<std::string>{"tiny", "synthetic-1b"}));
+  EXPECT_EQ(options->precisions, (std::vector<std::string>{"f32"}));
+  EXPECT_EQ(options->sequences, (std::vector<int>{1, 8, 32}));
+  EXPECT_TRUE(options->json);
+  auto model = ParseLlmCudaFlags({"--models", "gpt2"}, LlmCudaOptions{});
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("unknown model gpt2"), std::string::npos);
+  auto precision = ParseLlmCudaFlags({"--precisions", "fp8"}, LlmCudaOptions{});
+  ASSERT_FALSE(precision.ok());
+  EXPECT_NE(precision.status().message().find("unknown precision fp8"), std::string::npos);
+}
+
+TEST(LlmCudaJson, LineCarriesTheFiguresAndTheFraction) {
+  LlmCudaLine line;
+  line.model = "synthetic-1b";
+  line.precision = "bf16";
+  line.sequences = 4;
+  line.decode_tokens_per_s = 800;
+  line.weight_bytes = 2'000'000'000;
+  line.read_bandwidth_bytes_per_s = 4e12;
+  nlohmann::json doc = nlohmann::json::parse(LlmCudaJsonLine(line));
+  EXPECT_EQ(doc["case"], "llm-cuda");
+  EXPECT_EQ(doc["sequences"], 4);
+  // 2e9 bytes per step * (800 / 4) steps/s over 4e12 bytes/s.
+  EXPECT_DOUBLE_EQ(doc["bandwidth_fraction"].get<double>(), 0.1);
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include "base/flags.h"
 #include "bench/scheduler_overhead.h"
 
 #include <algorithm>
@@ -10,7 +11,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status.h"
-#include "bench/case_flags.h"
 #include "host/enclave_client/function_enclave_client.h"
 #include "host/scheduler/scheduler.h"
 #include "nlohmann/json.hpp"
@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<host::Scheduler>> MakeScheduler(
 absl::StatusOr<SchedulerOverheadOptions> ParseSchedulerOverheadFlags(
     const std::vector<std::string>& args, SchedulerOverheadOptions options) {
   RETURN_IF_ERROR(
-      ParseCaseFlags(args, {{"--json", SwitchFlag{&options.json}},
+      ParseFlags(args, {{"--json", SwitchFlag{&options.json}},
                             {"--latency-requests", IntFlag{&options.latency_requests, 1}},
                             {"--throughput-requests", IntFlag{&options.throughput_requests, 1}},
                             {"--producers", IntFlag{&options.producers, 1}},

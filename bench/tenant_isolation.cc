@@ -1,3 +1,4 @@
+#include "base/flags.h"
 #include "bench/tenant_isolation.h"
 
 #include <algorithm>
@@ -16,7 +17,6 @@
 #include "base/bytes.h"
 #include "base/file.h"
 #include "base/status.h"
-#include "bench/case_flags.h"
 #include "bench/runtime_vs_ort.h"
 #include "enclave/runtime/model.h"
 #include "host/enclave_client/function_enclave_client.h"
@@ -282,7 +282,7 @@ absl::StatusOr<FairnessOptions> ParseFairnessFlags(const std::vector<std::string
   specs.push_back({"--warmup-ms", IntFlag{&options.warmup_ms, 0}});
   specs.push_back({"--queue-depth", IntFlag{&options.queue_depth, 1}});
   specs.push_back({"--max-batch", IntFlag{&options.max_batch_size, 1}});
-  RETURN_IF_ERROR(ParseCaseFlags(args, specs));
+  RETURN_IF_ERROR(ParseFlags(args, specs));
   return options;
 }
 
@@ -418,7 +418,7 @@ absl::StatusOr<NoisyNeighbourOptions> ParseNoisyNeighbourFlags(const std::vector
   specs.push_back({"--queue-delay-ms", IntFlag{&options.queue_delay_ms, 0}});
   specs.push_back({"--loads", IntFlag{&options.loads, 0}});
   specs.push_back({"--rounds", IntFlag{&options.rounds, 1}});
-  RETURN_IF_ERROR(ParseCaseFlags(args, specs));
+  RETURN_IF_ERROR(ParseFlags(args, specs));
   return options;
 }
 

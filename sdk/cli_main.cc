@@ -1,4 +1,4 @@
-// `cloister`: the tenant command line. Everything is in sdk/cli.cc; this file only gathers
+// `cloister`: the tenant command line. Everything is in sdk/cli*.cc; this file only gathers
 // the arguments, the CLOISTER_* environment variables and the terminal check.
 #include <unistd.h>
 

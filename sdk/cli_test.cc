@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "sdk/identity.h"
 #include "sdk/npy.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::sdk {
 namespace {
@@ -37,13 +38,8 @@ struct CliRun {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "cli_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::string command = "rm -rf '" + dir_ + "'";
-    ASSERT_EQ(std::system(command.c_str()), 0);
+    dir_ = cloister::testing::MakeTempDir("cli-test");
+    ASSERT_FALSE(dir_.empty());
   }
 
   CliRun Run(std::vector<std::string> args) {

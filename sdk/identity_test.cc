@@ -12,6 +12,7 @@
 #include "crypto/keys.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::sdk {
 namespace {
@@ -111,13 +112,8 @@ TEST(IdentityTest, FromSeedChecksSize) {
 class IdentityFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "identity_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::string command = "rm -rf '" + dir_ + "'";
-    ASSERT_EQ(std::system(command.c_str()), 0);
+    dir_ = cloister::testing::MakeTempDir("identity-test");
+    ASSERT_FALSE(dir_.empty());
   }
   int Mode(const std::string& path) {
     struct stat st;

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/model_package.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::sdk {
 namespace {
@@ -21,13 +22,8 @@ constexpr uint64_t kLimit = uint64_t{1} << 20;
 class ModelDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "model_dir_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::string command = "rm -rf '" + dir_ + "'";
-    ASSERT_EQ(std::system(command.c_str()), 0);
+    dir_ = cloister::testing::MakeTempDir("model-dir-test");
+    ASSERT_FALSE(dir_.empty());
   }
   void Write(const std::string& name, const std::string& text) {
     ASSERT_TRUE(WriteFileAtomic(dir_ + "/" + name, text, 0644).ok()) << name;

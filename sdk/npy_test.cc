@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::sdk {
 namespace {
@@ -341,13 +342,8 @@ TEST(NpyTest, TensorConversions) {
 class NpyFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "npy_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::string command = "rm -rf '" + dir_ + "'";
-    ASSERT_EQ(std::system(command.c_str()), 0);
+    dir_ = cloister::testing::MakeTempDir("npy-test");
+    ASSERT_FALSE(dir_.empty());
   }
   std::string dir_;
 };

@@ -15,6 +15,7 @@
 #include "enclave/enclave.h"
 #include "onnx/onnx_pb.h"
 #include "tests/support/neg_add_model.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::fuzzing {
 
@@ -29,11 +30,8 @@ struct FuzzEnclave {
 inline FuzzEnclave& TheFuzzEnclave() {
   static FuzzEnclave* made = [] {
     auto* fuzz = new FuzzEnclave();
-    char dir_template[] = "/tmp/cloister-enclave-fuzz-XXXXXX";
-    const char* dir = mkdtemp(dir_template);
-    if (dir == nullptr) std::abort();
-    fuzz->dir = dir;
-    std::atexit([] { std::filesystem::remove_all(TheFuzzEnclave().dir); });
+    fuzz->dir = testing::MakeTempDir("cloister-enclave-fuzz");
+    if (fuzz->dir.empty()) std::abort();
     enclave::EnclaveOptions options;
     options.sim_dir = fuzz->dir + "/sim";
     options.dev_policy_out = fuzz->dir + "/dev-policy.yaml";

@@ -1,4 +1,4 @@
-#include "bench/case_flags.h"
+#include "base/flags.h"
 
 #include <algorithm>
 #include <optional>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status.h"
 
-namespace cloister::bench {
+namespace cloister {
 namespace {
 
 absl::StatusOr<int> ParseInt(const std::string& flag, const std::string& text, int minimum) {
@@ -23,12 +23,17 @@ absl::StatusOr<int> ParseInt(const std::string& flag, const std::string& text, i
 
 }  // namespace
 
-absl::Status ParseCaseFlags(const std::vector<std::string>& args,
-                            const std::vector<FlagSpec>& specs) {
+absl::Status ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs,
+                        const FlagSyntax& syntax) {
   for (size_t i = 0; i < args.size(); ++i) {
+    if (syntax.positional != nullptr && (args[i].empty() || args[i][0] != '-')) {
+      syntax.positional->push_back(args[i]);
+      continue;
+    }
     std::string flag = args[i];
     std::optional<std::string> inline_value;
-    if (const size_t equals = flag.find('='); flag.rfind("--", 0) == 0 && equals != flag.npos) {
+    if (const size_t equals = flag.find('=');
+        syntax.inline_values && flag.rfind("--", 0) == 0 && equals != flag.npos) {
       inline_value = flag.substr(equals + 1);
       flag = flag.substr(0, equals);
     }
@@ -36,11 +41,17 @@ absl::Status ParseCaseFlags(const std::vector<std::string>& args,
       return candidate.name == flag;
     });
     if (spec == specs.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag \"", flag, "\""));
+      return absl::InvalidArgumentError(syntax.unknown_flag
+                                            ? syntax.unknown_flag(flag)
+                                            : absl::StrCat("unknown flag \"", flag, "\""));
     }
+    const auto missing = [&] {
+      return absl::InvalidArgumentError(syntax.needs_value ? syntax.needs_value(flag)
+                                                           : flag + " needs a value");
+    };
     auto value = [&]() -> absl::StatusOr<std::string> {
       if (inline_value) return *inline_value;
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(flag + " needs a value");
+      if (i + 1 >= args.size()) return missing();
       return args[++i];
     };
     if (const auto* target = std::get_if<SwitchFlag>(&spec->target)) {
@@ -57,6 +68,12 @@ absl::Status ParseCaseFlags(const std::vector<std::string>& args,
         numbers.push_back(number);
       }
       *target->values = std::move(numbers);
+    } else if (const auto* target = std::get_if<DoubleFlag>(&spec->target)) {
+      ASSIGN_OR_RETURN(std::string text, value());
+      if (!absl::SimpleAtod(text, target->value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " needs a number, got \"", text, "\""));
+      }
     } else if (const auto* target = std::get_if<StringFlag>(&spec->target)) {
       ASSIGN_OR_RETURN(std::string text, value());
       if (!target->choices.empty() && std::find(target->choices.begin(), target->choices.end(),
@@ -65,7 +82,15 @@ absl::Status ParseCaseFlags(const std::vector<std::string>& args,
                                                        absl::StrJoin(target->choices, ", "),
                                                        ", not \"", text, "\""));
       }
+      if (target->non_empty && text.empty()) return missing();
       *target->value = text;
+    } else if (const auto* target = std::get_if<OptionalStringFlag>(&spec->target)) {
+      ASSIGN_OR_RETURN(std::string text, value());
+      if (target->non_empty && text.empty()) return missing();
+      *target->value = std::move(text);
+    } else if (const auto* target = std::get_if<StringListFlag>(&spec->target)) {
+      ASSIGN_OR_RETURN(std::string text, value());
+      target->values->push_back(std::move(text));
     }
   }
   return absl::OkStatus();
@@ -76,4 +101,4 @@ bool WantsHelp(const std::vector<std::string>& args) {
                      [](const std::string& arg) { return arg == "--help" || arg == "-h"; });
 }
 
-}  // namespace cloister::bench
+}  // namespace cloister
