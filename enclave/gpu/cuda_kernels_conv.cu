@@ -10,11 +10,6 @@
 namespace cloister::gpu {
 namespace {
 
-using cuda_kernels_internal::BlocksFor;
-using cuda_kernels_internal::IndexCount;
-using cuda_kernels_internal::kThreads;
-using cuda_kernels_internal::OperandOffset;
-
 __device__ __forceinline__ int64_t OutSpatialCount(const WindowGeometry& g) {
   return g.out_dims[0] * g.out_dims[1] * g.out_dims[2];
 }

@@ -11,11 +11,6 @@
 namespace cloister::gpu {
 namespace {
 
-using cuda_kernels_internal::BlocksFor;
-using cuda_kernels_internal::IndexCount;
-using cuda_kernels_internal::kThreads;
-using cuda_kernels_internal::OperandOffset;
-
 __device__ __forceinline__ float ApplyUnary(UnaryOp op, float x, float alpha, float beta) {
   switch (op) {
     case UnaryOp::kRelu: return x > 0.f ? x : 0.f;

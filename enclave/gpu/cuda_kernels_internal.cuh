@@ -42,6 +42,14 @@ __device__ __forceinline__ int64_t OperandOffset(const StridedIndex& index, int 
 
 }  // namespace cloister::gpu::cuda_kernels_internal
 
+namespace cloister::gpu {
+// The kernel files use these unqualified.
+using cuda_kernels_internal::BlocksFor;
+using cuda_kernels_internal::IndexCount;
+using cuda_kernels_internal::kThreads;
+using cuda_kernels_internal::OperandOffset;
+}  // namespace cloister::gpu
+
 // Runs the body for every i in [0, count) this thread owns in the grid.
 #define CLOISTER_GRID_LOOP(i, count)                                                     \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \

@@ -9,11 +9,6 @@
 namespace cloister::gpu {
 namespace {
 
-using cuda_kernels_internal::BlocksFor;
-using cuda_kernels_internal::IndexCount;
-using cuda_kernels_internal::kThreads;
-using cuda_kernels_internal::OperandOffset;
-
 template <typename T>
 __global__ void StridedCopyKernel(const T* in, T* out, StridedIndex index, int64_t count) {
   CLOISTER_GRID_LOOP(i, count) {

@@ -9,11 +9,6 @@
 namespace cloister::gpu {
 namespace {
 
-using cuda_kernels_internal::BlocksFor;
-using cuda_kernels_internal::IndexCount;
-using cuda_kernels_internal::kThreads;
-using cuda_kernels_internal::OperandOffset;
-
 __global__ void ReduceKernel(ReduceOp op, const float* in, float* out, StridedIndex kept,
                              StridedIndex reduced, int64_t out_count, int64_t reduce_count) {
   CLOISTER_GRID_LOOP(i, out_count) {

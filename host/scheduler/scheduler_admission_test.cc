@@ -20,11 +20,6 @@
 namespace cloister::host::scheduler_test {
 namespace {
 
-using boundary::v1::EnclaveToHost;
-using boundary::v1::HostToEnclave;
-using boundary::v1::SealedReplyItem;
-using testing::FakeEnclaveClient;
-
 TEST_F(SchedulerTest, RateLimitIsATokenBucket) {
   options_.tenant_limits["acme"].rate_per_second = 10;
   options_.tenant_limits["acme"].burst = 2;

@@ -20,11 +20,6 @@
 namespace cloister::host::scheduler_test {
 namespace {
 
-using boundary::v1::EnclaveToHost;
-using boundary::v1::HostToEnclave;
-using boundary::v1::SealedReplyItem;
-using testing::FakeEnclaveClient;
-
 // Saturates one worker with several tenants and returns each one's measured execution time over
 // the first `batch_count` batches. Tenant i uses model i with cost `item_costs[i]` per request.
 std::map<std::string, absl::Duration> RunSaturated(const std::vector<std::string>& tenants,

@@ -20,11 +20,6 @@
 namespace cloister::host::scheduler_test {
 namespace {
 
-using boundary::v1::EnclaveToHost;
-using boundary::v1::HostToEnclave;
-using boundary::v1::SealedReplyItem;
-using testing::FakeEnclaveClient;
-
 // Random operations on a fake clock, with fixed seeds: three tenants of different classes, three
 // models, short and no deadlines, cancellations, time passing and batches completing in between,
 // beside a periodic realtime sender.

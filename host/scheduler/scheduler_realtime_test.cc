@@ -21,11 +21,6 @@
 namespace cloister::host::scheduler_test {
 namespace {
 
-using boundary::v1::EnclaveToHost;
-using boundary::v1::HostToEnclave;
-using boundary::v1::SealedReplyItem;
-using testing::FakeEnclaveClient;
-
 TEST_F(SchedulerTest, HigherClassesGoFirst) {
   options_.tenant_limits["rt"].priority = PriorityClass::kRealtime;
   options_.tenant_limits["be"].priority = PriorityClass::kBatch;

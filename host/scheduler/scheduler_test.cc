@@ -21,11 +21,6 @@
 namespace cloister::host::scheduler_test {
 namespace {
 
-using boundary::v1::EnclaveToHost;
-using boundary::v1::HostToEnclave;
-using boundary::v1::SealedReplyItem;
-using testing::FakeEnclaveClient;
-
 TEST_F(SchedulerTest, RefusesBadOptions) {
   SchedulerOptions options;
   options.max_batch_size = 0;

@@ -21,6 +21,12 @@
 
 namespace cloister::host::scheduler_test {
 
+// The messages and the fake the scheduler tests all use.
+using boundary::v1::EnclaveToHost;
+using boundary::v1::HostToEnclave;
+using boundary::v1::SealedReplyItem;
+using testing::FakeEnclaveClient;
+
 inline constexpr char kModelA[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 inline constexpr char kModelB[] = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
