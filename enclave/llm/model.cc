@@ -230,6 +230,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
   ASSIGN_OR_RETURN(CheckpointTensors tensors, PlanCheckpointTensors(checkpoint, config));
 
   auto model = std::unique_ptr<Model>(new Model());
+  // Checked; another engine holds the weights.
+  if (options.weights == WeightFormat::kNone) {
+    model->config_ = std::move(config);
+    model->tokenizer_ = std::move(tokenizer);
+    model->chat_template_ = std::move(chat_template);
+    return model;
+  }
   auto weights = std::make_unique<Weights>();
   std::vector<PlannedMatrix> plan;
   // A matrix stacked by rows from `parts`, whose shapes PlanCheckpointTensors checked.
@@ -267,12 +274,6 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
     plan_matrix(&layer.down, {t.down});
   }
 
-  if (options.weights == WeightFormat::kNone) {
-    model->config_ = std::move(config);
-    model->tokenizer_ = std::move(tokenizer);
-    model->chat_template_ = std::move(chat_template);
-    return model;
-  }
   size_t total = 0;
   for (PlannedMatrix& m : plan) {
     m.offset = total;
