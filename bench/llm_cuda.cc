@@ -14,7 +14,6 @@
 #include "enclave/llm/generator.h"
 #include "enclave/llm/model.h"
 #include "nlohmann/json.hpp"
-#include "tests/support/process.h"
 
 namespace cloister::bench {
 namespace {
@@ -32,18 +31,8 @@ absl::Status GenerateModels(const LlmCudaOptions& options, std::FILE* log) {
     if (model != "tiny") wanted.push_back(model);
   }
   if (wanted.empty()) return absl::OkStatus();
-  const std::string tiny_dir = CheckpointDirFor(options, "tiny");
-  testing::RunResult result = testing::Run(
-      {options.python, options.generator_script, options.cache_dir, "--tiny-dir", tiny_dir,
-       "--seed", std::to_string(options.seed), "--models", absl::StrJoin(wanted, ",")},
-      {}, absl::Minutes(30));
-  if (result.exit_code != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "writing the benchmark models into ", options.cache_dir, " failed (exit ",
-        result.exit_code, "): ", result.err));
-  }
-  absl::FPrintF(log, "%s", result.out);
-  return absl::OkStatus();
+  return RunLlmModelGenerator(options.python, options.generator_script, options.models_dir,
+                              options.cache_dir, options.seed, wanted, log);
 }
 
 }  // namespace

@@ -111,22 +111,8 @@ std::string LastLine(const std::string& text) {
 
 // Writes the synthetic model and the BF16 GGUFs unless their stamps match.
 absl::Status GenerateModels(const LlmVsLlamaCppOptions& options, std::FILE* log) {
-  if (!FileExists(options.generator_script)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model generator ", options.generator_script, " not found"));
-  }
-  const std::string tiny_dir = (fs::path(options.models_dir) / "llm" / "tiny-llama").string();
-  testing::RunResult result =
-      testing::Run({FindProgram(options.python), options.generator_script, options.cache_dir,
-                    "--tiny-dir", tiny_dir, "--seed", std::to_string(options.seed)},
-                   {}, absl::Minutes(20));
-  if (result.exit_code != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "writing the benchmark models into ", options.cache_dir, " failed (", options.python, " ",
-        options.generator_script, ", exit ", result.exit_code, "): ", LastLine(result.err)));
-  }
-  absl::FPrintF(log, "%s", result.out);
-  return absl::OkStatus();
+  return RunLlmModelGenerator(options.python, options.generator_script, options.models_dir,
+                              options.cache_dir, options.seed, {}, log);
 }
 
 absl::StatusOr<std::string> ResolveLlamaModulesDir(const std::string& dir) {
@@ -286,6 +272,30 @@ absl::StatusOr<LlmSideFigures> MeasureGenerator(llm::Generator& generator,
   return figures;
 }
 
+
+absl::Status RunLlmModelGenerator(const std::string& python, const std::string& script,
+                                  const std::string& models_dir, const std::string& cache_dir,
+                                  uint64_t seed, const std::vector<std::string>& models,
+                                  std::FILE* log) {
+  if (!FileExists(script)) {
+    return absl::FailedPreconditionError(absl::StrCat("model generator ", script, " not found"));
+  }
+  const std::string tiny_dir = (fs::path(models_dir) / "llm" / "tiny-llama").string();
+  std::vector<std::string> argv = {FindProgram(python), script,   cache_dir, "--tiny-dir",
+                                   tiny_dir,            "--seed", std::to_string(seed)};
+  if (!models.empty()) {
+    argv.push_back("--models");
+    argv.push_back(absl::StrJoin(models, ","));
+  }
+  testing::RunResult result = testing::Run(argv, {}, absl::Minutes(20));
+  if (result.exit_code != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("writing the benchmark models into ", cache_dir, " failed (", python, " ",
+                     script, ", exit ", result.exit_code, "): ", LastLine(result.err)));
+  }
+  absl::FPrintF(log, "%s", result.out);
+  return absl::OkStatus();
+}
 
 IdComparison CompareGeneratedIds(const std::vector<std::vector<int32_t>>& ours,
                                  const std::vector<std::vector<int32_t>>& theirs) {

@@ -93,6 +93,15 @@ absl::StatusOr<LlmSideFigures> MeasureGenerator(llm::Generator& generator,
                                                 const std::vector<std::vector<int32_t>>& prompts,
                                                 int decode_tokens, int warmup, int repeats);
 
+// Runs bench/make_synthetic_llama.py (`script`, with `python` found on PATH) to write the
+// benchmark models into `cache_dir` unless their stamps match: `models` as its --models list
+// (empty: the script's default, what llm-vs-llamacpp needs). FailedPrecondition when the script
+// is missing or fails, with its last line of stderr.
+absl::Status RunLlmModelGenerator(const std::string& python, const std::string& script,
+                                  const std::string& models_dir, const std::string& cache_dir,
+                                  uint64_t seed, const std::vector<std::string>& models,
+                                  std::FILE* log);
+
 // How two sides' greedy ids agree, sequence by sequence.
 struct IdComparison {
   bool match = false;           // same number of sequences, every one identical
