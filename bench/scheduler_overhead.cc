@@ -24,8 +24,8 @@ using Submitter = std::function<void(int producer, int index, std::function<void
 
 constexpr char kModelHandle[] = "0123456789abcdef0123456789abcdef";
 
-boundary::v1::SealedItem MakeItem(int producer, int index) {
-  boundary::v1::SealedItem item;
+boundary::v1::ForwardedRequest MakeItem(int producer, int index) {
+  boundary::v1::ForwardedRequest item;
   item.set_request_id(absl::StrCat(producer, "-", index));
   item.set_model_handle(kModelHandle);
   item.set_ciphertext("x");
@@ -172,7 +172,7 @@ absl::StatusOr<std::vector<SchedulerOverheadResult>> RunSchedulerOverhead(
       request.item = MakeItem(producer, index);
       scheduler->Submit(
           std::move(request),
-          [done = std::move(done)](absl::StatusOr<boundary::v1::SealedReplyItem> reply) {
+          [done = std::move(done)](absl::StatusOr<boundary::v1::EnclaveReply> reply) {
             done(reply.ok());
           });
     };

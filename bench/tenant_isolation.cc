@@ -100,8 +100,8 @@ class MeteredExecutor {
       }
       boundary::v1::EnclaveToHost reply;
       boundary::v1::InferBatchResult* result = reply.mutable_infer_batch();
-      for (const boundary::v1::SealedItem& item : batch.items()) {
-        boundary::v1::SealedReplyItem* out = result->add_replies();
+      for (const boundary::v1::ForwardedRequest& item : batch.items()) {
+        boundary::v1::EnclaveReply* out = result->add_replies();
         out->set_request_id(item.request_id());
         out->set_sequence(item.sequence());
       }
@@ -194,7 +194,7 @@ class Flooder {
         ++outstanding_;
       }
       scheduler_->Submit(MakeRequest(tenant_, index),
-                         [this](absl::StatusOr<boundary::v1::SealedReplyItem> reply) {
+                         [this](absl::StatusOr<boundary::v1::EnclaveReply> reply) {
                            absl::MutexLock lock(&mu_);
                            --outstanding_;
                            ++(reply.ok() ? answered_ : failed_);
@@ -237,7 +237,7 @@ absl::StatusOr<std::vector<double>> PacedLatencies(host::Scheduler& scheduler,
     const auto submitted = SteadyClock::now();
     const bool timed = i >= untimed;
     scheduler.Submit(MakeRequest(tenant, i),
-                     [&, submitted, timed](absl::StatusOr<boundary::v1::SealedReplyItem> reply) {
+                     [&, submitted, timed](absl::StatusOr<boundary::v1::EnclaveReply> reply) {
                        const double ms = MillisSince(submitted);
                        absl::MutexLock lock(&mu);
                        --outstanding;

@@ -389,8 +389,8 @@ absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
   return result;
 }
 
-absl::StatusOr<boundary::v1::SealedCallResult> Enclave::ListModels(
-    boundary::v1::SealedCallMessage& call) {
+absl::StatusOr<boundary::v1::TenantCallResult> Enclave::ListModels(
+    boundary::v1::TenantCall& call) {
   ASSIGN_OR_RETURN(auto opened, sessions_->OpenItem(*call.mutable_request(),
                                                     crypto::MessageKind::kListModels,
                                                     call.tenant_id()));
@@ -399,20 +399,20 @@ absl::StatusOr<boundary::v1::SealedCallResult> Enclave::ListModels(
     *body.add_models() = std::move(info);
   }
   proto::WipeString(*call.mutable_request()->mutable_ciphertext());
-  boundary::v1::SealedCallResult result;
+  boundary::v1::TenantCallResult result;
   *result.mutable_reply() =
       sessions_->SealReply(*opened.session, call.request(), crypto::MessageKind::kListModels,
                            MakeEnvelope(absl::OkStatus(), &body));
   return result;
 }
 
-absl::StatusOr<boundary::v1::SealedCallResult> Enclave::DeleteModel(
-    boundary::v1::SealedCallMessage& call) {
+absl::StatusOr<boundary::v1::TenantCallResult> Enclave::DeleteModel(
+    boundary::v1::TenantCall& call) {
   ASSIGN_OR_RETURN(auto opened, sessions_->OpenItem(*call.mutable_request(),
                                                     crypto::MessageKind::kDeleteModel,
                                                     call.tenant_id()));
   api::v1::DeleteModelRequest request;
-  boundary::v1::SealedCallResult result;
+  boundary::v1::TenantCallResult result;
   absl::Status status;
   if (!request.ParseFromArray(opened.plaintext.data(), static_cast<int>(opened.plaintext.size()))) {
     status = absl::InvalidArgumentError("malformed delete request");
@@ -446,7 +446,7 @@ struct Enclave::OpenedBatch {
     for (auto& payload : payloads) proto::WipeMessage(payload);
   }
 
-  std::vector<boundary::v1::SealedReplyItem> replies;
+  std::vector<boundary::v1::EnclaveReply> replies;
   std::vector<std::shared_ptr<Session>> sessions;  // null where the item did not open
   std::vector<absl::Status> outcome;
   std::vector<api::v1::InferRequestPayload> payloads;

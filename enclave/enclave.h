@@ -106,8 +106,8 @@ class Enclave {
   absl::StatusOr<boundary::v1::OpenSessionResult> OpenSession(const boundary::v1::OpenSessionCall&);
   // The sealed calls take their message mutable: each opens its request in place.
   absl::StatusOr<boundary::v1::LoadModelResult> LoadModel(boundary::v1::LoadModelCall&);
-  absl::StatusOr<boundary::v1::SealedCallResult> ListModels(boundary::v1::SealedCallMessage&);
-  absl::StatusOr<boundary::v1::SealedCallResult> DeleteModel(boundary::v1::SealedCallMessage&);
+  absl::StatusOr<boundary::v1::TenantCallResult> ListModels(boundary::v1::TenantCall&);
+  absl::StatusOr<boundary::v1::TenantCallResult> DeleteModel(boundary::v1::TenantCall&);
   absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(boundary::v1::InferBatchCall&);
   // InferBatch's steps. CheckBatch refuses a batch that is too large or mixes models or
   // tenants; OpenBatchItem opens item `index` and reads its request, or records why not;

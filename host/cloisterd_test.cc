@@ -220,7 +220,7 @@ class CloisterdTest : public ::testing::Test {
                      const std::string& input, api::v1::SealedReply& reply) {
     grpc::ClientContext context;
     Authorize(context);
-    api::v1::SealedCall call;
+    api::v1::SealedRequest call;
     call.set_session_id(session);
     call.set_request_id(request_id);
     call.set_model_handle(kHandle);

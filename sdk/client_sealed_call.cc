@@ -115,7 +115,7 @@ absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::st
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, CurrentSession());
   used = session;
   crypto::MessageHeader header{kind, NewRequestId(), model_handle};
-  api::SealedCall call;
+  api::SealedRequest call;
   {
     // The request is serialized straight into the call's ciphertext field and sealed there in
     // place: no second copy of the plaintext to allocate, fill and wipe.

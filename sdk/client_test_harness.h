@@ -188,7 +188,7 @@ class EnclavePeer final : public api::Cloister::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListModels(grpc::ServerContext* context, const api::SealedCall* call,
+  grpc::Status ListModels(grpc::ServerContext* context, const api::SealedRequest* call,
                           api::SealedReply* reply) override {
     return Sealed(*context, *call, crypto::MessageKind::kListModels, reply,
                   [&](const Bytes& identity, const std::string&) -> absl::StatusOr<std::string> {
@@ -200,7 +200,7 @@ class EnclavePeer final : public api::Cloister::Service {
                   });
   }
 
-  grpc::Status DeleteModel(grpc::ServerContext* context, const api::SealedCall* call,
+  grpc::Status DeleteModel(grpc::ServerContext* context, const api::SealedRequest* call,
                            api::SealedReply* reply) override {
     return Sealed(
         *context, *call, crypto::MessageKind::kDeleteModel, reply,
@@ -218,7 +218,7 @@ class EnclavePeer final : public api::Cloister::Service {
   }
 
   // The peer's models echo their inputs as outputs named "<input>_out".
-  grpc::Status Infer(grpc::ServerContext* context, const api::SealedCall* call,
+  grpc::Status Infer(grpc::ServerContext* context, const api::SealedRequest* call,
                      api::SealedReply* reply) override {
     return Sealed(
         *context, *call, crypto::MessageKind::kInfer, reply,
@@ -254,7 +254,7 @@ class EnclavePeer final : public api::Cloister::Service {
     api::UploadModelRequest::Start start = message.start();
     std::string ciphertext;
     std::vector<size_t> sizes;
-    api::SealedCall finish;
+    api::SealedRequest finish;
     bool finished = false;
     while (reader->Read(&message)) {
       if (message.has_finish()) {
@@ -354,7 +354,7 @@ class EnclavePeer final : public api::Cloister::Service {
 
   // Opens a sealed call, runs `handler` under the lock, and seals its result or error in a
   // ReplyEnvelope with the call's request id and model handle.
-  grpc::Status Sealed(const grpc::ServerContext& context, const api::SealedCall& call,
+  grpc::Status Sealed(const grpc::ServerContext& context, const api::SealedRequest& call,
                       crypto::MessageKind kind, api::SealedReply* reply, const Handler& handler) {
     if (grpc::Status auth = Authenticate(context); !auth.ok()) return auth;
     ++sealed_calls;

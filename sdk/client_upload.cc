@@ -196,7 +196,7 @@ absl::StatusOr<api::ModelInfo> Client::UploadModelOnce(const std::string& path,
     std::string plaintext = load.SerializeAsString();
     WipeString(*load.mutable_model_key());
     api::UploadModelRequest finish;
-    api::SealedCall& call = *finish.mutable_finish();
+    api::SealedRequest& call = *finish.mutable_finish();
     {
       absl::MutexLock lock(&session->mu);
       auto sealed = session->sender->Seal(header, SpanOf(plaintext));

@@ -10,8 +10,8 @@
 
 namespace cloister::enclave {
 
-using boundary::v1::SealedItem;
-using boundary::v1::SealedReplyItem;
+using boundary::v1::ForwardedRequest;
+using boundary::v1::EnclaveReply;
 
 Session::Session(crypto::ChannelKeys keys, std::string tenant_id, Bytes identity_public_key,
                  absl::Time expires_at)
@@ -126,7 +126,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(ByteSpan session_i
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::ItemSession(
-    const SealedItem& item, const std::string& tenant_id) {
+    const ForwardedRequest& item, const std::string& tenant_id) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(AsBytes(item.session_id())));
   if (session->tenant_id() != tenant_id) {
     // The host vouched for another tenant: refuse exactly as an unknown session.
@@ -135,7 +135,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::ItemSession(
   return session;
 }
 
-absl::StatusOr<SessionManager::Opened> SessionManager::OpenItem(SealedItem& item,
+absl::StatusOr<SessionManager::Opened> SessionManager::OpenItem(ForwardedRequest& item,
                                                                 crypto::MessageKind kind,
                                                                 const std::string& tenant_id) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, ItemSession(item, tenant_id));
@@ -149,10 +149,10 @@ absl::StatusOr<SessionManager::Opened> SessionManager::OpenItem(SealedItem& item
   return Opened{std::move(session), ByteSpan(data, size)};
 }
 
-SealedReplyItem SessionManager::SealReply(Session& session, const SealedItem& item,
+EnclaveReply SessionManager::SealReply(Session& session, const ForwardedRequest& item,
                                           crypto::MessageKind kind,
                                           api::v1::ReplyEnvelope envelope) {
-  SealedReplyItem reply;
+  EnclaveReply reply;
   reply.set_request_id(item.request_id());
   crypto::MessageHeader header{kind, item.request_id(), item.model_handle()};
   // Serialized straight into the reply's ciphertext field and sealed there in place.

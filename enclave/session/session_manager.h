@@ -93,13 +93,13 @@ class SessionManager {
     std::shared_ptr<Session> session;
     ByteSpan plaintext;
   };
-  absl::StatusOr<Opened> OpenItem(boundary::v1::SealedItem& item, crypto::MessageKind kind,
+  absl::StatusOr<Opened> OpenItem(boundary::v1::ForwardedRequest& item, crypto::MessageKind kind,
                                   const std::string& tenant_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Seals a ReplyEnvelope for `item` (same request id and model handle, kind of the call).
   // Takes the envelope and wipes it, and its serialized copy, once sealed: the reply's
   // plaintext does not outlive the call.
-  boundary::v1::SealedReplyItem SealReply(Session& session, const boundary::v1::SealedItem& item,
+  boundary::v1::EnclaveReply SealReply(Session& session, const boundary::v1::ForwardedRequest& item,
                                           crypto::MessageKind kind,
                                           api::v1::ReplyEnvelope envelope);
 
@@ -109,7 +109,7 @@ class SessionManager {
   void DropExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The item's session when it belongs to `tenant_id`; NotFound (as for an unknown session)
   // otherwise.
-  absl::StatusOr<std::shared_ptr<Session>> ItemSession(const boundary::v1::SealedItem& item,
+  absl::StatusOr<std::shared_ptr<Session>> ItemSession(const boundary::v1::ForwardedRequest& item,
                                                        const std::string& tenant_id)
       ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -18,7 +18,7 @@
 namespace cloister::enclave {
 namespace {
 
-using boundary::v1::SealedItem;
+using boundary::v1::ForwardedRequest;
 
 EnclaveKeys MakeKeys() {
   crypto::X25519KeyPair hpke = crypto::GenerateX25519();
@@ -106,9 +106,9 @@ class SessionManagerTest : public ::testing::Test {
   }
 
   // `body` sealed by `client` as message `sequence` of `kind`.
-  static SealedItem Seal(Client& client, uint64_t sequence, const std::string& body,
+  static ForwardedRequest Seal(Client& client, uint64_t sequence, const std::string& body,
                          crypto::MessageKind kind = crypto::MessageKind::kInfer) {
-    SealedItem item;
+    ForwardedRequest item;
     item.set_session_id(ToString(client.session_id));
     item.set_request_id("request-" + std::to_string(sequence));
     item.set_model_handle("handle");
@@ -123,9 +123,9 @@ class SessionManagerTest : public ::testing::Test {
   }
 
   // Opens a copy of `item` (OpenItem opens in place) and returns its plaintext.
-  absl::StatusOr<std::string> OpenCopy(const SealedItem& item, const std::string& tenant,
+  absl::StatusOr<std::string> OpenCopy(const ForwardedRequest& item, const std::string& tenant,
                                        crypto::MessageKind kind = crypto::MessageKind::kInfer) {
-    SealedItem copy = item;
+    ForwardedRequest copy = item;
     auto opened = sessions_->OpenItem(copy, kind, tenant);
     if (!opened.ok()) return opened.status();
     return std::string(reinterpret_cast<const char*>(opened->plaintext.data()),
@@ -148,7 +148,7 @@ void ExpectRefused(const absl::StatusOr<std::string>& opened, absl::StatusCode c
 TEST_F(SessionManagerTest, AnItemOpensOnceAndItsReplayIsRefused) {
   auto alpha = OpenClient("alpha");
   ASSERT_NE(alpha, nullptr);
-  const SealedItem item = Seal(*alpha, 0, "first request");
+  const ForwardedRequest item = Seal(*alpha, 0, "first request");
   auto opened = OpenCopy(item, "alpha");
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_EQ(*opened, "first request");
@@ -162,9 +162,9 @@ TEST_F(SessionManagerTest, TheReplayWindowAcceptsLateMessagesUpToItsEdge) {
   auto alpha = OpenClient("alpha");
   ASSERT_NE(alpha, nullptr);
   const uint64_t highest = crypto::kReplayWindow + 10;
-  const SealedItem edge = Seal(*alpha, highest - (crypto::kReplayWindow - 1), "at the edge");
-  const SealedItem too_old = Seal(*alpha, highest - crypto::kReplayWindow, "one past it");
-  const SealedItem late = Seal(*alpha, highest - 5, "late");
+  const ForwardedRequest edge = Seal(*alpha, highest - (crypto::kReplayWindow - 1), "at the edge");
+  const ForwardedRequest too_old = Seal(*alpha, highest - crypto::kReplayWindow, "one past it");
+  const ForwardedRequest late = Seal(*alpha, highest - 5, "late");
   ASSERT_TRUE(OpenCopy(Seal(*alpha, highest, "newest"), "alpha").ok());
 
   // Not seen yet and inside the window: accepted out of order, once.
@@ -184,7 +184,7 @@ TEST_F(SessionManagerTest, ASessionServesOnlyTheTenantThatOpenedIt) {
   ASSERT_NE(alpha, nullptr);
   auto beta = OpenClient("beta");
   ASSERT_NE(beta, nullptr);
-  const SealedItem item = Seal(*alpha, 0, "alpha's request");
+  const ForwardedRequest item = Seal(*alpha, 0, "alpha's request");
   // The host naming another tenant is refused exactly as an unknown session, and the refusal
   // consumes nothing: the item still opens for its own tenant.
   ExpectRefused(OpenCopy(item, "beta"), absl::StatusCode::kNotFound,
@@ -193,7 +193,7 @@ TEST_F(SessionManagerTest, ASessionServesOnlyTheTenantThatOpenedIt) {
   EXPECT_TRUE(OpenCopy(item, "alpha").ok());
 
   // Another session's id on alpha's ciphertext does not authenticate.
-  SealedItem moved = Seal(*alpha, 1, "moved");
+  ForwardedRequest moved = Seal(*alpha, 1, "moved");
   moved.set_session_id(ToString(beta->session_id));
   ExpectRefused(OpenCopy(moved, "beta"), absl::StatusCode::kDataLoss, "");
 }
@@ -246,7 +246,7 @@ TEST_F(SessionManagerTest, MalformedOpenCallsAreRefusedByName) {
 TEST_F(SessionManagerTest, AnItemOpensOnlyAsTheKindItWasSealedFor) {
   auto alpha = OpenClient("alpha");
   ASSERT_NE(alpha, nullptr);
-  const SealedItem item = Seal(*alpha, 0, "an inference", crypto::MessageKind::kInfer);
+  const ForwardedRequest item = Seal(*alpha, 0, "an inference", crypto::MessageKind::kInfer);
   ExpectRefused(OpenCopy(item, "alpha", crypto::MessageKind::kLoadModel),
                 absl::StatusCode::kDataLoss, "");
   // The failed open recorded nothing: the genuine kind still opens it.
@@ -257,7 +257,7 @@ TEST_F(SessionManagerTest, SessionsExpireAtTheirLifetime) {
   Reset({.lifetime = absl::Minutes(10)});
   auto alpha = OpenClient("alpha");
   ASSERT_NE(alpha, nullptr);
-  const SealedItem item = Seal(*alpha, 0, "request");
+  const ForwardedRequest item = Seal(*alpha, 0, "request");
   clock_.Advance(absl::Minutes(10) - absl::Seconds(1));
   ASSERT_TRUE(sessions_->Find(alpha->session_id).ok());
   clock_.Advance(absl::Seconds(1));
@@ -286,7 +286,7 @@ TEST_F(SessionManagerTest, SessionsEndAtTheirMessageLimitAndTheTableAtItsSize) {
 TEST_F(SessionManagerTest, RepliesAreSealedInOrderForTheClient) {
   auto alpha = OpenClient("alpha");
   ASSERT_NE(alpha, nullptr);
-  const SealedItem item = Seal(*alpha, 0, "request");
+  const ForwardedRequest item = Seal(*alpha, 0, "request");
   auto session = sessions_->Find(alpha->session_id);
   ASSERT_TRUE(session.ok()) << session.status();
   for (uint64_t want : {1, 2}) {  // the welcome was message 0

@@ -89,8 +89,8 @@ FunctionEnclaveClient::Handler NoOpInferHandler(absl::Duration execution) {
     EnclaveToHost reply;
     boundary::v1::InferBatchResult* result = reply.mutable_infer_batch();
     result->mutable_replies()->Reserve(call.infer_batch().items_size());
-    for (const boundary::v1::SealedItem& item : call.infer_batch().items()) {
-      boundary::v1::SealedReplyItem* out = result->add_replies();
+    for (const boundary::v1::ForwardedRequest& item : call.infer_batch().items()) {
+      boundary::v1::EnclaveReply* out = result->add_replies();
       out->set_request_id(item.request_id());
       out->set_sequence(item.sequence());
     }

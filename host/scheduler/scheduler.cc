@@ -12,7 +12,7 @@
 namespace cloister::host {
 
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedReplyItem;
+using boundary::v1::EnclaveReply;
 
 namespace {
 
@@ -438,7 +438,7 @@ void Scheduler::CompleteBatch(const std::vector<std::string>& request_ids, std::
   }
   auto* replies = reply->mutable_infer_batch()->mutable_replies();
   for (size_t i = 0; i < dones.size(); ++i) {
-    SealedReplyItem& item = (*replies)[static_cast<int>(i)];
+    EnclaveReply& item = (*replies)[static_cast<int>(i)];
     if (item.request_id() != request_ids[i]) {
       dones[i](absl::InternalError("enclave reply does not match the request order of the batch"));
     } else if (item.has_status() && item.status().code() != 0) {

@@ -70,7 +70,7 @@ inline constexpr int kAnyWorker = -1;
 // One inference request as the host sees it: sealed, with its routing metadata.
 struct InferRequest {
   std::string tenant_id;
-  boundary::v1::SealedItem item;  // item.model_handle selects the queue
+  boundary::v1::ForwardedRequest item;  // item.model_handle selects the queue
   // InfiniteFuture: the tenant's default deadline applies.
   absl::Time deadline = absl::InfiniteFuture();
   // The worker that must run it (its session lives there), or kAnyWorker.
@@ -92,7 +92,7 @@ struct TenantStats {
 class Scheduler {
  public:
   // OK: the enclave's sealed reply for this request. Error: why there is none.
-  using Done = std::function<void(absl::StatusOr<boundary::v1::SealedReplyItem>)>;
+  using Done = std::function<void(absl::StatusOr<boundary::v1::EnclaveReply>)>;
   // Names a queued request for Cancel(); 0 names none.
   using Ticket = uint64_t;
 
@@ -150,7 +150,7 @@ class Scheduler {
  private:
   struct Queued {
     Ticket ticket;
-    boundary::v1::SealedItem item;
+    boundary::v1::ForwardedRequest item;
     absl::Time enqueued;
     absl::Time deadline;
     Done done;
@@ -199,7 +199,7 @@ class Scheduler {
     absl::Time dispatched;
   };
   // A callback with its outcome, run after the lock is released.
-  using Answer = std::pair<Done, absl::StatusOr<boundary::v1::SealedReplyItem>>;
+  using Answer = std::pair<Done, absl::StatusOr<boundary::v1::EnclaveReply>>;
 
   Scheduler(std::vector<EnclaveClient*> workers, SchedulerOptions options);
   static std::string QueueName(absl::string_view model_handle, int worker);

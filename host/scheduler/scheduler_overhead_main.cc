@@ -71,7 +71,7 @@ void Throughput(const Settings& settings) {
     producers.emplace_back([&, p] {
       for (int i = 0; i < per_producer; ++i) {
         scheduler->Submit(MakeRequest(settings, p, i),
-                          [&](absl::StatusOr<boundary::v1::SealedReplyItem> reply) {
+                          [&](absl::StatusOr<boundary::v1::EnclaveReply> reply) {
                             if (!reply.ok()) failed.fetch_add(1);
                             answered.fetch_add(1, std::memory_order_release);
                           });
@@ -102,7 +102,7 @@ void Latency(const Settings& settings) {
     bool done = false;
     absl::Time start = absl::Now();
     scheduler->Submit(MakeRequest(settings, 0, i),
-                      [&](absl::StatusOr<boundary::v1::SealedReplyItem>) {
+                      [&](absl::StatusOr<boundary::v1::EnclaveReply>) {
                         absl::MutexLock lock(&mu);
                         done = true;
                       });

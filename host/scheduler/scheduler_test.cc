@@ -86,7 +86,7 @@ TEST_F(SchedulerTest, FullQueueIsBatchedAtMaxSizeWithoutWaiting) {
   CompleteOldest();
   CompleteOldest();
   ASSERT_TRUE(answers_.WaitForTotal(10));
-  absl::StatusOr<SealedReplyItem> r9 = answers_.Of("r9").at(0);
+  absl::StatusOr<EnclaveReply> r9 = answers_.Of("r9").at(0);
   ASSERT_TRUE(r9.ok()) << r9.status();
   EXPECT_EQ(r9->ciphertext(), "r:c:r9");
 }

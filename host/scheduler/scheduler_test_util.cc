@@ -8,10 +8,10 @@ namespace cloister::host::scheduler_test {
 
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedReplyItem;
+using boundary::v1::EnclaveReply;
 
 Scheduler::Done Answers::For(const std::string& request_id) {
-  return [this, request_id](absl::StatusOr<SealedReplyItem> answer) {
+  return [this, request_id](absl::StatusOr<EnclaveReply> answer) {
     absl::MutexLock lock(&mu_);
     answers_[request_id].push_back(std::move(answer));
     ++total_;
@@ -29,12 +29,12 @@ int Answers::total() {
   return total_;
 }
 
-std::vector<absl::StatusOr<SealedReplyItem>> Answers::Of(const std::string& request_id) {
+std::vector<absl::StatusOr<EnclaveReply>> Answers::Of(const std::string& request_id) {
   absl::MutexLock lock(&mu_);
   return answers_[request_id];
 }
 
-std::map<std::string, std::vector<absl::StatusOr<SealedReplyItem>>> Answers::All() {
+std::map<std::string, std::vector<absl::StatusOr<EnclaveReply>>> Answers::All() {
   absl::MutexLock lock(&mu_);
   return answers_;
 }
@@ -43,7 +43,7 @@ EnclaveToHost ReplyTo(const HostToEnclave& call) {
   EnclaveToHost reply;
   auto* result = reply.mutable_infer_batch();
   for (const auto& item : call.infer_batch().items()) {
-    SealedReplyItem* out = result->add_replies();
+    EnclaveReply* out = result->add_replies();
     out->set_request_id(item.request_id());
     out->set_sequence(item.sequence());
     out->set_ciphertext(absl::StrCat("r:", item.ciphertext()));

@@ -24,7 +24,7 @@ namespace cloister::host::scheduler_test {
 // The messages and the fake the scheduler tests all use.
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedReplyItem;
+using boundary::v1::EnclaveReply;
 using testing::FakeEnclaveClient;
 
 inline constexpr char kModelA[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -37,12 +37,12 @@ class Answers {
   // Waits until at least `count` answers came; false on timeout.
   bool WaitForTotal(int count, absl::Duration timeout = absl::Seconds(10));
   int total();
-  std::vector<absl::StatusOr<boundary::v1::SealedReplyItem>> Of(const std::string& request_id);
-  std::map<std::string, std::vector<absl::StatusOr<boundary::v1::SealedReplyItem>>> All();
+  std::vector<absl::StatusOr<boundary::v1::EnclaveReply>> Of(const std::string& request_id);
+  std::map<std::string, std::vector<absl::StatusOr<boundary::v1::EnclaveReply>>> All();
 
  private:
   absl::Mutex mu_;
-  std::map<std::string, std::vector<absl::StatusOr<boundary::v1::SealedReplyItem>>> answers_
+  std::map<std::string, std::vector<absl::StatusOr<boundary::v1::EnclaveReply>>> answers_
       ABSL_GUARDED_BY(mu_);
   int total_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -21,12 +21,12 @@ using api::v1::GetEvidenceRequest;
 using api::v1::GetEvidenceResponse;
 using api::v1::OpenSessionRequest;
 using api::v1::OpenSessionResponse;
-using api::v1::SealedCall;
+using api::v1::SealedRequest;
 using api::v1::SealedReply;
 using api::v1::UploadModelRequest;
 using api::v1::UploadModelResponse;
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedReplyItem;
+using boundary::v1::EnclaveReply;
 
 constexpr char kUnauthenticated[] = "unknown tenant or wrong API token";
 constexpr size_t kNonceSize = 32;
@@ -233,7 +233,7 @@ absl::StatusOr<std::string> CloisterService::Authenticate(
   return tenant_id;
 }
 
-absl::StatusOr<int> CloisterService::CheckSealedCall(const SealedCall& call,
+absl::StatusOr<int> CloisterService::CheckSealedRequest(const SealedRequest& call,
                                                      absl::string_view tenant_id,
                                                      bool require_handle) {
   if (call.session_id().empty() || call.session_id().size() > kMaxSessionIdSize) {
@@ -365,19 +365,19 @@ grpc::ServerReadReactor<UploadModelRequest>* CloisterService::UploadModel(
 }
 
 grpc::ServerUnaryReactor* CloisterService::ListModels(grpc::CallbackServerContext* context,
-                                                      const SealedCall* request,
+                                                      const SealedRequest* request,
                                                       SealedReply* response) {
   return RelaySealedCall(context, request, response, /*is_delete=*/false);
 }
 
 grpc::ServerUnaryReactor* CloisterService::DeleteModel(grpc::CallbackServerContext* context,
-                                                       const SealedCall* request,
+                                                       const SealedRequest* request,
                                                        SealedReply* response) {
   return RelaySealedCall(context, request, response, /*is_delete=*/true);
 }
 
 grpc::ServerUnaryReactor* CloisterService::RelaySealedCall(grpc::CallbackServerContext* context,
-                                                           const SealedCall* request,
+                                                           const SealedRequest* request,
                                                            SealedReply* response, bool is_delete) {
   const char* method = is_delete ? "DeleteModel" : "ListModels";
   grpc::ServerUnaryReactor* reactor = NewUnaryReactor();
@@ -386,17 +386,17 @@ grpc::ServerUnaryReactor* CloisterService::RelaySealedCall(grpc::CallbackServerC
     reactor->Finish(ToGrpcStatus(tenant.status()));
     return reactor;
   }
-  absl::StatusOr<int> worker = CheckSealedCall(*request, *tenant, /*require_handle=*/false);
+  absl::StatusOr<int> worker = CheckSealedRequest(*request, *tenant, /*require_handle=*/false);
   if (!worker.ok()) {
     Refused(method, *tenant, worker.status());
     reactor->Finish(ToGrpcStatus(worker.status()));
     return reactor;
   }
   HostToEnclave call;
-  boundary::v1::SealedCallMessage* message =
+  boundary::v1::TenantCall* message =
       is_delete ? call.mutable_delete_model() : call.mutable_list_models();
   message->set_tenant_id(*tenant);
-  *message->mutable_request() = ToSealedItem(*request, request->ciphertext());
+  *message->mutable_request() = ToForwardedRequest(*request, request->ciphertext());
   workers_[*worker]->Call(
       std::move(call), [this, reactor, response, is_delete, request_id = request->request_id(),
                         tenant_id = *tenant](EnclaveClient::Reply reply) {
@@ -404,7 +404,7 @@ grpc::ServerUnaryReactor* CloisterService::RelaySealedCall(grpc::CallbackServerC
           reactor->Finish(ToGrpcStatus(reply.status()));
           return;
         }
-        boundary::v1::SealedCallResult& result =
+        boundary::v1::TenantCallResult& result =
             is_delete ? *reply->mutable_delete_model() : *reply->mutable_list_models();
         absl::Status status = ToSealedReply(*result.mutable_reply(), request_id, *response);
         if (!status.ok()) {
@@ -455,14 +455,14 @@ void CloisterService::RemoveStoredModel(const std::string& handle) {
 }
 
 grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* context,
-                                                 const SealedCall* request, SealedReply* response) {
+                                                 const SealedRequest* request, SealedReply* response) {
   InferReactor* reactor = new InferReactor(RpcInFlight(&rpcs_), scheduler_);
   absl::StatusOr<std::string> tenant = Authenticate(*context, "Infer");
   absl::StatusOr<int> worker = absl::UnknownError("not checked");
   if (!tenant.ok()) {
     worker = tenant.status();
   } else {
-    worker = CheckSealedCall(*request, *tenant, /*require_handle=*/true);
+    worker = CheckSealedRequest(*request, *tenant, /*require_handle=*/true);
     if (!worker.ok()) Refused("Infer", *tenant, worker.status());
   }
   if (!worker.ok()) {
@@ -476,7 +476,7 @@ grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* co
   // the boundary item instead of being copied. gRPC allocated `request` for this call alone and
   // frees it when the call ends; nothing reads its ciphertext after this line.
   infer.item =
-      ToSealedItem(*request, std::move(*const_cast<SealedCall*>(request)->mutable_ciphertext()));
+      ToForwardedRequest(*request, std::move(*const_cast<SealedRequest*>(request)->mutable_ciphertext()));
   infer.worker = *worker;
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
     // The RPC's deadline is in real time; the scheduler's clock may be a test clock, so carry
@@ -491,7 +491,7 @@ grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* co
   std::string tenant_id = *tenant;
   Scheduler::Ticket ticket = scheduler_->Submit(
       std::move(infer), [this, reactor, response, request_id = std::move(request_id),
-                         tenant_id = std::move(tenant_id)](absl::StatusOr<SealedReplyItem> reply) {
+                         tenant_id = std::move(tenant_id)](absl::StatusOr<EnclaveReply> reply) {
         if (!reply.ok()) {
           if (absl::IsResourceExhausted(reply.status()) ||
               absl::IsDeadlineExceeded(reply.status())) {

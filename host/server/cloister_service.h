@@ -14,7 +14,7 @@
 //                  UNAVAILABLE), LoadModelCall, loads the model into every other worker
 //                  (ReloadModelCall with the wrapped key), commits the blob and the wrapped key
 //                  only if the enclave returned one,
-//   ListModels / DeleteModel -> SealedCallMessage (a confirmed delete also removes the stored
+//   ListModels / DeleteModel -> TenantCall (a confirmed delete also removes the stored
 //                  blob and wrapped key), Infer -> Scheduler (a cancelled RPC leaves the queue).
 //
 // Several enclave workers: each holds its own keys and sessions. GetEvidence goes round robin,
@@ -102,13 +102,13 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   grpc::ServerReadReactor<api::v1::UploadModelRequest>* UploadModel(
       grpc::CallbackServerContext* context, api::v1::UploadModelResponse* response) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
-                                       const api::v1::SealedCall* request,
+                                       const api::v1::SealedRequest* request,
                                        api::v1::SealedReply* response) override;
   grpc::ServerUnaryReactor* DeleteModel(grpc::CallbackServerContext* context,
-                                        const api::v1::SealedCall* request,
+                                        const api::v1::SealedRequest* request,
                                         api::v1::SealedReply* response) override;
   grpc::ServerUnaryReactor* Infer(grpc::CallbackServerContext* context,
-                                  const api::v1::SealedCall* request,
+                                  const api::v1::SealedRequest* request,
                                   api::v1::SealedReply* response) override;
 
   // Shutdown, step 1: from now on every new RPC is refused with UNAVAILABLE "cloisterd is
@@ -132,7 +132,7 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   absl::StatusOr<std::string> Authenticate(const grpc::CallbackServerContext& context,
                                            absl::string_view method) const;
   // Shape checks shared by sealed calls, then the session's owner; the session's worker.
-  absl::StatusOr<int> CheckSealedCall(const api::v1::SealedCall& call, absl::string_view tenant_id,
+  absl::StatusOr<int> CheckSealedRequest(const api::v1::SealedRequest& call, absl::string_view tenant_id,
                                       bool require_handle);
   // Tries OpenSession on `worker` and, if it does not know the evidence, on the next ones.
   void OpenSessionOn(size_t worker, std::shared_ptr<const boundary::v1::HostToEnclave> call,
@@ -149,9 +149,9 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   // A stored model of `handle` counts `memory_size` bytes from now on (0: its stored size).
   void RecordModelMemory(const std::string& tenant_id, const std::string& handle,
                          uint64_t memory_size);
-  // ListModels and DeleteModel: one SealedCallMessage each.
+  // ListModels and DeleteModel: one TenantCall each.
   grpc::ServerUnaryReactor* RelaySealedCall(grpc::CallbackServerContext* context,
-                                            const api::v1::SealedCall* request,
+                                            const api::v1::SealedRequest* request,
                                             api::v1::SealedReply* response, bool is_delete);
   // Logs a refused call; a PERMISSION_DENIED one also goes to the audit log.
   void Refused(absl::string_view method, absl::string_view tenant_id, const absl::Status& status);

@@ -63,7 +63,7 @@ TEST_F(CloisterServiceTest, EveryRpcNeedsTheRightTenantAndToken) {
       grpc::ClientContext context;
       setup(context);
       api::v1::SealedReply reply;
-      api::v1::SealedCall call = Sealed("s", "r", kHandle, "x");
+      api::v1::SealedRequest call = Sealed("s", "r", kHandle, "x");
       statuses.push_back(method == 0   ? stub_->ListModels(&context, call, &reply)
                          : method == 1 ? stub_->DeleteModel(&context, call, &reply)
                                        : stub_->Infer(&context, call, &reply));
@@ -156,7 +156,7 @@ TEST_F(CloisterServiceTest, SealedCallsCheckShapeAndSessionOwner) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   status = Infer(Sealed(acme_session, "r1", kHandle, ""), reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  api::v1::SealedCall negative = Sealed(acme_session, "r1", kHandle, "x");
+  api::v1::SealedRequest negative = Sealed(acme_session, "r1", kHandle, "x");
   negative.set_deadline_ms(-1);
   status = Infer(negative, reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

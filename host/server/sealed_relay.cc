@@ -6,8 +6,8 @@
 
 namespace cloister::host {
 
-boundary::v1::SealedItem ToSealedItem(const api::v1::SealedCall& call, std::string ciphertext) {
-  boundary::v1::SealedItem item;
+boundary::v1::ForwardedRequest ToForwardedRequest(const api::v1::SealedRequest& call, std::string ciphertext) {
+  boundary::v1::ForwardedRequest item;
   item.set_session_id(call.session_id());
   item.set_request_id(call.request_id());
   item.set_model_handle(call.model_handle());
@@ -16,7 +16,7 @@ boundary::v1::SealedItem ToSealedItem(const api::v1::SealedCall& call, std::stri
   return item;
 }
 
-absl::Status ToSealedReply(boundary::v1::SealedReplyItem& item, absl::string_view request_id,
+absl::Status ToSealedReply(boundary::v1::EnclaveReply& item, absl::string_view request_id,
                            api::v1::SealedReply& response) {
   if (item.has_status() && item.status().code() != 0) return FromBoundaryStatus(item.status());
   if (item.request_id() != request_id) {

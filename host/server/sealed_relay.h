@@ -17,11 +17,11 @@ namespace cloister::host {
 inline constexpr size_t kMaxSessionIdSize = 64;
 
 // The boundary item for `call`, carrying `ciphertext` (the call's, copied or moved in).
-boundary::v1::SealedItem ToSealedItem(const api::v1::SealedCall& call, std::string ciphertext);
+boundary::v1::ForwardedRequest ToForwardedRequest(const api::v1::SealedRequest& call, std::string ciphertext);
 
 // Moves the sealed reply for `request_id` into `response`, or returns the host-visible error the
 // enclave reported for it (INTERNAL when it replied for another request).
-absl::Status ToSealedReply(boundary::v1::SealedReplyItem& item, absl::string_view request_id,
+absl::Status ToSealedReply(boundary::v1::EnclaveReply& item, absl::string_view request_id,
                            api::v1::SealedReply& response);
 
 }  // namespace cloister::host

@@ -104,10 +104,10 @@ std::string ServiceTest::OpenSession(const std::string& tenant,
   return session;
 }
 
-api::v1::SealedCall ServiceTest::Sealed(const std::string& session, const std::string& request_id,
+api::v1::SealedRequest ServiceTest::Sealed(const std::string& session, const std::string& request_id,
                                         const std::string& handle, const std::string& ciphertext,
                                         uint64_t sequence) {
-  api::v1::SealedCall call;
+  api::v1::SealedRequest call;
   call.set_session_id(session);
   call.set_request_id(request_id);
   call.set_model_handle(handle);
@@ -169,7 +169,7 @@ std::unique_ptr<grpc::ClientWriter<api::v1::UploadModelRequest>> ServiceTest::St
   return writer;
 }
 
-grpc::Status ServiceTest::Infer(const api::v1::SealedCall& call, api::v1::SealedReply& reply,
+grpc::Status ServiceTest::Infer(const api::v1::SealedRequest& call, api::v1::SealedReply& reply,
                                 const std::string& tenant, absl::Duration timeout) {
   grpc::ClientContext context;
   AsTenant(context, tenant);

@@ -71,7 +71,7 @@ class ServiceTest : public ::testing::Test {
   std::string OpenSession(const std::string& tenant,
                           const std::string& evidence_digest = std::string(32, 'd'));
 
-  static api::v1::SealedCall Sealed(const std::string& session, const std::string& request_id,
+  static api::v1::SealedRequest Sealed(const std::string& session, const std::string& request_id,
                                     const std::string& handle, const std::string& ciphertext,
                                     uint64_t sequence = 1);
 
@@ -90,7 +90,7 @@ class ServiceTest : public ::testing::Test {
       api::v1::UploadModelResponse& response);
 
   // Infer as `tenant`, within `timeout` (infinite: no deadline).
-  grpc::Status Infer(const api::v1::SealedCall& call, api::v1::SealedReply& reply,
+  grpc::Status Infer(const api::v1::SealedRequest& call, api::v1::SealedReply& reply,
                      const std::string& tenant = "acme",
                      absl::Duration timeout = absl::InfiniteDuration());
 

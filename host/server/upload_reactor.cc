@@ -13,11 +13,11 @@
 
 namespace cloister::host {
 
-using api::v1::SealedCall;
+using api::v1::SealedRequest;
 using api::v1::UploadModelRequest;
 using api::v1::UploadModelResponse;
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedItem;
+using boundary::v1::ForwardedRequest;
 
 // ---- UploadReactor ----
 
@@ -199,7 +199,7 @@ void UploadReactor::HandleData() {
 }
 
 void UploadReactor::HandleFinish() {
-  SealedCall& finish = *request_.mutable_finish();
+  SealedRequest& finish = *request_.mutable_finish();
   absl::Status status;
   if (upload_->size() != declared_size_) {
     status = absl::InvalidArgumentError(absl::StrCat(
@@ -225,11 +225,11 @@ void UploadReactor::HandleFinish() {
   }
   state_ = State::kLoading;
   request_id_ = finish.request_id();
-  auto item = std::make_shared<SealedItem>(ToSealedItem(finish, finish.ciphertext()));
+  auto item = std::make_shared<ForwardedRequest>(ToForwardedRequest(finish, finish.ciphertext()));
   service_->file_worker_.Post([this, item] { SendToEnclave(std::move(*item)); });
 }
 
-void UploadReactor::SendToEnclave(boundary::v1::SealedItem item) {
+void UploadReactor::SendToEnclave(boundary::v1::ForwardedRequest item) {
   absl::StatusOr<std::string> ciphertext = upload_->ReadAll();
   if (!ciphertext.ok()) {
     Log(LogLevel::kError, "upload_staging_failed",

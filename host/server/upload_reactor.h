@@ -60,7 +60,7 @@ class UploadReactor final : public grpc::ServerReadReactor<api::v1::UploadModelR
   void HandleData();
   void HandleFinish();
   // On the file worker: reads the staged ciphertext back and hands the model to the enclave.
-  void SendToEnclave(boundary::v1::SealedItem item);
+  void SendToEnclave(boundary::v1::ForwardedRequest item);
   // On the file worker: stores the model if the enclave loaded it, then answers.
   void Complete(EnclaveClient::Reply reply);
   // On the file worker: commits the staged model with its wrapped key and answers.

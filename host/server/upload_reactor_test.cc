@@ -49,7 +49,7 @@ TEST_F(CloisterServiceTest, UploadStoresTheModelAndInferUsesIt) {
             testing::FakeEnclave::WrappedKeyFor(kHandle, load.model_ciphertext()));
 
   api::v1::SealedReply reply;
-  api::v1::SealedCall call = Sealed(session, "infer-1", kHandle, "input");
+  api::v1::SealedRequest call = Sealed(session, "infer-1", kHandle, "input");
   call.set_deadline_ms(10000);
   status = Infer(call, reply);
   ASSERT_TRUE(status.ok()) << status.error_message();

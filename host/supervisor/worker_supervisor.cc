@@ -165,7 +165,7 @@ class WorkerSupervisor::Worker : public EnclaveClient {
           } else if (!stale_items.empty() && reply->has_infer_batch()) {
             auto* replies = reply->mutable_infer_batch()->mutable_replies();
             for (int i = 0; i < replies->size() && i < static_cast<int>(stale_items.size()); ++i) {
-              boundary::v1::SealedReplyItem& item = (*replies)[i];
+              boundary::v1::EnclaveReply& item = (*replies)[i];
               if (stale_items[i] && item.has_status() && item.status().code() != 0) {
                 item.mutable_status()->set_code(
                     static_cast<int>(absl::StatusCode::kFailedPrecondition));

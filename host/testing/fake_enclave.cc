@@ -16,8 +16,8 @@ namespace cloister::host::testing {
 
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedItem;
-using boundary::v1::SealedReplyItem;
+using boundary::v1::ForwardedRequest;
+using boundary::v1::EnclaveReply;
 
 namespace {
 
@@ -32,8 +32,8 @@ std::string FakeEnclave::WrappedKeyFor(const std::string& handle, const std::str
   return absl::StrCat("wrapped:", handle, ":", HexEncode(crypto::Sha256(AsBytes(ciphertext))));
 }
 
-bool FakeEnclave::CheckSession(const std::string& tenant_id, const SealedItem& item,
-                               SealedReplyItem& reply) {
+bool FakeEnclave::CheckSession(const std::string& tenant_id, const ForwardedRequest& item,
+                               EnclaveReply& reply) {
   reply.set_request_id(item.request_id());
   auto it = session_tenants_.find(item.session_id());
   if (it == session_tenants_.end()) {
@@ -47,7 +47,7 @@ bool FakeEnclave::CheckSession(const std::string& tenant_id, const SealedItem& i
   return true;
 }
 
-void FakeEnclave::Seal(const SealedItem& item, std::string plaintext, SealedReplyItem& reply) {
+void FakeEnclave::Seal(const ForwardedRequest& item, std::string plaintext, EnclaveReply& reply) {
   reply.set_request_id(item.request_id());
   reply.set_sequence(session_sequences_[item.session_id()]++);
   reply.set_ciphertext(std::move(plaintext));
@@ -147,7 +147,7 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
     case HostToEnclave::kInferBatch: {
       const auto& batch = call.infer_batch();
       auto* result = reply.mutable_infer_batch();
-      for (const SealedItem& item : batch.items()) {
+      for (const ForwardedRequest& item : batch.items()) {
         if (item.ciphertext() == "crash") return std::nullopt;
         int sleep_ms;
         if (absl::StartsWith(item.ciphertext(), "sleep:") &&
@@ -155,8 +155,8 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
           std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
         }
       }
-      for (const SealedItem& item : batch.items()) {
-        SealedReplyItem* out = result->add_replies();
+      for (const ForwardedRequest& item : batch.items()) {
+        EnclaveReply* out = result->add_replies();
         if (!CheckSession(batch.tenant_id(), item, *out)) continue;
         auto model = model_tenants_.find(batch.model_handle());
         if (item.model_handle() != batch.model_handle() || model == model_tenants_.end()) {

@@ -45,10 +45,10 @@ class FakeEnclave {
 
  private:
   // Checks an item's session against the tenant; fills `reply` with the failure if any.
-  bool CheckSession(const std::string& tenant_id, const boundary::v1::SealedItem& item,
-                    boundary::v1::SealedReplyItem& reply);
-  void Seal(const boundary::v1::SealedItem& item, std::string plaintext,
-            boundary::v1::SealedReplyItem& reply);
+  bool CheckSession(const std::string& tenant_id, const boundary::v1::ForwardedRequest& item,
+                    boundary::v1::EnclaveReply& reply);
+  void Seal(const boundary::v1::ForwardedRequest& item, std::string plaintext,
+            boundary::v1::EnclaveReply& reply);
 
   std::map<std::string, std::string> session_tenants_;  // session id -> tenant
   std::map<std::string, uint64_t> session_sequences_;   // next e2c sequence per session

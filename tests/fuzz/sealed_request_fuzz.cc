@@ -118,7 +118,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   HostToEnclave call;
   call.set_call_id(state.next_call_id++);
   MessageKind kind;
-  const cloister::boundary::v1::SealedItem* item = nullptr;
+  const cloister::boundary::v1::ForwardedRequest* item = nullptr;
   int items = 1;
   switch (data[0] % 4) {
     case 0: {
@@ -157,7 +157,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (reply.call_id() != call.call_id()) __builtin_trap();  // every call gets its answer
   if (reply.status().code() != 0) return 0;  // refused as a whole (e.g. a failed transfer)
 
-  const cloister::boundary::v1::SealedReplyItem* sealed_reply = nullptr;
+  const cloister::boundary::v1::EnclaveReply* sealed_reply = nullptr;
   switch (kind) {
     case MessageKind::kInfer:
       if (reply.infer_batch().replies_size() != items) __builtin_trap();

@@ -39,7 +39,7 @@ namespace {
 
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedItem;
+using boundary::v1::ForwardedRequest;
 
 const std::string kShared = CLOISTER_SHARED_DIR;
 const std::string kClsModel = kShared + "/models/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx";
@@ -63,7 +63,7 @@ class TestClient : public EnclaveTenant {
     return ::testing::AssertionSuccess();
   }
 
-  SealedItem InferItem(const std::string& name, int set) {
+  ForwardedRequest InferItem(const std::string& name, int set) {
     auto input = ReadTensorProtoFile(absl::StrCat(kClsData, "/test_data_set_", set, "/input_0.pb"));
     api::v1::InferRequestPayload payload;
     auto* t = payload.add_inputs();
@@ -128,7 +128,7 @@ class EnclaveTest : public ::testing::Test {
   }
 
   EnclaveToHost InferBatch(const std::string& tenant, const std::string& handle,
-                           const std::vector<SealedItem>& items) {
+                           const std::vector<ForwardedRequest>& items) {
     HostToEnclave call;
     auto* batch = call.mutable_infer_batch();
     batch->set_tenant_id(tenant);
@@ -148,7 +148,7 @@ class EnclaveTest : public ::testing::Test {
 TEST_F(EnclaveTest, BatchedInferenceMatchesReferenceOutputs) {
   auto client = Client("alpha");
   Upload(*client, "cls");
-  std::vector<SealedItem> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
+  std::vector<ForwardedRequest> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
   EnclaveToHost reply = InferBatch("alpha", client->Handle("cls"), items);
   ASSERT_EQ(reply.status().code(), 0) << reply.status().message();
   ASSERT_EQ(reply.infer_batch().replies_size(), 2);
@@ -173,7 +173,7 @@ TEST_F(EnclaveTest, BatchedInferenceMatchesReferenceOutputs) {
 TEST_F(EnclaveTest, RunsStopAtTheDeadlineTheHostSends) {
   auto client = Client("alpha");
   Upload(*client, "cls");
-  SealedItem late = client->InferItem("cls", 0);
+  ForwardedRequest late = client->InferItem("cls", 0);
   late.set_time_left_ns(-1);  // already past: the run stops before its first step
   EnclaveToHost stopped = InferBatch("alpha", client->Handle("cls"), {late});
   ASSERT_EQ(stopped.status().code(), 0) << stopped.status().message();
@@ -182,7 +182,7 @@ TEST_F(EnclaveTest, RunsStopAtTheDeadlineTheHostSends) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(status.message().find("deadline"), std::string::npos) << status;
 
-  std::vector<SealedItem> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
+  std::vector<ForwardedRequest> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
   items[0].set_time_left_ns(-1);
   items[1].set_time_left_ns(absl::ToInt64Nanoseconds(absl::Minutes(5)));
   EnclaveToHost shared = InferBatch("alpha", client->Handle("cls"), items);
@@ -202,7 +202,7 @@ TEST_F(EnclaveTest, RunsStopAtTheDeadlineTheHostSends) {
 TEST_F(EnclaveTest, ReplayedRequestIsRefused) {
   auto client = Client("alpha");
   Upload(*client, "cls");
-  SealedItem item = client->InferItem("cls", 0);
+  ForwardedRequest item = client->InferItem("cls", 0);
   EnclaveToHost first = InferBatch("alpha", client->Handle("cls"), {item});
   ASSERT_TRUE(client->OpenReply(crypto::MessageKind::kInfer, item, first.infer_batch().replies(0)).ok());
   EnclaveToHost replay = InferBatch("alpha", client->Handle("cls"), {item});
@@ -214,16 +214,16 @@ TEST_F(EnclaveTest, ReplayedRequestIsRefused) {
 TEST_F(EnclaveTest, BitFlippedRequestIsRefusedAndChangesNothing) {
   auto client = Client("alpha");
   Upload(*client, "cls");
-  SealedItem item = client->InferItem("cls", 0);
+  ForwardedRequest item = client->InferItem("cls", 0);
   for (size_t bit : {0ul, 1000ul, item.ciphertext().size() * 8 - 1}) {
-    SealedItem flipped = item;
+    ForwardedRequest flipped = item;
     (*flipped.mutable_ciphertext())[bit / 8] ^= static_cast<char>(1 << (bit % 8));
     EnclaveToHost reply = InferBatch("alpha", client->Handle("cls"), {flipped});
     ASSERT_EQ(reply.status().code(), 0);
     EXPECT_NE(reply.infer_batch().replies(0).status().code(), 0) << "bit " << bit;
   }
   // Changing the request id or the sequence number breaks authentication too.
-  SealedItem other_id = item;
+  ForwardedRequest other_id = item;
   other_id.set_request_id("someone-else");
   EXPECT_NE(InferBatch("alpha", client->Handle("cls"), {other_id}).infer_batch().replies(0).status().code(), 0);
   // The untouched message still opens: the failures changed no state.
@@ -267,7 +267,7 @@ TEST_F(EnclaveTest, AnotherIdentityCannotUseListOrDeleteTheModel) {
   auto intruder = Client("alpha");  // same tenant, another identity key
   Upload(*owner, "cls");
   // The intruder addresses the owner's model handle directly.
-  SealedItem item = intruder->InferItem("cls", 0);
+  ForwardedRequest item = intruder->InferItem("cls", 0);
   item = intruder->Seal(crypto::MessageKind::kInfer, owner->Handle("cls"), api::v1::InferRequestPayload());
   EnclaveToHost reply = InferBatch("alpha", owner->Handle("cls"), {item});
   absl::Status st = intruder->OpenReply(crypto::MessageKind::kInfer, item, reply.infer_batch().replies(0));
@@ -357,14 +357,14 @@ TEST_F(EnclaveTest, HostCannotMixTenantsOrModelsInABatch) {
   auto alpha = Client("alpha");
   auto beta = Client("beta");
   Upload(*alpha, "cls");
-  SealedItem a = alpha->InferItem("cls", 0);
-  SealedItem b = beta->Seal(crypto::MessageKind::kInfer, alpha->Handle("cls"), api::v1::InferRequestPayload());
+  ForwardedRequest a = alpha->InferItem("cls", 0);
+  ForwardedRequest b = beta->Seal(crypto::MessageKind::kInfer, alpha->Handle("cls"), api::v1::InferRequestPayload());
   EnclaveToHost mixed = InferBatch("alpha", alpha->Handle("cls"), {a, b});
   EXPECT_EQ(mixed.status().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
   EXPECT_NE(mixed.status().message().find("different tenants"), std::string::npos);
   EXPECT_EQ(mixed.infer_batch().replies_size(), 0);
 
-  SealedItem other_model = alpha->InferItem("other", 0);
+  ForwardedRequest other_model = alpha->InferItem("other", 0);
   EnclaveToHost two_models = InferBatch("alpha", alpha->Handle("cls"), {a, other_model});
   EXPECT_EQ(two_models.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
 
@@ -443,7 +443,7 @@ TEST_F(EnclaveTest, EveryPcieModeMovesTheBatchInOneTransferEachWay) {
     ASSERT_NE(enclave_, nullptr);
     auto client = Client("alpha");
     Upload(*client, "cls");
-    std::vector<SealedItem> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
+    std::vector<ForwardedRequest> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
     EnclaveToHost reply = InferBatch("alpha", client->Handle("cls"), items);
     ASSERT_EQ(reply.status().code(), 0) << reply.status().message();
     for (int set = 0; set < 2; ++set) {
@@ -553,7 +553,7 @@ TEST_F(EnclaveTest, BatchesTakeThePathRegisteredWithTheirExecutor) {
   auto client = Client("alpha");
   Upload(*client, "cls");
   const int to_device = CountingPath::to_device, to_host = CountingPath::to_host;
-  SealedItem item = client->InferItem("cls", 0);
+  ForwardedRequest item = client->InferItem("cls", 0);
   EnclaveToHost reply = InferBatch("alpha", client->Handle("cls"), {item});
   ASSERT_EQ(reply.status().code(), 0) << reply.status().message();
   EXPECT_TRUE(
@@ -607,7 +607,7 @@ TEST_F(EnclaveTest, FlippedByteOnTheEmulatedPcieBusRefusesTheBatch) {
   EXPECT_EQ(stats.to_host_transfers, 0u);  // no outputs: the model never ran
 
   // The path is intact for the next batch, whose receipt is the enclave's first.
-  SealedItem item = client->InferItem("cls", 0);
+  ForwardedRequest item = client->InferItem("cls", 0);
   EnclaveToHost ok = InferBatch("alpha", client->Handle("cls"), {item});
   ASSERT_EQ(ok.status().code(), 0) << ok.status().message();
   EXPECT_TRUE(client->OpenReply(crypto::MessageKind::kInfer, item, ok.infer_batch().replies(0)).ok());
@@ -632,7 +632,7 @@ TEST_F(EnclaveTest, UsageReceiptsVerifyAndAddUpToTheRequestsSent) {
   };
   std::map<std::string, Sent> sent;
   uint64_t last_sequence = 0;
-  auto run = [&](TestClient& client, std::vector<SealedItem> items, int malformed) {
+  auto run = [&](TestClient& client, std::vector<ForwardedRequest> items, int malformed) {
     EnclaveToHost reply = InferBatch(client.tenant(), client.Handle("cls"), items);
     ASSERT_EQ(reply.status().code(), 0) << reply.status().message();
     Sent& s = sent[client.tenant()];
@@ -678,7 +678,7 @@ TEST_F(EnclaveTest, UsageReceiptsVerifyAndAddUpToTheRequestsSent) {
   run(*alpha, {alpha->InferItem("cls", 0), alpha->InferItem("cls", 1)}, 0);
   run(*beta, {beta->InferItem("cls", 0)}, 0);
   // A malformed request counts as failed, not as run.
-  SealedItem malformed = alpha->Seal(crypto::MessageKind::kInfer, alpha->Handle("cls"),
+  ForwardedRequest malformed = alpha->Seal(crypto::MessageKind::kInfer, alpha->Handle("cls"),
                                      api::v1::InferRequestPayload());
   run(*alpha, {alpha->InferItem("cls", 0), malformed}, 1);
   run(*beta, {beta->InferItem("cls", 1), beta->InferItem("cls", 0)}, 0);

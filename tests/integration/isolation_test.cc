@@ -74,7 +74,7 @@ class IsolationTest : public ::testing::Test {
     return client.ok() ? *std::move(client) : nullptr;
   }
 
-  // A raw SealedCall to ListModels as `tenant` with `token`, on `session_id`.
+  // A raw SealedRequest to ListModels as `tenant` with `token`, on `session_id`.
   grpc::Status RawListModels(const std::string& tenant, const std::string& token,
                              const Bytes& session_id) {
     auto stub = api::v1::Cloister::NewStub(
@@ -82,7 +82,7 @@ class IsolationTest : public ::testing::Test {
     grpc::ClientContext context;
     context.AddMetadata("x-cloister-tenant", tenant);
     context.AddMetadata("authorization", "Bearer " + token);
-    api::v1::SealedCall call;
+    api::v1::SealedRequest call;
     call.set_session_id(std::string(session_id.begin(), session_id.end()));
     call.set_request_id("probe");
     call.set_sequence(1);
@@ -99,7 +99,7 @@ class IsolationTest : public ::testing::Test {
                                              const std::string& model_handle) {
     auto stub = api::v1::Cloister::NewStub(
         grpc::CreateChannel(appliance_->address(), grpc::InsecureChannelCredentials()));
-    api::v1::SealedCall call;
+    api::v1::SealedRequest call;
     call.set_session_id(std::string(session_id.begin(), session_id.end()));
     call.set_request_id(request_id);
     call.set_model_handle(model_handle);
@@ -113,9 +113,9 @@ class IsolationTest : public ::testing::Test {
       return absl::StrCat(rpc, " -> ", status.error_code(), ": ", status.error_message());
     };
     std::vector<std::string> lines;
-    // The three unary RPCs that take a SealedCall.
+    // The three unary RPCs that take a SealedRequest.
     using Unary = grpc::Status (api::v1::Cloister::Stub::*)(
-        grpc::ClientContext*, const api::v1::SealedCall&, api::v1::SealedReply*);
+        grpc::ClientContext*, const api::v1::SealedRequest&, api::v1::SealedReply*);
     const std::pair<const char*, Unary> unary_rpcs[] = {
         {"Infer", &api::v1::Cloister::Stub::Infer},
         {"ListModels", &api::v1::Cloister::Stub::ListModels},

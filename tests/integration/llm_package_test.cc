@@ -140,7 +140,7 @@ TEST_F(LlmPackageTest, UploadsListsAndRefusesInfer) {
   input->set_datatype("INT32");
   input->add_shape(1);
   input->set_raw(std::string(4, '\0'));
-  boundary::v1::SealedItem item =
+  boundary::v1::ForwardedRequest item =
       tenant_->Seal(crypto::MessageKind::kInfer, tenant_->Handle("tiny"), payload);
   HostToEnclave call;
   call.mutable_infer_batch()->set_tenant_id("alpha");

@@ -104,7 +104,7 @@ class TenantClient {
   grpc::Status Infer(const std::string& session, const std::string& request_id) {
     grpc::ClientContext context;
     Authorize(context);
-    api::v1::SealedCall call;
+    api::v1::SealedRequest call;
     call.set_session_id(session);
     call.set_request_id(request_id);
     call.set_model_handle(kHandle);

@@ -35,7 +35,7 @@ namespace {
 
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedItem;
+using boundary::v1::ForwardedRequest;
 
 const std::string kClsModel =
     std::string(CLOISTER_SHARED_DIR) + "/models/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx";
@@ -71,11 +71,11 @@ class HostileTenant {
     return crypto::ModelHandle(identity_.public_key, name);
   }
 
-  SealedItem Seal(crypto::MessageKind kind, const std::string& handle,
+  ForwardedRequest Seal(crypto::MessageKind kind, const std::string& handle,
                   const google::protobuf::Message& body) {
     std::string request_id = HexEncode(crypto::RandomBytes(8));
     auto sealed = sender_->Seal({kind, request_id, handle}, AsBytes(body.SerializeAsString()));
-    SealedItem item;
+    ForwardedRequest item;
     item.set_session_id(ToString(session_id_));
     item.set_request_id(request_id);
     item.set_model_handle(handle);
@@ -85,8 +85,8 @@ class HostileTenant {
   }
 
   // The status inside the enclave's sealed reply to `request` (or its host-visible one).
-  absl::Status ReplyStatus(crypto::MessageKind kind, const SealedItem& request,
-                           const boundary::v1::SealedReplyItem& reply) {
+  absl::Status ReplyStatus(crypto::MessageKind kind, const ForwardedRequest& request,
+                           const boundary::v1::EnclaveReply& reply) {
     if (reply.status().code() != 0) {
       return absl::Status(static_cast<absl::StatusCode>(reply.status().code()),
                           reply.status().message());
@@ -237,7 +237,7 @@ TEST_F(EnclaveLimitsTest, TensorsDeclaringHugeShapesAreRefusedBeforeAllocation) 
       tensor->set_datatype(input->datatype);
       for (int64_t dimension : c.shape) tensor->add_shape(dimension);
       tensor->set_raw(std::string(4, '\0'));
-      SealedItem item = tenant_->Seal(crypto::MessageKind::kInfer, tenant_->Handle("cls"), payload);
+      ForwardedRequest item = tenant_->Seal(crypto::MessageKind::kInfer, tenant_->Handle("cls"), payload);
       HostToEnclave call;
       call.mutable_infer_batch()->set_tenant_id(HostileTenant::kTenant);
       call.mutable_infer_batch()->set_model_handle(tenant_->Handle("cls"));

@@ -161,8 +161,8 @@ class ResourceLimitsTest : public ::testing::Test {
     return std::string(id.begin(), id.end());
   }
 
-  api::v1::SealedCall Sealed(size_t ciphertext_size) const {
-    api::v1::SealedCall call;
+  api::v1::SealedRequest Sealed(size_t ciphertext_size) const {
+    api::v1::SealedRequest call;
     call.set_session_id(AcmeSession());
     call.set_request_id(absl::StrCat("probe-", ciphertext_size));
     call.set_model_handle(kHandle);
@@ -171,7 +171,7 @@ class ResourceLimitsTest : public ::testing::Test {
     return call;
   }
 
-  grpc::Status RawInfer(const api::v1::SealedCall& call) {
+  grpc::Status RawInfer(const api::v1::SealedRequest& call) {
     grpc::ClientContext context;
     AsAcme(context);
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));

@@ -13,7 +13,7 @@ namespace cloister::testing {
 
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
-using boundary::v1::SealedItem;
+using boundary::v1::ForwardedRequest;
 
 EnclaveTenant::EnclaveTenant(enclave::Enclave* enclave, std::string tenant,
                              const attest::v1::Policy& policy, absl::Time at)
@@ -103,15 +103,15 @@ absl::Status EnclaveTenant::Open() {
   return FinishOpen(pending, enclave_->Handle(pending.call));
 }
 
-SealedItem EnclaveTenant::Seal(crypto::MessageKind kind, const std::string& handle,
+ForwardedRequest EnclaveTenant::Seal(crypto::MessageKind kind, const std::string& handle,
                                const google::protobuf::Message& body) {
   return SealBytes(kind, handle, AsBytes(body.SerializeAsString()));
 }
 
-SealedItem EnclaveTenant::SealBytes(crypto::MessageKind kind, const std::string& handle,
+ForwardedRequest EnclaveTenant::SealBytes(crypto::MessageKind kind, const std::string& handle,
                                     ByteSpan plaintext) {
   std::string request_id = HexEncode(crypto::RandomBytes(8));
-  SealedItem item;
+  ForwardedRequest item;
   item.set_session_id(ToString(session_id_));
   item.set_request_id(request_id);
   item.set_model_handle(handle);
@@ -125,8 +125,8 @@ SealedItem EnclaveTenant::SealBytes(crypto::MessageKind kind, const std::string&
 }
 
 absl::StatusOr<api::v1::ReplyEnvelope> EnclaveTenant::OpenReplyEnvelope(
-    crypto::MessageKind kind, const SealedItem& request,
-    const boundary::v1::SealedReplyItem& reply) {
+    crypto::MessageKind kind, const ForwardedRequest& request,
+    const boundary::v1::EnclaveReply& reply) {
   if (reply.status().code() != 0) {
     return absl::Status(static_cast<absl::StatusCode>(reply.status().code()),
                         absl::StrCat("unsealed: ", reply.status().message()));
@@ -143,8 +143,8 @@ absl::StatusOr<api::v1::ReplyEnvelope> EnclaveTenant::OpenReplyEnvelope(
   return envelope;
 }
 
-absl::Status EnclaveTenant::OpenReply(crypto::MessageKind kind, const SealedItem& request,
-                                      const boundary::v1::SealedReplyItem& reply,
+absl::Status EnclaveTenant::OpenReply(crypto::MessageKind kind, const ForwardedRequest& request,
+                                      const boundary::v1::EnclaveReply& reply,
                                       std::string* body) {
   ASSIGN_OR_RETURN(api::v1::ReplyEnvelope envelope, OpenReplyEnvelope(kind, request, reply));
   if (body) *body = envelope.body();

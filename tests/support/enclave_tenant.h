@@ -55,19 +55,19 @@ class EnclaveTenant {
   absl::Status SignHello(api::v1::SessionHello& hello, ByteSpan enc) const;
 
   // Seals `body` (or raw `plaintext`) as the next message of kind `kind` for `handle`.
-  boundary::v1::SealedItem Seal(crypto::MessageKind kind, const std::string& handle,
+  boundary::v1::ForwardedRequest Seal(crypto::MessageKind kind, const std::string& handle,
                                 const google::protobuf::Message& body);
-  boundary::v1::SealedItem SealBytes(crypto::MessageKind kind, const std::string& handle,
+  boundary::v1::ForwardedRequest SealBytes(crypto::MessageKind kind, const std::string& handle,
                                      ByteSpan plaintext);
 
   // Opens a sealed reply: the envelope, or why the reply itself is not one this session
   // sealed (an unsealed refusal, or a reply that does not authenticate).
   absl::StatusOr<api::v1::ReplyEnvelope> OpenReplyEnvelope(
-      crypto::MessageKind kind, const boundary::v1::SealedItem& request,
-      const boundary::v1::SealedReplyItem& reply);
+      crypto::MessageKind kind, const boundary::v1::ForwardedRequest& request,
+      const boundary::v1::EnclaveReply& reply);
   // Opens a sealed reply; returns the envelope's status, and the body through `body`.
-  absl::Status OpenReply(crypto::MessageKind kind, const boundary::v1::SealedItem& request,
-                         const boundary::v1::SealedReplyItem& reply, std::string* body = nullptr);
+  absl::Status OpenReply(crypto::MessageKind kind, const boundary::v1::ForwardedRequest& request,
+                         const boundary::v1::EnclaveReply& reply, std::string* body = nullptr);
 
   // The handle of this identity's model `name`.
   std::string Handle(const std::string& name) const;

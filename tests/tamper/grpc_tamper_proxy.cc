@@ -10,7 +10,7 @@
 namespace cloister::testing {
 namespace {
 
-using api::v1::SealedCall;
+using api::v1::SealedRequest;
 using api::v1::SealedReply;
 using api::v1::UploadModelRequest;
 
@@ -262,24 +262,24 @@ grpc::Status GrpcTamperProxy::UploadModel(grpc::ServerContext* context,
   return status;
 }
 
-grpc::Status GrpcTamperProxy::ListModels(grpc::ServerContext* context, const SealedCall* request,
+grpc::Status GrpcTamperProxy::ListModels(grpc::ServerContext* context, const SealedRequest* request,
                                          SealedReply* response) {
   return ForwardSealed("ListModels", context, *request, response);
 }
 
-grpc::Status GrpcTamperProxy::DeleteModel(grpc::ServerContext* context, const SealedCall* request,
+grpc::Status GrpcTamperProxy::DeleteModel(grpc::ServerContext* context, const SealedRequest* request,
                                           SealedReply* response) {
   return ForwardSealed("DeleteModel", context, *request, response);
 }
 
-grpc::Status GrpcTamperProxy::Infer(grpc::ServerContext* context, const SealedCall* request,
+grpc::Status GrpcTamperProxy::Infer(grpc::ServerContext* context, const SealedRequest* request,
                                     SealedReply* response) {
   return ForwardSealed("Infer", context, *request, response);
 }
 
 grpc::Status GrpcTamperProxy::ForwardSealed(const std::string& rpc, grpc::ServerContext* context,
-                                            const SealedCall& request, SealedReply* response) {
-  SealedCall forwarded = request;
+                                            const SealedRequest& request, SealedReply* response) {
+  SealedRequest forwarded = request;
   bool overtaking = false;  // kReorderCalls: this call overtakes a held one
   bool withhold = false;    // kCrossRpc: this call is kept back, never delivered
   {

@@ -83,11 +83,11 @@ class GrpcTamperProxy final : public api::v1::Cloister::Service {
   grpc::Status UploadModel(grpc::ServerContext* context,
                            grpc::ServerReader<api::v1::UploadModelRequest>* reader,
                            api::v1::UploadModelResponse* response) override;
-  grpc::Status ListModels(grpc::ServerContext* context, const api::v1::SealedCall* request,
+  grpc::Status ListModels(grpc::ServerContext* context, const api::v1::SealedRequest* request,
                           api::v1::SealedReply* response) override;
-  grpc::Status DeleteModel(grpc::ServerContext* context, const api::v1::SealedCall* request,
+  grpc::Status DeleteModel(grpc::ServerContext* context, const api::v1::SealedRequest* request,
                            api::v1::SealedReply* response) override;
-  grpc::Status Infer(grpc::ServerContext* context, const api::v1::SealedCall* request,
+  grpc::Status Infer(grpc::ServerContext* context, const api::v1::SealedRequest* request,
                      api::v1::SealedReply* response) override;
 
  private:
@@ -95,7 +95,7 @@ class GrpcTamperProxy final : public api::v1::Cloister::Service {
 
   // Forwards one sealed unary call named `rpc`, mutated as the plan says.
   grpc::Status ForwardSealed(const std::string& rpc, grpc::ServerContext* context,
-                             const api::v1::SealedCall& request, api::v1::SealedReply* response);
+                             const api::v1::SealedRequest& request, api::v1::SealedReply* response);
   // Applies the plan's reply-side mutation (swap waits for a partner, up to 5 seconds); true
   // when the reply is to be replaced by a forged UNAVAILABLE.
   bool MutateReply(const std::string& rpc, api::v1::SealedReply& reply);
@@ -108,7 +108,7 @@ class GrpcTamperProxy final : public api::v1::Cloister::Service {
   GrpcMutation mutation_ ABSL_GUARDED_BY(mu_) = GrpcMutation::kOff;
   std::string rpc_ ABSL_GUARDED_BY(mu_);
   bool applied_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<api::v1::SealedCall> remembered_call_ ABSL_GUARDED_BY(mu_);
+  std::optional<api::v1::SealedRequest> remembered_call_ ABSL_GUARDED_BY(mu_);
   std::optional<api::v1::SealedReply> remembered_reply_ ABSL_GUARDED_BY(mu_);
   std::optional<api::v1::OpenSessionRequest> remembered_open_ ABSL_GUARDED_BY(mu_);
   std::optional<api::v1::GetEvidenceResponse> remembered_evidence_ ABSL_GUARDED_BY(mu_);

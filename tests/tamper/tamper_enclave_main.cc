@@ -82,8 +82,8 @@ namespace {
 
 using cloister::boundary::v1::EnclaveToHost;
 using cloister::boundary::v1::HostToEnclave;
-using cloister::boundary::v1::SealedItem;
-using cloister::boundary::v1::SealedReplyItem;
+using cloister::boundary::v1::ForwardedRequest;
+using cloister::boundary::v1::EnclaveReply;
 
 constexpr int kHoldTimeoutMs = 5000;
 
@@ -120,7 +120,7 @@ class Tamperer {
   std::mutex mu_;
   Plan plan_;
   bool done_ = false;
-  std::optional<SealedItem> remembered_item_;
+  std::optional<ForwardedRequest> remembered_item_;
   std::string remembered_tenant_;
   // replay-request: the call whose first reply gets `relabel_request_id_` (0: none).
   uint64_t relabel_call_id_ = 0;
@@ -140,7 +140,7 @@ void FlipBit(std::string& bytes) {
 
 void Truncate(std::string& bytes) { bytes.resize(bytes.size() / 2); }
 
-bool HasSealed(const SealedReplyItem& reply) {
+bool HasSealed(const EnclaveReply& reply) {
   return (!reply.has_status() || reply.status().code() == 0) && !reply.ciphertext().empty();
 }
 
@@ -260,7 +260,7 @@ std::vector<std::string> Tamperer::FromHost(const std::string& frame) {
     }
     if (batch.tenant_id() == remembered_tenant_) return {frame};
     batch.set_model_handle(remembered_model_);
-    for (SealedItem& item : *batch.mutable_items()) item.set_model_handle(remembered_model_);
+    for (ForwardedRequest& item : *batch.mutable_items()) item.set_model_handle(remembered_model_);
     RecordLocked("applied");
     return {call.SerializeAsString()};
   }
@@ -311,7 +311,7 @@ std::vector<std::string> Tamperer::FromHost(const std::string& frame) {
     first.ParseFromString(*held_[0]);
     auto& first_batch = *first.mutable_infer_batch();
     if (first_batch.tenant_id() == batch.tenant_id()) return {frame};
-    SealedItem row = first_batch.items(0);
+    ForwardedRequest row = first_batch.items(0);
     *first_batch.mutable_items(0) = batch.items(0);
     *batch.mutable_items(0) = row;
     first_batch.mutable_items(0)->set_model_handle(first_batch.model_handle());
@@ -370,7 +370,7 @@ std::vector<std::string> Tamperer::FromEnclave(const std::string& frame) {
       !HasSealed(reply.infer_batch().replies(0))) {
     return {frame};
   }
-  auto swap_sealed = [](SealedReplyItem& a, SealedReplyItem& b) {
+  auto swap_sealed = [](EnclaveReply& a, EnclaveReply& b) {
     uint64_t sequence = a.sequence();
     a.set_sequence(b.sequence());
     b.set_sequence(sequence);
