@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -182,8 +183,9 @@ std::string RunSet(const Model& model, const fs::path& set, const Options& optio
   return "";
 }
 
-int Main(int argc, char** argv) {
-  Options options;
+// Parses the command line into `options`; returns the exit code when the program should stop
+// there (after the help text, or on bad usage).
+std::optional<int> ParseOptions(int argc, char** argv, Options& options) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (WantsHelp(args)) {
     std::printf(
@@ -212,6 +214,75 @@ int Main(int argc, char** argv) {
                  "usage: onnx-conformance [--executor cpu|cuda|auto] [--model FILE] DIR...\n");
     return 2;
   }
+  return std::nullopt;
+}
+
+// Counts the results and prints one line per test set.
+class Reporter {
+ public:
+  explicit Reporter(bool failures_only) : failures_only_(failures_only) {}
+
+  // Records a pass when `failure` is empty, a failure with that reason otherwise.
+  void Report(const std::string& name, const std::string& failure) {
+    if (failure.empty()) {
+      ++passed_;
+      if (!failures_only_) std::printf("PASS %s\n", name.c_str());
+    } else {
+      ++failed_;
+      std::printf("FAIL %s: %s\n", name.c_str(), failure.c_str());
+    }
+    std::fflush(stdout);
+  }
+  int passed() const { return passed_; }
+  int failed() const { return failed_; }
+
+ private:
+  const bool failures_only_;
+  int passed_ = 0;
+  int failed_ = 0;
+};
+
+// Loads the model of one test folder and runs each of its test_data_set_* folders.
+void RunFolder(const std::string& dir_name, const Options& options, const LoadOptions& load_options,
+               Reporter& reporter) {
+  const fs::path dir(dir_name);
+  const std::string label =
+      dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+  std::vector<fs::path> sets;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    if (entry.is_directory() && entry.path().filename().string().rfind("test_data_set_", 0) == 0) {
+      sets.push_back(entry.path());
+    }
+  }
+  if (error) {
+    reporter.Report(label, absl::StrCat("cannot read folder: ", error.message()));
+    return;
+  }
+  std::sort(sets.begin(), sets.end());
+  if (sets.empty()) {
+    reporter.Report(label, "no test_data_set_* folders");
+    return;
+  }
+  const std::string model_path =
+      options.model.empty() ? (dir / "model.onnx").string() : options.model;
+  auto bytes = ReadFile(model_path);
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      bytes.ok() ? Model::Load(AsBytes(*bytes), load_options)
+                 : absl::StatusOr<std::unique_ptr<Model>>(bytes.status());
+  for (const fs::path& set : sets) {
+    const std::string name = absl::StrCat(label, "/", set.filename().string());
+    if (!model.ok()) {
+      reporter.Report(name, absl::StrCat("load: ", model.status().message()));
+      continue;
+    }
+    reporter.Report(name, RunSet(**model, set, options));
+  }
+}
+
+int Main(int argc, char** argv) {
+  Options options;
+  if (std::optional<int> exit_code = ParseOptions(argc, argv, options)) return *exit_code;
   auto executor = FindExecutor(options.executor);
   if (!executor.ok()) {
     std::fprintf(stderr, "%s\n", std::string(executor.status().message()).c_str());
@@ -219,55 +290,12 @@ int Main(int argc, char** argv) {
   }
   LoadOptions load_options;
   load_options.executor = *executor;
-  int passed = 0, failed = 0;
-  auto report = [&](const std::string& name, const std::string& failure) {
-    if (failure.empty()) {
-      ++passed;
-      if (!options.failures_only) std::printf("PASS %s\n", name.c_str());
-    } else {
-      ++failed;
-      std::printf("FAIL %s: %s\n", name.c_str(), failure.c_str());
-    }
-    std::fflush(stdout);
-  };
+  Reporter reporter(options.failures_only);
   for (const std::string& dir_name : options.dirs) {
-    const fs::path dir(dir_name);
-    const std::string label =
-        dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
-    std::vector<fs::path> sets;
-    std::error_code error;
-    for (const auto& entry : fs::directory_iterator(dir, error)) {
-      if (entry.is_directory() &&
-          entry.path().filename().string().rfind("test_data_set_", 0) == 0) {
-        sets.push_back(entry.path());
-      }
-    }
-    if (error) {
-      report(label, absl::StrCat("cannot read folder: ", error.message()));
-      continue;
-    }
-    std::sort(sets.begin(), sets.end());
-    if (sets.empty()) {
-      report(label, "no test_data_set_* folders");
-      continue;
-    }
-    const std::string model_path =
-        options.model.empty() ? (dir / "model.onnx").string() : options.model;
-    auto bytes = ReadFile(model_path);
-    absl::StatusOr<std::unique_ptr<Model>> model =
-        bytes.ok() ? Model::Load(AsBytes(*bytes), load_options)
-                   : absl::StatusOr<std::unique_ptr<Model>>(bytes.status());
-    for (const fs::path& set : sets) {
-      const std::string name = absl::StrCat(label, "/", set.filename().string());
-      if (!model.ok()) {
-        report(name, absl::StrCat("load: ", model.status().message()));
-        continue;
-      }
-      report(name, RunSet(**model, set, options));
-    }
+    RunFolder(dir_name, options, load_options, reporter);
   }
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed > 0 ? 1 : 0;
+  std::printf("%d passed, %d failed\n", reporter.passed(), reporter.failed());
+  return reporter.failed() > 0 ? 1 : 0;
 }
 
 }  // namespace

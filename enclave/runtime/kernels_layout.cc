@@ -239,6 +239,29 @@ class PadKernel : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     const Tensor& x = context.input(0);
     const int rank = x.rank();
+    ASSIGN_OR_RETURN(std::vector<int64_t> pads, Pads(context, rank));
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape, PaddedShape(x, pads));
+    ASSIGN_OR_RETURN(Tensor * y, context.Output(0, x.dtype(), shape));
+    if (y->count() == 0) return absl::OkStatus();
+    absl::Status status;
+    NumericOrBoolTypes::Dispatch(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T fill = static_cast<T>(value_);
+      if (from_inputs_ && context.has_input(2)) {
+        if (context.input(2).dtype() != x.dtype() || context.input(2).count() != 1) {
+          status = absl::InvalidArgumentError("constant_value must be one value of the input type");
+          return;
+        }
+        fill = *context.input(2).template data<T>();
+      }
+      PadRows<T>(x, pads, shape, fill, y);
+    });
+    return status;
+  }
+
+ private:
+  // The pads of this run: the attribute, or input 1 spread over the axes of input 3.
+  absl::StatusOr<std::vector<int64_t>> Pads(KernelContext& context, int rank) const {
     std::vector<int64_t> pads = pads_;
     if (from_inputs_) {
       std::vector<int64_t> given = ToInt64Vector(context.input(1));
@@ -261,6 +284,13 @@ class PadKernel : public Kernel {
       return absl::InvalidArgumentError(
           absl::StrCat("pads has ", pads.size(), " entries for rank ", rank));
     }
+    return pads;
+  }
+
+  // The output shape, after checking that the pads suit the mode and the input.
+  absl::StatusOr<std::vector<int64_t>> PaddedShape(const Tensor& x,
+                                                   const std::vector<int64_t>& pads) const {
+    const int rank = x.rank();
     std::vector<int64_t> shape(rank);
     for (int i = 0; i < rank; ++i) {
       shape[i] = x.dim(i) + pads[i] + pads[i + rank];
@@ -273,59 +303,51 @@ class PadKernel : public Kernel {
         return absl::InvalidArgumentError("reflect pads must be smaller than the axis");
       }
     }
-    ASSIGN_OR_RETURN(Tensor * y, context.Output(0, x.dtype(), shape));
-    if (y->count() == 0) return absl::OkStatus();
-    absl::Status status;
-    NumericOrBoolTypes::Dispatch(x.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      T fill = static_cast<T>(value_);
-      if (from_inputs_ && context.has_input(2)) {
-        if (context.input(2).dtype() != x.dtype() || context.input(2).count() != 1) {
-          status = absl::InvalidArgumentError("constant_value must be one value of the input type");
-          return;
-        }
-        fill = *context.input(2).template data<T>();
-      }
-      const T* in = x.data<T>();
-      T* out = y->data<T>();
-      std::vector<int64_t> in_strides(rank, 1);
-      for (int i = rank - 1; i > 0; --i) in_strides[i - 1] = in_strides[i] * x.dim(i);
-      std::vector<int64_t> position(rank, 0);
-      const int64_t inner = rank == 0 ? 1 : shape[rank - 1];
-      for (int64_t o = 0; o < y->count(); o += inner) {
-        // Source offset of the row, or -1 when the row lies in constant padding.
-        int64_t offset = 0;
-        bool outside = false;
-        for (int d = 0; d + 1 < rank; ++d) {
-          int64_t src = position[d] - pads[d];
-          if (!MapIndex(src, x.dim(d))) outside = true;
-          offset += src * in_strides[d];
-        }
-        T* dst = out + o;
-        if (rank == 0) {
-          dst[0] = in[0];
-          break;
-        }
-        const int64_t last = x.dim(rank - 1);
-        const int64_t before = pads[rank - 1];
-        for (int64_t i = 0; i < inner; ++i) {
-          int64_t src = i - before;
-          if (outside || !MapIndex(src, last)) {
-            dst[i] = fill;
-          } else {
-            dst[i] = in[offset + src];
-          }
-        }
-        for (int d = rank - 1; d-- > 0;) {
-          if (++position[d] < shape[d]) break;
-          position[d] = 0;
-        }
-      }
-    });
-    return status;
+    return shape;
   }
 
- private:
+  // Fills the non-empty y of `shape` row by row from x, with `fill` in constant padding.
+  template <typename T>
+  void PadRows(const Tensor& x, const std::vector<int64_t>& pads, const std::vector<int64_t>& shape,
+               T fill, Tensor* y) const {
+    const int rank = x.rank();
+    const T* in = x.data<T>();
+    T* out = y->data<T>();
+    std::vector<int64_t> in_strides(rank, 1);
+    for (int i = rank - 1; i > 0; --i) in_strides[i - 1] = in_strides[i] * x.dim(i);
+    std::vector<int64_t> position(rank, 0);
+    const int64_t inner = rank == 0 ? 1 : shape[rank - 1];
+    for (int64_t o = 0; o < y->count(); o += inner) {
+      // Source offset of the row, or -1 when the row lies in constant padding.
+      int64_t offset = 0;
+      bool outside = false;
+      for (int d = 0; d + 1 < rank; ++d) {
+        int64_t src = position[d] - pads[d];
+        if (!MapIndex(src, x.dim(d))) outside = true;
+        offset += src * in_strides[d];
+      }
+      T* dst = out + o;
+      if (rank == 0) {
+        dst[0] = in[0];
+        break;
+      }
+      const int64_t last = x.dim(rank - 1);
+      const int64_t before = pads[rank - 1];
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t src = i - before;
+        if (outside || !MapIndex(src, last)) {
+          dst[i] = fill;
+        } else {
+          dst[i] = in[offset + src];
+        }
+      }
+      for (int d = rank - 1; d-- > 0;) {
+        if (++position[d] < shape[d]) break;
+        position[d] = 0;
+      }
+    }
+  }
+
   // Maps a source index outside [0, size) according to the mode; false means constant fill.
   bool MapIndex(int64_t& index, int64_t size) const {
     if (index >= 0 && index < size) return true;

@@ -34,6 +34,66 @@ absl::StatusOr<std::vector<int64_t>> MatMulShape(std::vector<int64_t> a, std::ve
   return out;
 }
 
+// Matrix sizes and batch dims of one MatMul: A [batch_a..., m, k] times B [batch_b..., k, n]
+// over the broadcast `batch`.
+struct MatMulDims {
+  int64_t m = 0, k = 0, n = 0;
+  std::vector<int64_t> batch_a, batch_b, batch;
+};
+
+absl::StatusOr<MatMulDims> MatMulDimsOf(std::vector<int64_t> as, std::vector<int64_t> bs) {
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  MatMulDims dims;
+  dims.m = as[as.size() - 2];
+  dims.k = as.back();
+  dims.n = bs.back();
+  dims.batch_a.assign(as.begin(), as.end() - 2);
+  dims.batch_b.assign(bs.begin(), bs.end() - 2);
+  ASSIGN_OR_RETURN(dims.batch, BroadcastShapes(dims.batch_a, dims.batch_b));
+  return dims;
+}
+
+// Multiplies the batch items one by one, walking the output batch index (general broadcast
+// over the batch dims); checks `deadline` between items once they add up to a row block's work.
+template <typename T, typename Deadline>
+absl::Status MultiplyBroadcastBatches(const MatMulDims& dims, const T* ad, const T* bd, T beta,
+                                      T* yd, Deadline& deadline) {
+  const int64_t m = dims.m, k = dims.k, n = dims.n;
+  const std::vector<int64_t>& batch_a = dims.batch_a;
+  const std::vector<int64_t>& batch_b = dims.batch_b;
+  const size_t rank = dims.batch.size();
+  const int64_t batches = Product(dims.batch, 0, rank);
+  std::vector<int64_t> index(rank, 0);
+  int64_t unchecked = 0;  // multiply-adds since the last deadline check
+  for (int64_t i = 0; i < batches; ++i) {
+    if (unchecked >= kRowBlockMultiplyAdds) {
+      RETURN_IF_ERROR(deadline());
+      unchecked = 0;
+    }
+    unchecked += m * n * k;
+    int64_t ai = 0, bi = 0, a_stride = 1, b_stride = 1;
+    for (size_t d = rank; d-- > 0;) {
+      const size_t da = d + batch_a.size() - rank, db = d + batch_b.size() - rank;
+      if (d >= rank - batch_a.size()) {
+        if (batch_a[da] != 1) ai += index[d] * a_stride;
+        a_stride *= batch_a[da];
+      }
+      if (d >= rank - batch_b.size()) {
+        if (batch_b[db] != 1) bi += index[d] * b_stride;
+        b_stride *= batch_b[db];
+      }
+    }
+    RETURN_IF_ERROR(GemmInRowBlocks<T>(false, false, m, n, k, T(1), ad + ai * m * k, k,
+                                       bd + bi * k * n, n, beta, yd + i * m * n, n, deadline));
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < dims.batch[d]) break;
+      index[d] = 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
 class MatMulKernel : public Kernel {
  public:
   // `columns` is the output's last dimension when B is a constant (else -1).
@@ -69,25 +129,11 @@ class MatMulKernel : public Kernel {
     ASSIGN_OR_RETURN(std::vector<int64_t> out_shape, MatMulShape(a.shape(), b.shape()));
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, a.dtype(), out_shape));
     const bool has_bias = !bias_.empty();
-    if (has_bias) {
-      if (out_shape.empty() || out_shape.back() != static_cast<int64_t>(bias_.size())) {
-        return absl::InternalError("fused bias does not match the output");
-      }
-      float* yd = y->data<float>();
-      const int64_t n = out_shape.back();
-      for (int64_t row = 0; row < y->count() / std::max<int64_t>(n, 1); ++row) {
-        std::memcpy(yd + row * n, bias_.data(), sizeof(float) * n);
-      }
-    }
-    std::vector<int64_t> as = a.shape(), bs = b.shape();
-    if (as.size() == 1) as.insert(as.begin(), 1);
-    if (bs.size() == 1) bs.push_back(1);
-    const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
-    std::vector<int64_t> batch_a(as.begin(), as.end() - 2), batch_b(bs.begin(), bs.end() - 2);
-    ASSIGN_OR_RETURN(std::vector<int64_t> batch, BroadcastShapes(batch_a, batch_b));
-    const int64_t batches = Product(batch, 0, batch.size());
-    const int64_t a_batches = Product(batch_a, 0, batch_a.size());
-    const int64_t b_batches = Product(batch_b, 0, batch_b.size());
+    if (has_bias) RETURN_IF_ERROR(FillBias(out_shape, y));
+    ASSIGN_OR_RETURN(MatMulDims dims, MatMulDimsOf(a.shape(), b.shape()));
+    const int64_t m = dims.m, k = dims.k, n = dims.n;
+    const int64_t a_batches = Product(dims.batch_a, 0, dims.batch_a.size());
+    const int64_t b_batches = Product(dims.batch_b, 0, dims.batch_b.size());
     // One product can be large: the run's deadline is checked between blocks of rows and
     // between batch items once they add up to a block's work.
     auto deadline = [&context] { return context.CheckDeadline(); };
@@ -104,37 +150,7 @@ class MatMulKernel : public Kernel {
                                     n, deadline);
         return;
       }
-      // General broadcast over batch dims: walk the output batch index.
-      const size_t rank = batch.size();
-      std::vector<int64_t> index(rank, 0);
-      int64_t unchecked = 0;  // multiply-adds since the last deadline check
-      for (int64_t i = 0; i < batches; ++i) {
-        if (unchecked >= kRowBlockMultiplyAdds) {
-          status = deadline();
-          if (!status.ok()) return;
-          unchecked = 0;
-        }
-        unchecked += m * n * k;
-        int64_t ai = 0, bi = 0, a_stride = 1, b_stride = 1;
-        for (size_t d = rank; d-- > 0;) {
-          const size_t da = d + batch_a.size() - rank, db = d + batch_b.size() - rank;
-          if (d >= rank - batch_a.size()) {
-            if (batch_a[da] != 1) ai += index[d] * a_stride;
-            a_stride *= batch_a[da];
-          }
-          if (d >= rank - batch_b.size()) {
-            if (batch_b[db] != 1) bi += index[d] * b_stride;
-            b_stride *= batch_b[db];
-          }
-        }
-        status = GemmInRowBlocks<T>(false, false, m, n, k, T(1), ad + ai * m * k, k,
-                                    bd + bi * k * n, n, beta, yd + i * m * n, n, deadline);
-        if (!status.ok()) return;
-        for (size_t d = rank; d-- > 0;) {
-          if (++index[d] < batch[d]) break;
-          index[d] = 0;
-        }
-      }
+      status = MultiplyBroadcastBatches<T>(dims, ad, bd, beta, yd, deadline);
     };
     if (!GemmTypes::Dispatch(a.dtype(), run)) {
       return absl::InternalError("MatMul dispatched on an unchecked type");
@@ -147,6 +163,19 @@ class MatMulKernel : public Kernel {
   }
 
  private:
+  // Starts every output row at the fused bias (the Gemm then adds to it).
+  absl::Status FillBias(const std::vector<int64_t>& out_shape, Tensor* y) const {
+    if (out_shape.empty() || out_shape.back() != static_cast<int64_t>(bias_.size())) {
+      return absl::InternalError("fused bias does not match the output");
+    }
+    float* yd = y->data<float>();
+    const int64_t n = out_shape.back();
+    for (int64_t row = 0; row < y->count() / std::max<int64_t>(n, 1); ++row) {
+      std::memcpy(yd + row * n, bias_.data(), sizeof(float) * n);
+    }
+    return absl::OkStatus();
+  }
+
   int64_t columns_;
   std::vector<float> bias_;
   Activation activation_;

@@ -300,6 +300,28 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeLayerNorm(NodeContext& context) {
 
 enum class PoolKind { kMax, kAverage };
 
+// Position `index` of a row-major input plane in column-major order.
+int64_t ColumnMajorIndex(const WindowGeometry& g, int64_t index) {
+  const int64_t w = index % g.input[2];
+  const int64_t h = (index / g.input[2]) % g.input[1];
+  const int64_t d = index / (g.input[2] * g.input[1]);
+  return (w * g.input[1] + h) * g.input[0] + d;
+}
+
+// Taps of the window starting at (d0, h0, w0) within the padded input (ceil_mode windows may
+// run past it): the count_include_pad divisor.
+int64_t PaddedWindowSize(const WindowGeometry& g, int64_t d0, int64_t h0, int64_t w0) {
+  int64_t size = 1;
+  const int64_t starts[3] = {d0, h0, w0};
+  for (int a = 0; a < 3; ++a) {
+    const int64_t lo = starts[a];
+    const int64_t hi =
+        std::min(lo + (g.kernel[a] - 1) * g.dilation[a] + 1, g.input[a] + g.pad_end[a]);
+    size *= (hi - lo + g.dilation[a] - 1) / g.dilation[a];
+  }
+  return size;
+}
+
 class PoolKernel : public Kernel {
  public:
   PoolKernel(PoolKind kind, WindowAttributes attributes, bool count_include_pad,
@@ -331,75 +353,64 @@ class PoolKernel : public Kernel {
       return absl::OkStatus();
     }
     for (int64_t p = 0; p < planes; ++p) {
-      const float* in = xd + p * in_plane;
-      float* out = yd + p * out_plane;
-      int64_t o = 0;
-      for (int64_t od = 0; od < g.output[0]; ++od) {
-        for (int64_t oh = 0; oh < g.output[1]; ++oh) {
-          for (int64_t ow = 0; ow < g.output[2]; ++ow, ++o) {
-            const int64_t d0 = od * g.stride[0] - g.pad_begin[0];
-            const int64_t h0 = oh * g.stride[1] - g.pad_begin[1];
-            const int64_t w0 = ow * g.stride[2] - g.pad_begin[2];
-            float best = -std::numeric_limits<float>::infinity();
-            int64_t best_index = -1;
-            double sum = 0;
-            int64_t counted = 0;
-            for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
-              const int64_t id = d0 + kd * g.dilation[0];
-              if (id < 0 || id >= g.input[0]) continue;
-              for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
-                const int64_t ih = h0 + kh * g.dilation[1];
-                if (ih < 0 || ih >= g.input[1]) continue;
-                for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
-                  const int64_t iw = w0 + kw * g.dilation[2];
-                  if (iw < 0 || iw >= g.input[2]) continue;
-                  const int64_t at = (id * g.input[1] + ih) * g.input[2] + iw;
-                  const float v = in[at];
-                  if (kind_ == PoolKind::kMax) {
-                    if (v > best || best_index < 0) {
-                      best = v;
-                      best_index = at;
-                    }
-                  } else {
-                    sum += v;
-                    ++counted;
+      TestedWindows(g, xd + p * in_plane, yd + p * out_plane,
+                    indices != nullptr ? indices + p * out_plane : nullptr, p * in_plane);
+    }
+    return absl::OkStatus();
+  }
+
+  // The windows of one plane, testing every tap against the input (dilated windows or indices
+  // wanted). `indices` (null for none) gets each maximum's position plus `index_base`.
+  void TestedWindows(const WindowGeometry& g, const float* in, float* out, int64_t* indices,
+                     int64_t index_base) const {
+    int64_t o = 0;
+    for (int64_t od = 0; od < g.output[0]; ++od) {
+      for (int64_t oh = 0; oh < g.output[1]; ++oh) {
+        for (int64_t ow = 0; ow < g.output[2]; ++ow, ++o) {
+          const int64_t d0 = od * g.stride[0] - g.pad_begin[0];
+          const int64_t h0 = oh * g.stride[1] - g.pad_begin[1];
+          const int64_t w0 = ow * g.stride[2] - g.pad_begin[2];
+          float best = -std::numeric_limits<float>::infinity();
+          int64_t best_index = -1;
+          double sum = 0;
+          int64_t counted = 0;
+          for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+            const int64_t id = d0 + kd * g.dilation[0];
+            if (id < 0 || id >= g.input[0]) continue;
+            for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+              const int64_t ih = h0 + kh * g.dilation[1];
+              if (ih < 0 || ih >= g.input[1]) continue;
+              for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+                const int64_t iw = w0 + kw * g.dilation[2];
+                if (iw < 0 || iw >= g.input[2]) continue;
+                const int64_t at = (id * g.input[1] + ih) * g.input[2] + iw;
+                const float v = in[at];
+                if (kind_ == PoolKind::kMax) {
+                  if (v > best || best_index < 0) {
+                    best = v;
+                    best_index = at;
                   }
+                } else {
+                  sum += v;
+                  ++counted;
                 }
               }
             }
-            if (kind_ == PoolKind::kMax) {
-              out[o] = best;
-              if (indices != nullptr) {
-                int64_t flat = best_index;
-                if (storage_order_ == 1 && best_index >= 0) {
-                  // Column-major position within the plane.
-                  const int64_t w = best_index % g.input[2];
-                  const int64_t h = (best_index / g.input[2]) % g.input[1];
-                  const int64_t d = best_index / (g.input[2] * g.input[1]);
-                  flat = (w * g.input[1] + h) * g.input[0] + d;
-                }
-                indices[p * out_plane + o] = p * in_plane + flat;
-              }
-            } else {
-              int64_t divisor = counted;
-              if (count_include_pad_) {
-                // Window clipped to the padded input (ceil_mode windows may run past it).
-                divisor = 1;
-                const int64_t starts[3] = {d0, h0, w0};
-                for (int a = 0; a < 3; ++a) {
-                  const int64_t lo = starts[a];
-                  const int64_t hi = std::min(lo + (g.kernel[a] - 1) * g.dilation[a] + 1,
-                                              g.input[a] + g.pad_end[a]);
-                  divisor *= (hi - lo + g.dilation[a] - 1) / g.dilation[a];
-                }
-              }
-              out[o] = divisor > 0 ? static_cast<float>(sum / divisor) : 0.0f;
+          }
+          if (kind_ == PoolKind::kMax) {
+            out[o] = best;
+            if (indices != nullptr) {
+              int64_t flat = best_index;
+              if (storage_order_ == 1 && best_index >= 0) flat = ColumnMajorIndex(g, best_index);
+              indices[o] = index_base + flat;
             }
+          } else {
+            const int64_t divisor = count_include_pad_ ? PaddedWindowSize(g, d0, h0, w0) : counted;
+            out[o] = divisor > 0 ? static_cast<float>(sum / divisor) : 0.0f;
           }
         }
       }
     }
-    return absl::OkStatus();
   }
 
   // Undilated windows: clip each window to the input once instead of testing every tap.

@@ -60,6 +60,88 @@ struct LstmAttributes {
   GateActivation f[2], g[2], h[2];  // per direction
 };
 
+// Sizes of one LSTM run.
+struct LstmDims {
+  int64_t seq = 0, batch = 0, input_size = 0, hidden = 0;
+  int directions = 1;
+};
+
+// Shape of Y_h and Y_c (-1 for unknown sizes).
+std::vector<int64_t> LstmStateShape(bool batch_first, int64_t batch, int64_t D, int64_t H) {
+  return batch_first ? std::vector<int64_t>{batch, D, H} : std::vector<int64_t>{D, batch, H};
+}
+
+// Shape of Y (-1 for unknown sizes).
+std::vector<int64_t> LstmOutputShape(bool batch_first, int64_t seq, int64_t batch, int64_t D,
+                                     int64_t H) {
+  return batch_first ? std::vector<int64_t>{batch, seq, D, H}
+                     : std::vector<int64_t>{seq, D, batch, H};
+}
+
+// The data of optional input `index`, or null when it is absent; an error when its shape is not
+// `shape`.
+absl::StatusOr<const float*> OptionalInput(KernelContext& context, int index,
+                                           const std::vector<int64_t>& shape, const char* name) {
+  if (!context.has_input(index)) return nullptr;
+  const Tensor& t = context.input(index);
+  if (t.shape() != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " has shape ", ShapeToString(t.shape()),
+                                                   ", expected ", ShapeToString(shape)));
+  }
+  return t.data<float>();
+}
+
+// sequence_lens (input 4), checked, or `seq` for every batch item when it is absent.
+absl::StatusOr<std::vector<int64_t>> SequenceLengths(KernelContext& context, int64_t batch,
+                                                     int64_t seq) {
+  std::vector<int64_t> lengths(batch, seq);
+  if (!context.has_input(4)) return lengths;
+  lengths = ToInt64Vector(context.input(4));
+  if (static_cast<int64_t>(lengths.size()) != batch) {
+    return absl::InvalidArgumentError("sequence_lens must have one entry per batch item");
+  }
+  for (int64_t& length : lengths) {
+    if (length < 0 || length > seq) {
+      return absl::InvalidArgumentError("sequence_lens entries must be within [0, seq]");
+    }
+  }
+  return lengths;
+}
+
+// X as [seq, batch, input] from either layout.
+std::vector<float> SequenceMajor(const Tensor& x_in, bool batch_first, const LstmDims& n) {
+  std::vector<float> x(n.seq * n.batch * n.input_size);
+  for (int64_t t = 0; t < n.seq; ++t) {
+    for (int64_t b = 0; b < n.batch; ++b) {
+      const float* src =
+          x_in.data<float>() + (batch_first ? (b * n.seq + t) : (t * n.batch + b)) * n.input_size;
+      std::memcpy(&x[(t * n.batch + b) * n.input_size], src, sizeof(float) * n.input_size);
+    }
+  }
+  return x;
+}
+
+// The checked inputs and allocated outputs of one run; optional ones are null when absent.
+struct LstmRun {
+  LstmDims n;
+  std::vector<float> x;  // [seq, batch, input]
+  const float* w = nullptr;
+  const float* r = nullptr;
+  const float* bias = nullptr;
+  const float* initial_h = nullptr;
+  const float* initial_c = nullptr;
+  const float* peephole = nullptr;
+  std::vector<int64_t> lengths;
+  Tensor* y = nullptr;
+  Tensor* y_h = nullptr;
+  Tensor* y_c = nullptr;
+};
+
+// Working buffers that the directions of one run share.
+struct LstmScratch {
+  std::vector<float> projected, gates, h, c;
+};
+
 class LstmKernel : public Kernel {
  public:
   explicit LstmKernel(LstmAttributes a) : a_(a) {}
@@ -69,141 +151,147 @@ class LstmKernel : public Kernel {
     const Tensor& w = context.input(1);
     const Tensor& r = context.input(2);
     if (x_in.rank() != 3) return absl::InvalidArgumentError("X must have rank 3");
-    const int64_t seq = a_.batch_first ? x_in.dim(1) : x_in.dim(0);
-    const int64_t batch = a_.batch_first ? x_in.dim(0) : x_in.dim(1);
-    const int64_t input_size = x_in.dim(2);
-    const int64_t H = a_.hidden;
-    const int D = a_.directions;
-    if (w.shape() != std::vector<int64_t>{D, 4 * H, input_size} ||
+    LstmRun run;
+    LstmDims& n = run.n;
+    n.seq = a_.batch_first ? x_in.dim(1) : x_in.dim(0);
+    n.batch = a_.batch_first ? x_in.dim(0) : x_in.dim(1);
+    n.input_size = x_in.dim(2);
+    n.hidden = a_.hidden;
+    n.directions = a_.directions;
+    const int64_t H = n.hidden;
+    const int D = n.directions;
+    if (w.shape() != std::vector<int64_t>{D, 4 * H, n.input_size} ||
         r.shape() != std::vector<int64_t>{D, 4 * H, H}) {
       return absl::InvalidArgumentError(absl::StrCat("W ", ShapeToString(w.shape()), " or R ",
                                                      ShapeToString(r.shape()),
                                                      " does not fit hidden_size ", H));
     }
-    auto optional = [&](int index, std::vector<int64_t> shape,
-                        const char* name) -> absl::StatusOr<const float*> {
-      if (!context.has_input(index)) return nullptr;
-      const Tensor& t = context.input(index);
-      if (t.shape() != shape) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, " has shape ", ShapeToString(t.shape()), ", expected ", ShapeToString(shape)));
-      }
-      return t.data<float>();
-    };
-    ASSIGN_OR_RETURN(const float* bias, optional(3, {D, 8 * H}, "B"));
-    std::vector<int64_t> state_shape =
-        a_.batch_first ? std::vector<int64_t>{batch, D, H} : std::vector<int64_t>{D, batch, H};
-    ASSIGN_OR_RETURN(const float* initial_h, optional(5, state_shape, "initial_h"));
-    ASSIGN_OR_RETURN(const float* initial_c, optional(6, state_shape, "initial_c"));
-    ASSIGN_OR_RETURN(const float* peephole, optional(7, {D, 3 * H}, "P"));
-    std::vector<int64_t> lengths(batch, seq);
-    if (context.has_input(4)) {
-      lengths = ToInt64Vector(context.input(4));
-      if (static_cast<int64_t>(lengths.size()) != batch) {
-        return absl::InvalidArgumentError("sequence_lens must have one entry per batch item");
-      }
-      for (int64_t& length : lengths) {
-        if (length < 0 || length > seq) {
-          return absl::InvalidArgumentError("sequence_lens entries must be within [0, seq]");
-        }
-      }
-    }
-    // X as [seq, batch, input].
-    std::vector<float> x(seq * batch * input_size);
-    for (int64_t t = 0; t < seq; ++t) {
-      for (int64_t b = 0; b < batch; ++b) {
-        const float* src =
-            x_in.data<float>() + (a_.batch_first ? (b * seq + t) : (t * batch + b)) * input_size;
-        std::memcpy(&x[(t * batch + b) * input_size], src, sizeof(float) * input_size);
-      }
-    }
-    std::vector<int64_t> y_shape = a_.batch_first ? std::vector<int64_t>{batch, seq, D, H}
-                                                  : std::vector<int64_t>{seq, D, batch, H};
+    run.w = w.data<float>();
+    run.r = r.data<float>();
+    RETURN_IF_ERROR(Prepare(context, run));
+    run.x = SequenceMajor(x_in, a_.batch_first, n);
+    LstmScratch s;
+    s.projected.resize(n.seq * n.batch * 4 * H);
+    s.gates.resize(n.batch * 4 * H);
+    s.h.resize(n.batch * H);
+    s.c.resize(n.batch * H);
+    for (int d = 0; d < D; ++d) RETURN_IF_ERROR(RunDirection(context, run, d, s));
+    return absl::OkStatus();
+  }
+
+ private:
+  // Checks the optional inputs and allocates the outputs (Y zeroed) for `run.n`.
+  absl::Status Prepare(KernelContext& context, LstmRun& run) const {
+    const LstmDims& n = run.n;
+    const int64_t D = n.directions, H = n.hidden;
+    ASSIGN_OR_RETURN(run.bias, OptionalInput(context, 3, {D, 8 * H}, "B"));
+    const std::vector<int64_t> state_shape = LstmStateShape(a_.batch_first, n.batch, D, H);
+    ASSIGN_OR_RETURN(run.initial_h, OptionalInput(context, 5, state_shape, "initial_h"));
+    ASSIGN_OR_RETURN(run.initial_c, OptionalInput(context, 6, state_shape, "initial_c"));
+    ASSIGN_OR_RETURN(run.peephole, OptionalInput(context, 7, {D, 3 * H}, "P"));
+    ASSIGN_OR_RETURN(run.lengths, SequenceLengths(context, n.batch, n.seq));
     const int outputs = static_cast<int>(context.outputs().size());
-    Tensor* y = nullptr;
-    Tensor* y_h = nullptr;
-    Tensor* y_c = nullptr;
     if (outputs > 0) {
-      ASSIGN_OR_RETURN(y, context.Output(0, DataType::kFloat, y_shape));
+      ASSIGN_OR_RETURN(run.y,
+                       context.Output(0, DataType::kFloat,
+                                      LstmOutputShape(a_.batch_first, n.seq, n.batch, D, H)));
     }
     if (outputs > 1) {
-      ASSIGN_OR_RETURN(y_h, context.Output(1, DataType::kFloat, state_shape));
+      ASSIGN_OR_RETURN(run.y_h, context.Output(1, DataType::kFloat, state_shape));
     }
     if (outputs > 2) {
-      ASSIGN_OR_RETURN(y_c, context.Output(2, DataType::kFloat, state_shape));
+      ASSIGN_OR_RETURN(run.y_c, context.Output(2, DataType::kFloat, state_shape));
     }
-    if (y) std::memset(y->raw_data(), 0, y->size());
+    if (run.y) std::memset(run.y->raw_data(), 0, run.y->size());
+    return absl::OkStatus();
+  }
 
-    std::vector<float> projected(seq * batch * 4 * H), gates(batch * 4 * H);
-    std::vector<float> h(batch * H), c(batch * H);
-    for (int d = 0; d < D; ++d) {
-      const bool reverse = a_.reverse_only || d == 1;
-      // Input projection for every step: [seq*batch, 4H] = X * W^T (+ both biases).
-      Gemm<float>(false, true, seq * batch, 4 * H, input_size, 1.0f, x.data(), input_size,
-                  w.data<float>() + d * 4 * H * input_size, input_size, 0.0f, projected.data(),
+  // Offset of batch item b's state for direction d in initial_h/c and Y_h/c.
+  int64_t StateOffset(const LstmDims& n, int d, int64_t b) const {
+    return a_.batch_first ? (b * n.directions + d) * n.hidden : (d * n.batch + b) * n.hidden;
+  }
+
+  // Runs direction d over the whole sequence, writing its part of Y, Y_h and Y_c.
+  absl::Status RunDirection(KernelContext& context, const LstmRun& run, int d,
+                            LstmScratch& s) const {
+    const LstmDims& n = run.n;
+    const int64_t H = n.hidden, batch = n.batch, seq = n.seq, D = n.directions;
+    const bool reverse = a_.reverse_only || d == 1;
+    Project(run, d, s.projected.data());
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t k = 0; k < H; ++k) {
+        s.h[b * H + k] = run.initial_h ? run.initial_h[StateOffset(n, d, b) + k] : 0.0f;
+        s.c[b * H + k] = run.initial_c ? run.initial_c[StateOffset(n, d, b) + k] : 0.0f;
+      }
+    }
+    const float* peephole = run.peephole ? run.peephole + d * 3 * H : nullptr;
+    const float* rd = run.r + d * 4 * H * H;
+    for (int64_t step = 0; step < seq; ++step) {
+      if (step > 0) RETURN_IF_ERROR(context.CheckDeadline());  // one time step at a time
+      const int64_t t = reverse ? seq - 1 - step : step;
+      std::memcpy(s.gates.data(), &s.projected[t * batch * 4 * H], sizeof(float) * batch * 4 * H);
+      Gemm<float>(false, true, batch, 4 * H, H, 1.0f, s.h.data(), H, rd, H, 1.0f, s.gates.data(),
                   4 * H);
-      if (bias != nullptr) {
-        const float* wb = bias + d * 8 * H;
-        const float* rb = wb + 4 * H;
-        for (int64_t row = 0; row < seq * batch; ++row) {
-          float* p = &projected[row * 4 * H];
-          for (int64_t k = 0; k < 4 * H; ++k) p[k] += wb[k] + rb[k];
-        }
-      }
-      auto state_offset = [&](int64_t b) {
-        return a_.batch_first ? (b * D + d) * H : (d * batch + b) * H;
-      };
       for (int64_t b = 0; b < batch; ++b) {
-        for (int64_t k = 0; k < H; ++k) {
-          h[b * H + k] = initial_h ? initial_h[state_offset(b) + k] : 0.0f;
-          c[b * H + k] = initial_c ? initial_c[state_offset(b) + k] : 0.0f;
+        // A sequence of length L occupies steps [0, L); reversed, they are read backwards.
+        if (t >= run.lengths[b]) continue;
+        UpdateCells(d, H, &s.gates[b * 4 * H], peephole, &s.c[b * H], &s.h[b * H]);
+        if (run.y != nullptr) {
+          float* dst = run.y->data<float>() + (a_.batch_first ? ((b * seq + t) * D + d) * H
+                                                              : ((t * D + d) * batch + b) * H);
+          std::memcpy(dst, &s.h[b * H], sizeof(float) * H);
         }
       }
-      const float* pi = peephole ? peephole + d * 3 * H : nullptr;
-      const float* po = pi ? pi + H : nullptr;
-      const float* pf = pi ? pi + 2 * H : nullptr;
-      const float* rd = r.data<float>() + d * 4 * H * H;
-      for (int64_t step = 0; step < seq; ++step) {
-        if (step > 0) RETURN_IF_ERROR(context.CheckDeadline());  // one time step at a time
-        const int64_t t = reverse ? seq - 1 - step : step;
-        std::memcpy(gates.data(), &projected[t * batch * 4 * H], sizeof(float) * batch * 4 * H);
-        Gemm<float>(false, true, batch, 4 * H, H, 1.0f, h.data(), H, rd, H, 1.0f, gates.data(),
-                    4 * H);
-        for (int64_t b = 0; b < batch; ++b) {
-          // A sequence of length L occupies steps [0, L); reversed, they are read backwards.
-          if (t >= lengths[b]) continue;
-          float* gb = &gates[b * 4 * H];
-          for (int64_t k = 0; k < H; ++k) {
-            auto clipped = [&](float v) {
-              return a_.clip > 0 ? std::clamp(v, -a_.clip, a_.clip) : v;
-            };
-            const float c_prev = c[b * H + k];
-            float i_gate = clipped(gb[k] + (pi ? pi[k] * c_prev : 0.0f));
-            float f_gate = clipped(gb[2 * H + k] + (pf ? pf[k] * c_prev : 0.0f));
-            const float cell = clipped(gb[3 * H + k]);
-            i_gate = a_.f[d](i_gate);
-            f_gate = a_.input_forget ? 1.0f - i_gate : a_.f[d](f_gate);
-            const float c_new = f_gate * c_prev + i_gate * a_.g[d](cell);
-            const float o_gate = a_.f[d](clipped(gb[H + k] + (po ? po[k] * c_new : 0.0f)));
-            c[b * H + k] = c_new;
-            h[b * H + k] = o_gate * a_.h[d](c_new);
-          }
-          if (y != nullptr) {
-            float* dst = y->data<float>() + (a_.batch_first ? ((b * seq + t) * D + d) * H
-                                                            : ((t * D + d) * batch + b) * H);
-            std::memcpy(dst, &h[b * H], sizeof(float) * H);
-          }
-        }
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      if (run.y_h) {
+        std::memcpy(run.y_h->data<float>() + StateOffset(n, d, b), &s.h[b * H], sizeof(float) * H);
       }
-      for (int64_t b = 0; b < batch; ++b) {
-        if (y_h) std::memcpy(y_h->data<float>() + state_offset(b), &h[b * H], sizeof(float) * H);
-        if (y_c) std::memcpy(y_c->data<float>() + state_offset(b), &c[b * H], sizeof(float) * H);
+      if (run.y_c) {
+        std::memcpy(run.y_c->data<float>() + StateOffset(n, d, b), &s.c[b * H], sizeof(float) * H);
       }
     }
     return absl::OkStatus();
   }
 
- private:
+  // Input projection of direction d for every step: [seq*batch, 4H] = X * W^T (+ both biases).
+  void Project(const LstmRun& run, int d, float* projected) const {
+    const LstmDims& n = run.n;
+    const int64_t H = n.hidden, rows = n.seq * n.batch;
+    Gemm<float>(false, true, rows, 4 * H, n.input_size, 1.0f, run.x.data(), n.input_size,
+                run.w + d * 4 * H * n.input_size, n.input_size, 0.0f, projected, 4 * H);
+    if (run.bias == nullptr) return;
+    const float* wb = run.bias + d * 8 * H;
+    const float* rb = wb + 4 * H;
+    for (int64_t row = 0; row < rows; ++row) {
+      float* p = &projected[row * 4 * H];
+      for (int64_t k = 0; k < 4 * H; ++k) p[k] += wb[k] + rb[k];
+    }
+  }
+
+  // One step of the H cells of one batch item: gates gb [4H] in i, o, f, c order, with the
+  // peepholes pi [3H] (i, o, f; null for none), updating the states c and h [H].
+  void UpdateCells(int d, int64_t H, const float* gb, const float* pi, float* c, float* h) const {
+    const float* po = pi ? pi + H : nullptr;
+    const float* pf = pi ? pi + 2 * H : nullptr;
+    const GateActivation f = a_.f[d], g = a_.g[d], act_h = a_.h[d];
+    const float clip = a_.clip;
+    const bool input_forget = a_.input_forget;
+    auto clipped = [clip](float v) { return clip > 0 ? std::clamp(v, -clip, clip) : v; };
+    for (int64_t k = 0; k < H; ++k) {
+      const float c_prev = c[k];
+      float i_gate = clipped(gb[k] + (pi ? pi[k] * c_prev : 0.0f));
+      float f_gate = clipped(gb[2 * H + k] + (pf ? pf[k] * c_prev : 0.0f));
+      const float cell = clipped(gb[3 * H + k]);
+      i_gate = f(i_gate);
+      f_gate = input_forget ? 1.0f - i_gate : f(f_gate);
+      const float c_new = f_gate * c_prev + i_gate * g(cell);
+      const float o_gate = f(clipped(gb[H + k] + (po ? po[k] * c_new : 0.0f)));
+      c[k] = c_new;
+      h[k] = o_gate * act_h(c_new);
+    }
+  }
+
   LstmAttributes a_;
 };
 
@@ -263,10 +351,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeLstm(NodeContext& context) {
     batch = a.batch_first ? x.dims[0] : x.dims[1];
   }
   const int64_t D = a.directions, H = a.hidden;
-  std::vector<int64_t> y = a.batch_first ? std::vector<int64_t>{batch, seq, D, H}
-                                         : std::vector<int64_t>{seq, D, batch, H};
-  std::vector<int64_t> state =
-      a.batch_first ? std::vector<int64_t>{batch, D, H} : std::vector<int64_t>{D, batch, H};
+  std::vector<int64_t> y = LstmOutputShape(a.batch_first, seq, batch, D, H);
+  std::vector<int64_t> state = LstmStateShape(a.batch_first, batch, D, H);
   for (int i = 0; i < context.output_count(); ++i) {
     context.SetOutput(i, DataType::kFloat, i == 0 ? y : state);
   }

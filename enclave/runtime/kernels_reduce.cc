@@ -100,6 +100,64 @@ inline A Finish(Reduce kind, A acc, int64_t count) {
   }
 }
 
+// Reduces `rows` contiguous rows of `width` floats with Sum, Mean or Max through simd.h.
+void ReduceTrailingFloat(Reduce kind, const float* in, int64_t rows, int64_t width, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = in + r * width;
+    if (kind == Reduce::kMax) {
+      out[r] = simd::MaxOf(row, width);
+    } else {
+      const float sum = simd::Sum(row, width);
+      out[r] = kind == Reduce::kMean && width > 0 ? sum / static_cast<float>(width) : sum;
+    }
+  }
+}
+
+// Reduces `rows` contiguous rows of `width` elements each.
+template <typename T>
+void ReduceTrailing(Reduce kind, const T* in, int64_t rows, int64_t width, T* out) {
+  using A = Accumulator<T>;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = in + r * width;
+    A acc = InitialValue<A>(kind);
+    for (int64_t i = 0; i < width; ++i) acc = Accumulate<A>(kind, acc, static_cast<A>(row[i]));
+    out[r] = static_cast<T>(Finish<A>(kind, acc, width));
+  }
+}
+
+// Any set of reduced axes: walks x once, adding into the output position of each element.
+template <typename T>
+void ReduceGeneral(Reduce kind, const Tensor& x, const std::vector<bool>& reduced,
+                   int64_t reduce_count, int64_t out_count, T* out) {
+  using A = Accumulator<T>;
+  const int rank = x.rank();
+  const T* in = x.data<T>();
+  std::vector<A> acc(out_count, InitialValue<A>(kind));
+  std::vector<int64_t> out_strides(rank, 0);
+  int64_t stride = 1;
+  for (int i = rank; i-- > 0;) {
+    if (!reduced[i]) {
+      out_strides[i] = stride;
+      stride *= x.dim(i);
+    }
+  }
+  std::vector<int64_t> position(rank, 0);
+  int64_t o = 0;
+  for (int64_t i = 0; i < x.count(); ++i) {
+    acc[o] = Accumulate<A>(kind, acc[o], static_cast<A>(in[i]));
+    for (int d = rank; d-- > 0;) {
+      ++position[d];
+      o += out_strides[d];
+      if (position[d] < x.dim(d)) break;
+      o -= out_strides[d] * x.dim(d);
+      position[d] = 0;
+    }
+  }
+  for (int64_t r = 0; r < out_count; ++r) {
+    out[r] = static_cast<T>(Finish<A>(kind, acc[r], reduce_count));
+  }
+}
+
 class ReduceKernel : public Kernel {
  public:
   ReduceKernel(Reduce kind, std::vector<int64_t> axes, bool axes_from_input, bool keep_dims,
@@ -134,62 +192,19 @@ class ReduceKernel : public Kernel {
     const Reduce kind = kind_;
     NumericTypes::Dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      using A = Accumulator<T>;
       const T* in = x.data<T>();
       T* out = y->data<T>();
       if constexpr (std::is_same_v<T, float>) {
         if (trailing && (kind == Reduce::kSum || kind == Reduce::kMean || kind == Reduce::kMax)) {
-          for (int64_t r = 0; r < y->count(); ++r) {
-            const float* row = in + r * reduce_count;
-            if (kind == Reduce::kMax) {
-              out[r] = simd::MaxOf(row, reduce_count);
-            } else {
-              const float sum = simd::Sum(row, reduce_count);
-              out[r] = kind == Reduce::kMean && reduce_count > 0
-                           ? sum / static_cast<float>(reduce_count)
-                           : sum;
-            }
-          }
+          ReduceTrailingFloat(kind, in, y->count(), reduce_count, out);
           return;
         }
       }
       if (trailing) {
-        const int64_t rows = y->count();
-        const int64_t width = reduce_count;
-        for (int64_t r = 0; r < rows; ++r) {
-          const T* row = in + r * width;
-          A acc = InitialValue<A>(kind);
-          for (int64_t i = 0; i < width; ++i)
-            acc = Accumulate<A>(kind, acc, static_cast<A>(row[i]));
-          out[r] = static_cast<T>(Finish<A>(kind, acc, width));
-        }
+        ReduceTrailing<T>(kind, in, y->count(), reduce_count, out);
         return;
       }
-      // General path: walk the input once, adding into the output position of each element.
-      std::vector<A> acc(y->count(), InitialValue<A>(kind));
-      std::vector<int64_t> out_strides(rank, 0);
-      int64_t stride = 1;
-      for (int i = rank; i-- > 0;) {
-        if (!reduced[i]) {
-          out_strides[i] = stride;
-          stride *= x.dim(i);
-        }
-      }
-      std::vector<int64_t> position(rank, 0);
-      int64_t o = 0;
-      for (int64_t i = 0; i < x.count(); ++i) {
-        acc[o] = Accumulate<A>(kind, acc[o], static_cast<A>(in[i]));
-        for (int d = rank; d-- > 0;) {
-          ++position[d];
-          o += out_strides[d];
-          if (position[d] < x.dim(d)) break;
-          o -= out_strides[d] * x.dim(d);
-          position[d] = 0;
-        }
-      }
-      for (int64_t r = 0; r < y->count(); ++r) {
-        out[r] = static_cast<T>(Finish<A>(kind, acc[r], reduce_count));
-      }
+      ReduceGeneral<T>(kind, x, reduced, reduce_count, y->count(), out);
     });
     return absl::OkStatus();
   }

@@ -5,6 +5,7 @@
 // nested weighted sum over its taps, innermost axis first, as the reference nests it.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -42,9 +43,10 @@ struct AxisTaps {
   float weight[4];
 };
 
-AxisTaps ComputeTaps(const ResizeAttributes& a, int64_t x, int64_t in, double scale,
-                     double roi_start, double roi_end) {
-  AxisTaps taps;
+// The input coordinate that output coordinate x maps to along an axis; nullopt when
+// tf_crop_and_resize maps it outside the input (extrapolation).
+std::optional<double> SourceCoordinate(const ResizeAttributes& a, int64_t x, int64_t in,
+                                       double scale, double roi_start, double roi_end) {
   const double out = scale * static_cast<double>(in);
   double original = 0;
   switch (a.transform) {
@@ -67,12 +69,63 @@ AxisTaps ComputeTaps(const ResizeAttributes& a, int64_t x, int64_t in, double sc
       original = out == 1 ? (roi_end - roi_start) * (in - 1) / 2
                           : x * (roi_end - roi_start) * (in - 1) / (out - 1);
       original += roi_start * (in - 1);
-      if (original < 0 || original > in - 1) {
-        taps.extrapolate = true;
-        return taps;
-      }
+      if (original < 0 || original > in - 1) return std::nullopt;
       break;
   }
+  return original;
+}
+
+// Whether nearest mode takes the upper of the two neighbours at fraction `ratio`.
+bool NearestTakesUpper(Rounding rounding, bool integral, double ratio) {
+  if (integral) return true;
+  switch (rounding) {
+    case Rounding::kRoundPreferFloor:
+      return ratio > 0.5;
+    case Rounding::kRoundPreferCeil:
+      return ratio >= 0.5;
+    case Rounding::kFloor:
+      return false;
+    case Rounding::kCeil:
+      return true;
+  }
+  return true;
+}
+
+// Fills the mode's coefficients of the neighbours at fraction `ratio`; returns their number.
+int TapCoefficients(const ResizeAttributes& a, bool integral, double ratio,
+                    double coefficients[4]) {
+  switch (a.mode) {
+    case ResizeMode::kNearest: {
+      const bool upper = NearestTakesUpper(a.rounding, integral, ratio);
+      coefficients[0] = upper ? 0 : 1;
+      coefficients[1] = upper ? 1 : 0;
+      return 2;
+    }
+    case ResizeMode::kLinear:
+      coefficients[0] = 1 - ratio;
+      coefficients[1] = ratio;
+      return 2;
+    case ResizeMode::kCubic: {
+      const double A = a.cubic_a, t = ratio, u = 1 - ratio;
+      coefficients[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
+      coefficients[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+      coefficients[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
+      coefficients[3] = ((A * (u + 1) - 5 * A) * (u + 1) + 8 * A) * (u + 1) - 4 * A;
+      return 4;
+    }
+  }
+  return 2;
+}
+
+AxisTaps ComputeTaps(const ResizeAttributes& a, int64_t x, int64_t in, double scale,
+                     double roi_start, double roi_end) {
+  AxisTaps taps;
+  const std::optional<double> source = SourceCoordinate(a, x, in, scale, roi_start, roi_end);
+  if (!source) {
+    taps.extrapolate = true;
+    return taps;
+  }
+  const double original = *source;
   const double floor_value = std::floor(original);
   const bool integral = original == floor_value;
   const double ratio = integral ? 1.0 : original - floor_value;
@@ -80,48 +133,7 @@ AxisTaps ComputeTaps(const ResizeAttributes& a, int64_t x, int64_t in, double sc
   // the window ends at it, otherwise it straddles it.
   const int64_t base = static_cast<int64_t>(floor_value) - (integral ? 1 : 0);
   double coefficients[4] = {0, 0, 0, 0};
-  int n = 2;
-  switch (a.mode) {
-    case ResizeMode::kNearest: {
-      n = 2;
-      bool upper = true;
-      if (integral) {
-        upper = true;
-      } else {
-        switch (a.rounding) {
-          case Rounding::kRoundPreferFloor:
-            upper = ratio > 0.5;
-            break;
-          case Rounding::kRoundPreferCeil:
-            upper = ratio >= 0.5;
-            break;
-          case Rounding::kFloor:
-            upper = false;
-            break;
-          case Rounding::kCeil:
-            upper = true;
-            break;
-        }
-      }
-      coefficients[0] = upper ? 0 : 1;
-      coefficients[1] = upper ? 1 : 0;
-      break;
-    }
-    case ResizeMode::kLinear:
-      n = 2;
-      coefficients[0] = 1 - ratio;
-      coefficients[1] = ratio;
-      break;
-    case ResizeMode::kCubic: {
-      n = 4;
-      const double A = a.cubic_a, t = ratio, u = 1 - ratio;
-      coefficients[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
-      coefficients[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
-      coefficients[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
-      coefficients[3] = ((A * (u + 1) - 5 * A) * (u + 1) + 8 * A) * (u + 1) - 4 * A;
-      break;
-    }
-  }
+  const int n = TapCoefficients(a, integral, ratio, coefficients);
   const int64_t first = base - n / 2 + 1;
   double total = 0;
   for (int i = 0; i < n; ++i) {
@@ -139,6 +151,13 @@ AxisTaps ComputeTaps(const ResizeAttributes& a, int64_t x, int64_t in, double sc
   return taps;
 }
 
+// Output shape, per-axis scales and crop box of one Resize run.
+struct ResizeGeometry {
+  std::vector<double> scales;
+  std::vector<int64_t> out_shape;
+  std::vector<double> roi_start, roi_end;
+};
+
 class ResizeKernel : public Kernel {
  public:
   ResizeKernel(ResizeAttributes attributes, int version)
@@ -147,53 +166,8 @@ class ResizeKernel : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     const Tensor& x = context.input(0);
     const int rank = x.rank();
-    const int scales_input = version_ < 11 ? 1 : 2;
-    const int sizes_input = 3;
-    std::vector<double> scales(rank, 1.0);
-    std::vector<int64_t> out_shape(rank);
-    std::vector<double> roi_start(rank, 0.0), roi_end(rank, 1.0);
-    if (version_ >= 11 && context.has_input(1) && context.input(1).count() > 0) {
-      const Tensor& roi = context.input(1);
-      if (roi.count() != 2 * rank || roi.dtype() != DataType::kFloat) {
-        return absl::InvalidArgumentError("roi must hold 2 * rank floats");
-      }
-      for (int i = 0; i < rank; ++i) {
-        roi_start[i] = roi.data<float>()[i];
-        roi_end[i] = roi.data<float>()[i + rank];
-      }
-    }
-    const bool have_sizes =
-        context.has_input(sizes_input) && context.input(sizes_input).count() > 0;
-    const bool have_scales =
-        context.has_input(scales_input) && context.input(scales_input).count() > 0;
-    if (have_sizes == have_scales) {
-      return absl::InvalidArgumentError("exactly one of scales and sizes must be given");
-    }
-    if (have_sizes) {
-      std::vector<int64_t> sizes = ToInt64Vector(context.input(sizes_input));
-      if (static_cast<int>(sizes.size()) != rank) {
-        return absl::InvalidArgumentError("sizes must have one entry per dimension");
-      }
-      for (int i = 0; i < rank; ++i) {
-        if (sizes[i] < 0 || x.dim(i) == 0) {
-          return absl::InvalidArgumentError("sizes must be non-negative and the input non-empty");
-        }
-        out_shape[i] = sizes[i];
-        scales[i] = static_cast<double>(sizes[i]) / x.dim(i);
-      }
-    } else {
-      const Tensor& scale_tensor = context.input(scales_input);
-      if (scale_tensor.count() != rank || scale_tensor.dtype() != DataType::kFloat) {
-        return absl::InvalidArgumentError("scales must hold one float per dimension");
-      }
-      for (int i = 0; i < rank; ++i) {
-        scales[i] = scale_tensor.data<float>()[i];
-        if (!(scales[i] > 0)) return absl::InvalidArgumentError("scales must be positive");
-        double extent =
-            attributes_.transform == Transform::kTfCropAndResize ? roi_end[i] - roi_start[i] : 1.0;
-        out_shape[i] = static_cast<int64_t>(x.dim(i) * extent * scales[i]);
-      }
-    }
+    ASSIGN_OR_RETURN(ResizeGeometry geometry, Geometry(context, x));
+    const std::vector<int64_t>& out_shape = geometry.out_shape;
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, DataType::kFloat, out_shape));
     if (y->count() == 0) return absl::OkStatus();
     // Taps per axis and output coordinate.
@@ -201,8 +175,8 @@ class ResizeKernel : public Kernel {
     for (int axis = 0; axis < rank; ++axis) {
       taps[axis].reserve(out_shape[axis]);
       for (int64_t i = 0; i < out_shape[axis]; ++i) {
-        taps[axis].push_back(
-            ComputeTaps(attributes_, i, x.dim(axis), scales[axis], roi_start[axis], roi_end[axis]));
+        taps[axis].push_back(ComputeTaps(attributes_, i, x.dim(axis), geometry.scales[axis],
+                                         geometry.roi_start[axis], geometry.roi_end[axis]));
       }
     }
     std::vector<int64_t> strides(rank, 1);
@@ -223,6 +197,77 @@ class ResizeKernel : public Kernel {
   }
 
  private:
+  // The checked roi, scales or sizes of this run and the output shape they give.
+  absl::StatusOr<ResizeGeometry> Geometry(KernelContext& context, const Tensor& x) const {
+    const int rank = x.rank();
+    const int scales_input = version_ < 11 ? 1 : 2;
+    const int sizes_input = 3;
+    ResizeGeometry geometry;
+    geometry.scales.assign(rank, 1.0);
+    geometry.out_shape.resize(rank);
+    geometry.roi_start.assign(rank, 0.0);
+    geometry.roi_end.assign(rank, 1.0);
+    if (version_ >= 11 && context.has_input(1) && context.input(1).count() > 0) {
+      const Tensor& roi = context.input(1);
+      if (roi.count() != 2 * rank || roi.dtype() != DataType::kFloat) {
+        return absl::InvalidArgumentError("roi must hold 2 * rank floats");
+      }
+      for (int i = 0; i < rank; ++i) {
+        geometry.roi_start[i] = roi.data<float>()[i];
+        geometry.roi_end[i] = roi.data<float>()[i + rank];
+      }
+    }
+    const bool have_sizes =
+        context.has_input(sizes_input) && context.input(sizes_input).count() > 0;
+    const bool have_scales =
+        context.has_input(scales_input) && context.input(scales_input).count() > 0;
+    if (have_sizes == have_scales) {
+      return absl::InvalidArgumentError("exactly one of scales and sizes must be given");
+    }
+    if (have_sizes) {
+      RETURN_IF_ERROR(FromSizes(context.input(sizes_input), x, geometry));
+    } else {
+      RETURN_IF_ERROR(FromScales(context.input(scales_input), x, geometry));
+    }
+    return geometry;
+  }
+
+  // Output shape and scales from the sizes input.
+  static absl::Status FromSizes(const Tensor& size_tensor, const Tensor& x,
+                                ResizeGeometry& geometry) {
+    const int rank = x.rank();
+    std::vector<int64_t> sizes = ToInt64Vector(size_tensor);
+    if (static_cast<int>(sizes.size()) != rank) {
+      return absl::InvalidArgumentError("sizes must have one entry per dimension");
+    }
+    for (int i = 0; i < rank; ++i) {
+      if (sizes[i] < 0 || x.dim(i) == 0) {
+        return absl::InvalidArgumentError("sizes must be non-negative and the input non-empty");
+      }
+      geometry.out_shape[i] = sizes[i];
+      geometry.scales[i] = static_cast<double>(sizes[i]) / x.dim(i);
+    }
+    return absl::OkStatus();
+  }
+
+  // Scales and output shape from the scales input (and the crop box).
+  absl::Status FromScales(const Tensor& scale_tensor, const Tensor& x,
+                          ResizeGeometry& geometry) const {
+    const int rank = x.rank();
+    if (scale_tensor.count() != rank || scale_tensor.dtype() != DataType::kFloat) {
+      return absl::InvalidArgumentError("scales must hold one float per dimension");
+    }
+    for (int i = 0; i < rank; ++i) {
+      geometry.scales[i] = scale_tensor.data<float>()[i];
+      if (!(geometry.scales[i] > 0)) return absl::InvalidArgumentError("scales must be positive");
+      double extent = attributes_.transform == Transform::kTfCropAndResize
+                          ? geometry.roi_end[i] - geometry.roi_start[i]
+                          : 1.0;
+      geometry.out_shape[i] = static_cast<int64_t>(x.dim(i) * extent * geometry.scales[i]);
+    }
+    return absl::OkStatus();
+  }
+
   double Interpolate(const float* in, const std::vector<int64_t>& strides,
                      const std::vector<const AxisTaps*>& taps, int axis, int64_t offset) const {
     if (axis == static_cast<int>(taps.size())) return in[offset];
@@ -239,6 +284,52 @@ class ResizeKernel : public Kernel {
   ResizeAttributes attributes_;
   int version_;
 };
+
+absl::StatusOr<Transform> ParseTransform(const std::string& name) {
+  if (name == "half_pixel") return Transform::kHalfPixel;
+  if (name == "pytorch_half_pixel") return Transform::kPytorchHalfPixel;
+  if (name == "align_corners") return Transform::kAlignCorners;
+  if (name == "asymmetric") return Transform::kAsymmetric;
+  if (name == "tf_half_pixel_for_nn") return Transform::kTfHalfPixelForNn;
+  if (name == "tf_crop_and_resize") return Transform::kTfCropAndResize;
+  return absl::InvalidArgumentError(
+      absl::StrCat("coordinate_transformation_mode '", name, "' is not supported"));
+}
+
+absl::StatusOr<Rounding> ParseRounding(const std::string& name) {
+  if (name == "round_prefer_floor") return Rounding::kRoundPreferFloor;
+  if (name == "round_prefer_ceil") return Rounding::kRoundPreferCeil;
+  if (name == "floor") return Rounding::kFloor;
+  if (name == "ceil") return Rounding::kCeil;
+  return absl::InvalidArgumentError(absl::StrCat("nearest_mode '", name, "' is not valid"));
+}
+
+// The attributes that Resize-11 added: coordinate transformation, nearest rounding, cubic
+// coefficient, exclude_outside and extrapolation value.
+absl::Status ReadResize11Attributes(NodeContext& context, ResizeAttributes& a) {
+  ASSIGN_OR_RETURN(std::string transform,
+                   context.String("coordinate_transformation_mode", "half_pixel"));
+  ASSIGN_OR_RETURN(a.transform, ParseTransform(transform));
+  ASSIGN_OR_RETURN(std::string rounding, context.String("nearest_mode", "round_prefer_floor"));
+  ASSIGN_OR_RETURN(a.rounding, ParseRounding(rounding));
+  ASSIGN_OR_RETURN(a.cubic_a, context.Float("cubic_coeff_a", -0.75f));
+  ASSIGN_OR_RETURN(int64_t exclude, context.Int("exclude_outside", 0));
+  a.exclude_outside = exclude != 0;
+  ASSIGN_OR_RETURN(a.extrapolation, context.Float("extrapolation_value", 0.0f));
+  return absl::OkStatus();
+}
+
+// Refuses the Resize-18 attributes that this kernel does not implement.
+absl::Status CheckResize18Attributes(NodeContext& context) {
+  ASSIGN_OR_RETURN(int64_t antialias, context.Int("antialias", 0));
+  if (antialias != 0) return absl::UnimplementedError("antialias is not supported");
+  if (context.has_attribute("axes")) return absl::UnimplementedError("axes is not supported");
+  ASSIGN_OR_RETURN(std::string policy, context.String("keep_aspect_ratio_policy", "stretch"));
+  if (policy != "stretch") {
+    return absl::UnimplementedError("keep_aspect_ratio_policy other than stretch");
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeResize(NodeContext& context) {
   const int version = context.since_version();
@@ -260,50 +351,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeResize(NodeContext& context) {
     a.transform = Transform::kAsymmetric;
     a.rounding = Rounding::kFloor;
   } else {
-    ASSIGN_OR_RETURN(std::string transform,
-                     context.String("coordinate_transformation_mode", "half_pixel"));
-    if (transform == "half_pixel") {
-      a.transform = Transform::kHalfPixel;
-    } else if (transform == "pytorch_half_pixel") {
-      a.transform = Transform::kPytorchHalfPixel;
-    } else if (transform == "align_corners") {
-      a.transform = Transform::kAlignCorners;
-    } else if (transform == "asymmetric") {
-      a.transform = Transform::kAsymmetric;
-    } else if (transform == "tf_half_pixel_for_nn") {
-      a.transform = Transform::kTfHalfPixelForNn;
-    } else if (transform == "tf_crop_and_resize") {
-      a.transform = Transform::kTfCropAndResize;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("coordinate_transformation_mode '", transform, "' is not supported"));
-    }
-    ASSIGN_OR_RETURN(std::string rounding, context.String("nearest_mode", "round_prefer_floor"));
-    if (rounding == "round_prefer_floor") {
-      a.rounding = Rounding::kRoundPreferFloor;
-    } else if (rounding == "round_prefer_ceil") {
-      a.rounding = Rounding::kRoundPreferCeil;
-    } else if (rounding == "floor") {
-      a.rounding = Rounding::kFloor;
-    } else if (rounding == "ceil") {
-      a.rounding = Rounding::kCeil;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("nearest_mode '", rounding, "' is not valid"));
-    }
-    ASSIGN_OR_RETURN(a.cubic_a, context.Float("cubic_coeff_a", -0.75f));
-    ASSIGN_OR_RETURN(int64_t exclude, context.Int("exclude_outside", 0));
-    a.exclude_outside = exclude != 0;
-    ASSIGN_OR_RETURN(a.extrapolation, context.Float("extrapolation_value", 0.0f));
+    RETURN_IF_ERROR(ReadResize11Attributes(context, a));
   }
-  if (version >= 18) {
-    ASSIGN_OR_RETURN(int64_t antialias, context.Int("antialias", 0));
-    if (antialias != 0) return absl::UnimplementedError("antialias is not supported");
-    if (context.has_attribute("axes")) return absl::UnimplementedError("axes is not supported");
-    ASSIGN_OR_RETURN(std::string policy, context.String("keep_aspect_ratio_policy", "stretch"));
-    if (policy != "stretch") {
-      return absl::UnimplementedError("keep_aspect_ratio_policy other than stretch");
-    }
-  }
+  if (version >= 18) RETURN_IF_ERROR(CheckResize18Attributes(context));
   const int sizes_input = 3;
   if (context.has_input(sizes_input)) {
     RETURN_IF_ERROR(

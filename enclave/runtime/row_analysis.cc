@@ -161,6 +161,17 @@ std::string Label(const onnx::NodeProto& node) {
                       node.op_type(), ")");
 }
 
+std::vector<State> Analyzer::RowNode::AllMixed(const char* what) const {
+  return All(Mixed(absl::StrCat(label, " ", what)));
+}
+
+bool Analyzer::RowNode::OthersSame(size_t from) const {
+  for (size_t i = from; i < in.size(); ++i) {
+    if (in[i].kind != State::kSame) return false;
+  }
+  return true;
+}
+
 std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
                                    const std::vector<State>& in) const {
   const size_t outputs = static_cast<size_t>(node.output_size());
@@ -198,7 +209,6 @@ std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
   if (!implicit_why.empty()) return all(Mixed(implicit_why));
   if (!implicit_same) return mixed("reads rows inside a subgraph");
 
-  const std::string& op = node.op_type();
   if (!any_rows) return ApplyShapeArithmetic(node, in);
   // Rows on an axis past a value's known rank: inference and rules disagree; refuse.
   for (size_t i = 0; i < in.size(); ++i) {
@@ -208,325 +218,439 @@ std::vector<State> Analyzer::Apply(const onnx::NodeProto& node,
     }
   }
 
-  auto others_same = [&](size_t from) {
-    for (size_t i = from; i < in.size(); ++i) {
-      if (in[i].kind != State::kSame) return false;
-    }
-    return true;
-  };
-  const int rank = Rank(node.input(0));
-  const State& first = in[0];
+  // The families take disjoint sets of operators: the one that knows the operator decides.
+  const RowNode row_node{node, in, label, outputs, Rank(node.input(0)), in[0]};
+  using Rule = std::optional<std::vector<State>> (Analyzer::*)(const RowNode&) const;
+  for (Rule rule : {&Analyzer::ApplyElementwise, &Analyzer::ApplyPerItem,
+                    &Analyzer::ApplyNormalization, &Analyzer::ApplyReduction,
+                    &Analyzer::ApplyAxisChange, &Analyzer::ApplyCopy, &Analyzer::ApplyGather,
+                    &Analyzer::ApplyShape, &Analyzer::ApplyMatrix, &Analyzer::ApplyRecurrent}) {
+    std::optional<std::vector<State>> states = (this->*rule)(row_node);
+    if (states.has_value()) return *std::move(states);
+  }
+  return mixed("has no rule for rows (the model's requests run one by one)");
+}
 
+std::optional<std::vector<State>> Analyzer::ApplyElementwise(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const std::string& op = node.op_type();
+  const State& first = row_node.first;
   if (UnaryOperators().count(op)) {
     // CastLike reads only the element type of its second input.
-    if (first.kind != State::kRows || !(op == "CastLike" || others_same(1))) {
-      return mixed("combines rows with a non-constant parameter");
+    if (first.kind != State::kRows || !(op == "CastLike" || row_node.OthersSame(1))) {
+      return row_node.AllMixed("combines rows with a non-constant parameter");
     }
-    return all(first);
+    return row_node.All(first);
   }
   if (op == "QuantizeLinear" || op == "DequantizeLinear") {
-    if (first.kind != State::kRows || !others_same(1) || rank < 0) {
-      return mixed("quantizes rows with a non-constant scale");
+    if (first.kind != State::kRows || !row_node.OthersSame(1) || row_node.rank < 0) {
+      return row_node.AllMixed("quantizes rows with a non-constant scale");
     }
     const ValueInfo* scale = Info(node.input(1));
     const bool per_axis = scale == nullptr || !scale->rank_known || scale->rank() > 0;
-    if (per_axis && Normalize(IntAttribute(node, "axis", 1), rank) == first.axis) {
-      return mixed("quantizes along the row axis");
+    if (per_axis && Normalize(IntAttribute(node, "axis", 1), row_node.rank) == first.axis) {
+      return row_node.AllMixed("quantizes along the row axis");
     }
-    return all(first);
+    return row_node.All(first);
   }
-  if (BroadcastOperators().count(op)) return all(Broadcast(node, in, label));
-  if (PerItemOperators().count(op)) {
-    if (first.kind != State::kRows || first.axis != 0 || !others_same(1)) {
-      return mixed("runs over items that are not the rows");
-    }
-    if (op == "BatchNormalization" && IntAttribute(node, "training_mode", 0) != 0) {
-      return mixed("computes batch statistics over the rows");
-    }
-    std::vector<State> states = all(Rows(0));
-    // MaxPool's indices count positions in the whole tensor, rows before included; a
-    // BatchNormalization's extra outputs are running statistics over the batch.
-    for (size_t o = 1; o < outputs; ++o) {
-      states[o] = Mixed(absl::StrCat(label, " output ", o, " depends on the other rows"));
-    }
-    return states;
+  if (BroadcastOperators().count(op)) {
+    return row_node.All(Broadcast(node, row_node.in, row_node.label));
   }
+  return std::nullopt;
+}
+
+std::optional<std::vector<State>> Analyzer::ApplyPerItem(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const std::string& op = node.op_type();
+  const State& first = row_node.first;
+  if (!PerItemOperators().count(op)) return std::nullopt;
+  if (first.kind != State::kRows || first.axis != 0 || !row_node.OthersSame(1)) {
+    return row_node.AllMixed("runs over items that are not the rows");
+  }
+  if (op == "BatchNormalization" && IntAttribute(node, "training_mode", 0) != 0) {
+    return row_node.AllMixed("computes batch statistics over the rows");
+  }
+  std::vector<State> states = row_node.All(Rows(0));
+  // MaxPool's indices count positions in the whole tensor, rows before included; a
+  // BatchNormalization's extra outputs are running statistics over the batch.
+  for (size_t o = 1; o < row_node.outputs; ++o) {
+    states[o] = Mixed(absl::StrCat(row_node.label, " output ", o, " depends on the other rows"));
+  }
+  return states;
+}
+
+std::optional<std::vector<State>> Analyzer::ApplyNormalization(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const std::string& op = node.op_type();
+  const State& first = row_node.first;
+  const int rank = row_node.rank;
   if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") {
-    if (first.kind != State::kRows || rank < 0) return mixed("normalizes rows of unknown rank");
+    if (first.kind != State::kRows || rank < 0) {
+      return row_node.AllMixed("normalizes rows of unknown rank");
+    }
     const int axis = Normalize(IntAttribute(node, "axis", opset_ >= 13 ? -1 : 1), rank);
     // Before opset 13 the operator flattens axes [axis, rank) into one and normalizes over it.
     const bool mixes = opset_ >= 13 ? axis == first.axis : first.axis >= axis;
-    if (mixes) return mixed("normalizes over the row axis");
-    return all(first);
+    if (mixes) return row_node.AllMixed("normalizes over the row axis");
+    return row_node.All(first);
   }
   if (op == "LayerNormalization") {
-    if (first.kind != State::kRows || rank < 0 || !others_same(1)) {
-      return mixed("normalizes rows with non-constant parameters");
+    if (first.kind != State::kRows || rank < 0 || !row_node.OthersSame(1)) {
+      return row_node.AllMixed("normalizes rows with non-constant parameters");
     }
     if (first.axis >= Normalize(IntAttribute(node, "axis", -1), rank)) {
-      return mixed("normalizes over the row axis");
+      return row_node.AllMixed("normalizes over the row axis");
     }
-    return all(first);
+    return row_node.All(first);
   }
   if (op == "LpNormalization") {
-    if (first.kind != State::kRows || rank < 0) return mixed("normalizes rows of unknown rank");
-    if (Normalize(IntAttribute(node, "axis", -1), rank) == first.axis) {
-      return mixed("normalizes over the row axis");
+    if (first.kind != State::kRows || rank < 0) {
+      return row_node.AllMixed("normalizes rows of unknown rank");
     }
-    return all(first);
+    if (Normalize(IntAttribute(node, "axis", -1), rank) == first.axis) {
+      return row_node.AllMixed("normalizes over the row axis");
+    }
+    return row_node.All(first);
   }
   if (op == "MeanVarianceNormalization") {
     const std::vector<int64_t> axes =
         IntsAttribute(node, "axes").value_or(std::vector<int64_t>{0, 2, 3});
-    if (first.kind != State::kRows || rank < 0) return mixed("normalizes rows of unknown rank");
-    for (int64_t axis : axes) {
-      if (Normalize(axis, rank) == first.axis) return mixed("normalizes over the row axis");
+    if (first.kind != State::kRows || rank < 0) {
+      return row_node.AllMixed("normalizes rows of unknown rank");
     }
-    return all(first);
+    for (int64_t axis : axes) {
+      if (Normalize(axis, rank) == first.axis) {
+        return row_node.AllMixed("normalizes over the row axis");
+      }
+    }
+    return row_node.All(first);
   }
+  return std::nullopt;
+}
+
+std::optional<std::vector<State>> Analyzer::ApplyReduction(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const std::string& op = node.op_type();
+  const State& first = row_node.first;
+  const int rank = row_node.rank;
   if (ReduceOperators().count(op) || op == "ArgMax" || op == "ArgMin") {
-    if (first.kind != State::kRows || rank < 0) return mixed("reduces rows of unknown rank");
+    if (first.kind != State::kRows || rank < 0) {
+      return row_node.AllMixed("reduces rows of unknown rank");
+    }
     std::vector<int64_t> axes;
     const bool arg = op == "ArgMax" || op == "ArgMin";
     if (arg) {
       axes = {IntAttribute(node, "axis", 0)};
     } else if (node.input_size() >= 2 && !node.input(1).empty()) {
       auto values = Ints(node.input(1));
-      if (!values.has_value()) return mixed("reduces over axes that are not constant");
+      if (!values.has_value()) return row_node.AllMixed("reduces over axes that are not constant");
       axes = *values;
     } else {
       axes = IntsAttribute(node, "axes").value_or(std::vector<int64_t>{});
     }
     if (axes.empty()) {
-      if (IntAttribute(node, "noop_with_empty_axes", 0) != 0) return all(first);
-      return mixed("reduces over every axis, the rows included");
+      if (IntAttribute(node, "noop_with_empty_axes", 0) != 0) return row_node.All(first);
+      return row_node.AllMixed("reduces over every axis, the rows included");
     }
     int before = 0;
     for (int64_t axis : axes) {
       const int normalized = Normalize(axis, rank);
-      if (normalized == first.axis) return mixed("reduces over the row axis");
+      if (normalized == first.axis) return row_node.AllMixed("reduces over the row axis");
       if (normalized < first.axis) ++before;
     }
-    return all(Rows(IntAttribute(node, "keepdims", 1) != 0 ? first.axis : first.axis - before));
+    return row_node.All(
+        Rows(IntAttribute(node, "keepdims", 1) != 0 ? first.axis : first.axis - before));
   }
   if (op == "TopK" || op == "CumSum") {
-    if (first.kind != State::kRows || rank < 0 || !others_same(1)) {
-      return mixed("works along a non-constant axis");
+    if (first.kind != State::kRows || rank < 0 || !row_node.OthersSame(1)) {
+      return row_node.AllMixed("works along a non-constant axis");
     }
     int64_t axis = IntAttribute(node, "axis", -1);
     if (op == "CumSum") {
       auto values = Ints(node.input(1));
-      if (!values.has_value() || values->size() != 1)
-        return mixed("works along a non-constant axis");
+      if (!values.has_value() || values->size() != 1) {
+        return row_node.AllMixed("works along a non-constant axis");
+      }
       axis = (*values)[0];
     }
-    if (Normalize(axis, rank) == first.axis) return mixed("works along the row axis");
-    return all(first);
+    if (Normalize(axis, rank) == first.axis) return row_node.AllMixed("works along the row axis");
+    return row_node.All(first);
   }
+  return std::nullopt;
+}
+
+std::optional<std::vector<State>> Analyzer::ApplyAxisChange(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const std::string& op = node.op_type();
+  const State& first = row_node.first;
+  const int rank = row_node.rank;
   if (op == "Transpose") {
-    if (first.kind != State::kRows || rank < 0) return mixed("transposes rows of unknown rank");
+    if (first.kind != State::kRows || rank < 0) {
+      return row_node.AllMixed("transposes rows of unknown rank");
+    }
     std::vector<int64_t> perm = IntsAttribute(node, "perm").value_or(std::vector<int64_t>{});
     if (perm.empty()) {
       for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
     }
     for (size_t i = 0; i < perm.size(); ++i) {
-      if (perm[i] == first.axis) return all(Rows(static_cast<int>(i)));
+      if (perm[i] == first.axis) return row_node.All(Rows(static_cast<int>(i)));
     }
-    return mixed("has a permutation without the row axis");
+    return row_node.AllMixed("has a permutation without the row axis");
   }
-  if (op == "Reshape") return all(Reshape(node, in, label));
+  if (op == "Reshape") return row_node.All(Reshape(node, row_node.in, row_node.label));
   if (op == "Flatten") {
     const int64_t axis = IntAttribute(node, "axis", 1);
     if (first.kind == State::kRows && first.axis == 0 && rank > 0 && Normalize(axis, rank) == 1) {
-      return all(Rows(0));
+      return row_node.All(Rows(0));
     }
-    return mixed("flattens the row axis together with others");
+    return row_node.AllMixed("flattens the row axis together with others");
   }
-  if (op == "Squeeze" || op == "Unsqueeze") {
-    if (!others_same(1)) return mixed("changes axes that are only known per run");
-    if (first.kind != State::kRows || rank < 0) {
-      return mixed("changes the axes of rows of unknown rank");
+  if (op == "Squeeze" || op == "Unsqueeze") return ApplySqueeze(row_node);
+  if (op == "OneHot") {
+    if (first.kind != State::kRows || rank < 0 || !row_node.OthersSame(1)) {
+      return row_node.AllMixed("encodes rows with non-constant depth or values");
     }
-    const std::optional<std::vector<int64_t>> axes = IntsParameter(node, 1, "axes");
-    if (!axes.has_value() || axes->empty()) {
-      return mixed("squeezes every axis of size 1, which may be the row axis");
-    }
-    if (op == "Squeeze") {
-      int before = 0;
-      for (int64_t axis : *axes) {
-        const int normalized = Normalize(axis, rank);
-        if (normalized == first.axis) return mixed("squeezes the row axis");
-        if (normalized < first.axis) ++before;
-      }
-      return all(Rows(first.axis - before));
-    }
-    const int out_rank = rank + static_cast<int>(axes->size());
-    std::vector<bool> inserted(out_rank, false);
+    const int position = Normalize(IntAttribute(node, "axis", -1), rank + 1);
+    return row_node.All(Rows(position <= first.axis ? first.axis + 1 : first.axis));
+  }
+  return std::nullopt;
+}
+
+std::vector<State> Analyzer::ApplySqueeze(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const State& first = row_node.first;
+  const int rank = row_node.rank;
+  if (!row_node.OthersSame(1)) return row_node.AllMixed("changes axes that are only known per run");
+  if (first.kind != State::kRows || rank < 0) {
+    return row_node.AllMixed("changes the axes of rows of unknown rank");
+  }
+  const std::optional<std::vector<int64_t>> axes = IntsParameter(node, 1, "axes");
+  if (!axes.has_value() || axes->empty()) {
+    return row_node.AllMixed("squeezes every axis of size 1, which may be the row axis");
+  }
+  if (node.op_type() == "Squeeze") {
+    int before = 0;
     for (int64_t axis : *axes) {
-      const int normalized = Normalize(axis, out_rank);
-      if (normalized < 0 || normalized >= out_rank) return mixed("has an axis out of range");
-      inserted[normalized] = true;
+      const int normalized = Normalize(axis, rank);
+      if (normalized == first.axis) return row_node.AllMixed("squeezes the row axis");
+      if (normalized < first.axis) ++before;
     }
-    int seen = 0;
-    for (int p = 0; p < out_rank; ++p) {
-      if (inserted[p]) continue;
-      if (seen++ == first.axis) return all(Rows(p));
-    }
-    return mixed("has an axis out of range");
+    return row_node.All(Rows(first.axis - before));
   }
+  const int out_rank = rank + static_cast<int>(axes->size());
+  std::vector<bool> inserted(out_rank, false);
+  for (int64_t axis : *axes) {
+    const int normalized = Normalize(axis, out_rank);
+    if (normalized < 0 || normalized >= out_rank) {
+      return row_node.AllMixed("has an axis out of range");
+    }
+    inserted[normalized] = true;
+  }
+  int seen = 0;
+  for (int p = 0; p < out_rank; ++p) {
+    if (inserted[p]) continue;
+    if (seen++ == first.axis) return row_node.All(Rows(p));
+  }
+  return row_node.AllMixed("has an axis out of range");
+}
+
+std::optional<std::vector<State>> Analyzer::ApplyCopy(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const std::string& op = node.op_type();
+  const State& first = row_node.first;
+  const int rank = row_node.rank;
   if (op == "Concat") {
-    if (rank < 0) return mixed("concatenates rows of unknown rank");
-    for (const State& state : in) {
+    if (rank < 0) return row_node.AllMixed("concatenates rows of unknown rank");
+    for (const State& state : row_node.in) {
       if (state.kind != State::kRows || state.axis != first.axis) {
-        return mixed("concatenates rows with values that have none");
+        return row_node.AllMixed("concatenates rows with values that have none");
       }
     }
     if (Normalize(IntAttribute(node, "axis", 0), rank) == first.axis) {
-      return mixed("concatenates along the row axis");
+      return row_node.AllMixed("concatenates along the row axis");
     }
-    return all(first);
+    return row_node.All(first);
   }
   if (op == "Split") {
-    if (first.kind != State::kRows || rank < 0 || !others_same(1)) {
-      return mixed("splits rows by non-constant sizes");
+    if (first.kind != State::kRows || rank < 0 || !row_node.OthersSame(1)) {
+      return row_node.AllMixed("splits rows by non-constant sizes");
     }
     if (Normalize(IntAttribute(node, "axis", 0), rank) == first.axis) {
-      return mixed("splits along the row axis");
+      return row_node.AllMixed("splits along the row axis");
     }
-    return all(first);
+    return row_node.All(first);
   }
-  if (op == "Slice") return all(Slice(node, in, label));
-  if (op == "Gather") {
-    const int indices_rank = Rank(node.input(1));
-    if (rank < 0 || indices_rank < 0) return mixed("gathers from values of unknown rank");
-    const int axis = Normalize(IntAttribute(node, "axis", 0), rank);
-    if (first.kind == State::kRows && in[1].kind == State::kSame) {
-      if (axis == first.axis) return mixed("gathers along the row axis");
-      return all(Rows(first.axis < axis ? first.axis : first.axis + indices_rank - 1));
-    }
-    if (first.kind == State::kSame && in[1].kind == State::kRows) {
-      return all(Rows(axis + in[1].axis));  // a lookup table indexed by rows
-    }
-    return mixed("gathers rows with row-dependent indices");
-  }
-  if (op == "GatherElements") {
-    if (first.kind == State::kRows && in[1].kind == State::kRows && in[1].axis == first.axis &&
-        rank >= 0 && Normalize(IntAttribute(node, "axis", 0), rank) != first.axis) {
-      return all(first);
-    }
-    return mixed("gathers elements across rows");
-  }
-  if (op == "GatherND") {
-    if (first.kind == State::kRows && first.axis == 0 && in[1].kind == State::kRows &&
-        in[1].axis == 0 && IntAttribute(node, "batch_dims", 0) >= 1) {
-      return all(Rows(0));
-    }
-    return mixed("gathers across rows");
-  }
-  if (op == "Expand") return all(Expand(node, in, label));
+  if (op == "Slice") return row_node.All(Slice(node, row_node.in, row_node.label));
+  if (op == "Expand") return row_node.All(Expand(node, row_node.in, row_node.label));
   if (op == "Tile") {
     auto repeats = node.input_size() >= 2 ? Ints(node.input(1)) : std::nullopt;
     if (first.kind != State::kRows || !repeats.has_value() ||
         first.axis >= static_cast<int>(repeats->size()) || (*repeats)[first.axis] != 1) {
-      return mixed("repeats the row axis");
+      return row_node.AllMixed("repeats the row axis");
     }
-    return all(first);
+    return row_node.All(first);
   }
-  if (op == "Pad") {
-    if (first.kind != State::kRows || rank < 0 || !others_same(1)) {
-      return mixed("pads rows with non-constant amounts");
+  if (op == "Pad") return ApplyPad(row_node);
+  if (op == "Resize" || op == "Upsample") {
+    return row_node.All(Resize(node, row_node.in, row_node.label));
+  }
+  return std::nullopt;
+}
+
+std::vector<State> Analyzer::ApplyPad(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const State& first = row_node.first;
+  const int rank = row_node.rank;
+  if (first.kind != State::kRows || rank < 0 || !row_node.OthersSame(1)) {
+    return row_node.AllMixed("pads rows with non-constant amounts");
+  }
+  const std::optional<std::vector<int64_t>> pads = IntsParameter(node, 1, "pads");
+  std::vector<int64_t> axes;
+  if (node.input_size() >= 4 && !node.input(3).empty()) {
+    auto values = Ints(node.input(3));
+    if (!values.has_value()) return row_node.AllMixed("pads non-constant axes");
+    axes = *values;
+  } else {
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  }
+  if (!pads.has_value() || pads->size() != 2 * axes.size()) {
+    return row_node.AllMixed("pads by unknown amounts");
+  }
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (Normalize(axes[i], rank) == first.axis &&
+        ((*pads)[i] != 0 || (*pads)[i + axes.size()] != 0)) {
+      return row_node.AllMixed("pads the row axis");
     }
-    const std::optional<std::vector<int64_t>> pads = IntsParameter(node, 1, "pads");
-    std::vector<int64_t> axes;
-    if (node.input_size() >= 4 && !node.input(3).empty()) {
-      auto values = Ints(node.input(3));
-      if (!values.has_value()) return mixed("pads non-constant axes");
-      axes = *values;
+  }
+  return row_node.All(first);
+}
+
+std::optional<std::vector<State>> Analyzer::ApplyGather(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const std::string& op = node.op_type();
+  const std::vector<State>& in = row_node.in;
+  const State& first = row_node.first;
+  const int rank = row_node.rank;
+  if (op == "Gather") {
+    const int indices_rank = Rank(node.input(1));
+    if (rank < 0 || indices_rank < 0) {
+      return row_node.AllMixed("gathers from values of unknown rank");
+    }
+    const int axis = Normalize(IntAttribute(node, "axis", 0), rank);
+    if (first.kind == State::kRows && in[1].kind == State::kSame) {
+      if (axis == first.axis) return row_node.AllMixed("gathers along the row axis");
+      return row_node.All(Rows(first.axis < axis ? first.axis : first.axis + indices_rank - 1));
+    }
+    if (first.kind == State::kSame && in[1].kind == State::kRows) {
+      return row_node.All(Rows(axis + in[1].axis));  // a lookup table indexed by rows
+    }
+    return row_node.AllMixed("gathers rows with row-dependent indices");
+  }
+  if (op == "GatherElements") {
+    if (first.kind == State::kRows && in[1].kind == State::kRows && in[1].axis == first.axis &&
+        rank >= 0 && Normalize(IntAttribute(node, "axis", 0), rank) != first.axis) {
+      return row_node.All(first);
+    }
+    return row_node.AllMixed("gathers elements across rows");
+  }
+  if (op == "GatherND") {
+    if (first.kind == State::kRows && first.axis == 0 && in[1].kind == State::kRows &&
+        in[1].axis == 0 && IntAttribute(node, "batch_dims", 0) >= 1) {
+      return row_node.All(Rows(0));
+    }
+    return row_node.AllMixed("gathers across rows");
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<State>> Analyzer::ApplyShape(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const State& first = row_node.first;
+  const int rank = row_node.rank;
+  if (node.op_type() != "Shape") return std::nullopt;
+  if (first.kind != State::kRows || rank < 0) {
+    return row_node.AllMixed("takes the shape of unknown rank");
+  }
+  const ValueInfo* info = Info(node.input(0));
+  int start = 0;
+  int end = rank;
+  if (opset_ >= 15) {
+    start = std::clamp(Normalize(IntAttribute(node, "start", 0), rank), 0, rank);
+    end = std::clamp(Normalize(IntAttribute(node, "end", rank), rank), 0, rank);
+  }
+  // The rank may come from the analysis alone (inference left the value unranked): then no
+  // dimension is known, and the ones other than the rows are "same".
+  const bool dims_known = info != nullptr && info->rank_known;
+  std::vector<Element> elements;
+  for (int i = start; i < end; ++i) {
+    if (i == first.axis) {
+      elements.push_back({Element::kRows});
+    } else if (dims_known && info->dims[i] >= 0) {
+      elements.push_back(Known(info->dims[i]));
     } else {
-      for (int i = 0; i < rank; ++i) axes.push_back(i);
+      elements.push_back({Element::kSame});
     }
-    if (!pads.has_value() || pads->size() != 2 * axes.size())
-      return mixed("pads by unknown amounts");
-    for (size_t i = 0; i < axes.size(); ++i) {
-      if (Normalize(axes[i], rank) == first.axis &&
-          ((*pads)[i] != 0 || (*pads)[i + axes.size()] != 0)) {
-        return mixed("pads the row axis");
-      }
-    }
-    return all(first);
   }
-  if (op == "Shape") {
-    if (first.kind != State::kRows || rank < 0) return mixed("takes the shape of unknown rank");
-    const ValueInfo* info = Info(node.input(0));
-    int start = 0;
-    int end = rank;
-    if (opset_ >= 15) {
-      start = std::clamp(Normalize(IntAttribute(node, "start", 0), rank), 0, rank);
-      end = std::clamp(Normalize(IntAttribute(node, "end", rank), rank), 0, rank);
-    }
-    // The rank may come from the analysis alone (inference left the value unranked): then no
-    // dimension is known, and the ones other than the rows are "same".
-    const bool dims_known = info != nullptr && info->rank_known;
-    std::vector<Element> elements;
-    for (int i = start; i < end; ++i) {
-      if (i == first.axis) {
-        elements.push_back({Element::kRows});
-      } else if (dims_known && info->dims[i] >= 0) {
-        elements.push_back(Known(info->dims[i]));
-      } else {
-        elements.push_back({Element::kSame});
-      }
-    }
-    return all(ShapeOf(std::move(elements), false));
-  }
-  if (op == "MatMul") return all(MatMul(node, in, label));
+  return row_node.All(ShapeOf(std::move(elements), false));
+}
+
+std::optional<std::vector<State>> Analyzer::ApplyMatrix(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const std::string& op = node.op_type();
+  const State& first = row_node.first;
+  const int rank = row_node.rank;
+  if (op == "MatMul") return row_node.All(MatMul(node, row_node.in, row_node.label));
   if (op == "Gemm") {
-    if (first.kind != State::kRows || !others_same(1)) return mixed("multiplies rows by rows");
+    if (first.kind != State::kRows || !row_node.OthersSame(1)) {
+      return row_node.AllMixed("multiplies rows by rows");
+    }
     const int wanted = IntAttribute(node, "transA", 0) != 0 ? 1 : 0;
-    if (first.axis != wanted) return mixed("contracts over the row axis");
+    if (first.axis != wanted) return row_node.AllMixed("contracts over the row axis");
     if (node.input_size() >= 3 && !node.input(2).empty()) {
       const ValueInfo* bias = Info(node.input(2));
-      if (bias == nullptr || !bias->rank_known) return mixed("adds a bias of unknown shape");
-      if (bias->rank() == 2 && bias->dims[0] != 1) return mixed("adds a bias along the rows");
+      if (bias == nullptr || !bias->rank_known) {
+        return row_node.AllMixed("adds a bias of unknown shape");
+      }
+      if (bias->rank() == 2 && bias->dims[0] != 1) {
+        return row_node.AllMixed("adds a bias along the rows");
+      }
     }
-    return all(Rows(0));
-  }
-  if (op == "OneHot") {
-    if (first.kind != State::kRows || rank < 0 || !others_same(1)) {
-      return mixed("encodes rows with non-constant depth or values");
-    }
-    const int position = Normalize(IntAttribute(node, "axis", -1), rank + 1);
-    return all(Rows(position <= first.axis ? first.axis + 1 : first.axis));
+    return row_node.All(Rows(0));
   }
   if (op == "Trilu") {
-    if (first.kind != State::kRows || rank < 0 || first.axis >= rank - 2 || !others_same(1)) {
-      return mixed("masks a matrix that spans the rows");
+    if (first.kind != State::kRows || rank < 0 || first.axis >= rank - 2 ||
+        !row_node.OthersSame(1)) {
+      return row_node.AllMixed("masks a matrix that spans the rows");
     }
-    return all(first);
+    return row_node.All(first);
   }
-  if (op == "Resize" || op == "Upsample") return all(Resize(node, in, label));
-  if (op == "LSTM") {
-    // Each sequence of the batch runs through the layer alone: X [seq, batch, input] (or
-    // [batch, seq, input] with layout 1), states [directions, batch, hidden] (or batch first),
-    // sequence_lens [batch]; weights, biases and peepholes are the same for every row.
-    const bool batch_first = IntAttribute(node, "layout", 0) != 0;
-    const int x_axis = batch_first ? 0 : 1;
-    if (first.kind != State::kRows || first.axis != x_axis) {
-      return mixed("runs its sequences over an axis that is not the rows");
-    }
-    for (size_t i = 1; i < in.size(); ++i) {
-      if (node.input(i).empty()) continue;              // absent optional input
-      const bool per_row = i == 4 || i == 5 || i == 6;  // sequence_lens, initial_h, initial_c
-      const int row_axis = i == 4 || batch_first ? 0 : 1;
-      const bool fits = per_row ? in[i].kind == State::kRows && in[i].axis == row_axis
-                                : in[i].kind == State::kSame;
-      if (!fits) return mixed("takes a per-row input that does not hold the rows");
-    }
-    std::vector<State> states = all(Rows(batch_first ? 0 : 1));  // Y_h and Y_c
-    if (outputs > 0) states[0] = Rows(batch_first ? 0 : 2);      // Y [seq, directions, batch, h]
-    return states;
+  return std::nullopt;
+}
+
+std::optional<std::vector<State>> Analyzer::ApplyRecurrent(const RowNode& row_node) const {
+  const onnx::NodeProto& node = row_node.node;
+  const std::vector<State>& in = row_node.in;
+  const State& first = row_node.first;
+  if (node.op_type() != "LSTM") return std::nullopt;
+  // Each sequence of the batch runs through the layer alone: X [seq, batch, input] (or
+  // [batch, seq, input] with layout 1), states [directions, batch, hidden] (or batch first),
+  // sequence_lens [batch]; weights, biases and peepholes are the same for every row.
+  const bool batch_first = IntAttribute(node, "layout", 0) != 0;
+  const int x_axis = batch_first ? 0 : 1;
+  if (first.kind != State::kRows || first.axis != x_axis) {
+    return row_node.AllMixed("runs its sequences over an axis that is not the rows");
   }
-  return mixed("has no rule for rows (the model's requests run one by one)");
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (node.input(i).empty()) continue;              // absent optional input
+    const bool per_row = i == 4 || i == 5 || i == 6;  // sequence_lens, initial_h, initial_c
+    const int row_axis = i == 4 || batch_first ? 0 : 1;
+    const bool fits =
+        per_row ? in[i].kind == State::kRows && in[i].axis == row_axis : in[i].kind == State::kSame;
+    if (!fits) return row_node.AllMixed("takes a per-row input that does not hold the rows");
+  }
+  std::vector<State> states = row_node.All(Rows(batch_first ? 0 : 1));  // Y_h and Y_c
+  if (row_node.outputs > 0) states[0] = Rows(batch_first ? 0 : 2);  // Y [seq, directions, batch, h]
+  return states;
 }
 
 RowIndependence Analyzer::Run(const onnx::GraphProto& graph, const std::vector<int>& order) {

@@ -135,8 +135,66 @@ class Analyzer {
 
   // The states of `node`'s outputs. `in` holds its explicit inputs' states.
   std::vector<State> Apply(const onnx::NodeProto& node, const std::vector<State>& in) const;
+
+  // A node with rows among its inputs, as the per-operator rules below see it.
+  struct RowNode {
+    const onnx::NodeProto& node;
+    const std::vector<State>& in;
+    const std::string& label;
+    size_t outputs;
+    int rank;  // the first input's, -1 when unknown
+    const State& first;
+
+    // `state` for every output.
+    std::vector<State> All(State state) const {
+      return std::vector<State>(outputs, std::move(state));
+    }
+    // Every output mixed, the reason being the label followed by `what`.
+    std::vector<State> AllMixed(const char* what) const;
+    // Whether the inputs from `from` on are all "same".
+    bool OthersSame(size_t from) const;
+  };
+  // The per-operator rules for a node with rows, one family each; nothing when the operator is
+  // not of the family.
+  // Elementwise operators: rows pass through when every other input is the same for all rows.
+  std::optional<std::vector<State>> ApplyElementwise(const RowNode& row_node) const;
+  // Convolutions, pooling and the like: only rows on axis 0, each item computed alone.
+  std::optional<std::vector<State>> ApplyPerItem(const RowNode& row_node) const;
+  // Normalizations: rows mix when the normalized axes include the row axis.
+  std::optional<std::vector<State>> ApplyNormalization(const RowNode& row_node) const;
+  // Reductions, ArgMax/ArgMin, TopK and CumSum: rows mix when they work along the row axis.
+  std::optional<std::vector<State>> ApplyReduction(const RowNode& row_node) const;
+  // Transpose, Reshape, Flatten, Squeeze, Unsqueeze and OneHot: where the row axis moves.
+  std::optional<std::vector<State>> ApplyAxisChange(const RowNode& row_node) const;
+  std::vector<State> ApplySqueeze(const RowNode& row_node) const;  // Squeeze and Unsqueeze
+  // Concat, Split, Slice, Expand, Tile, Pad and Resize: whether the row axis is kept whole.
+  std::optional<std::vector<State>> ApplyCopy(const RowNode& row_node) const;
+  std::vector<State> ApplyPad(const RowNode& row_node) const;
+  // Gather, GatherElements and GatherND: whether the indices pick within each row.
+  std::optional<std::vector<State>> ApplyGather(const RowNode& row_node) const;
+  // Shape: the row count as an element of a shape vector.
+  std::optional<std::vector<State>> ApplyShape(const RowNode& row_node) const;
+  // MatMul, Gemm and Trilu: whether the rows are contracted or masked together.
+  std::optional<std::vector<State>> ApplyMatrix(const RowNode& row_node) const;
+  // LSTM: each sequence of the batch runs alone.
+  std::optional<std::vector<State>> ApplyRecurrent(const RowNode& row_node) const;
+
+  // The rules for nodes whose inputs hold no rows, only shape vectors and constants
+  // (row_analysis_rules.cc).
   std::vector<State> ApplyShapeArithmetic(const onnx::NodeProto& node,
                                           const std::vector<State>& in) const;
+  // Steps of ApplyShapeArithmetic for one operator each; nothing when the result would use the
+  // row count in a way the analysis cannot follow.
+  std::optional<State> GatherShapeElements(const onnx::NodeProto& node,
+                                           const std::vector<State>& in) const;
+  std::optional<State> ConcatShapeElements(const onnx::NodeProto& node,
+                                           const std::vector<State>& in) const;
+  std::optional<State> SqueezeShapeVector(const onnx::NodeProto& node,
+                                          const std::vector<State>& in) const;
+  std::optional<State> SliceShapeVector(const onnx::NodeProto& node,
+                                        const std::vector<State>& in) const;
+  std::optional<State> CombineShapeElements(const onnx::NodeProto& node,
+                                            const std::vector<State>& in) const;
   State Broadcast(const onnx::NodeProto& node, const std::vector<State>& in,
                   const std::string& label) const;
   State MatMul(const onnx::NodeProto& node, const std::vector<State>& in,

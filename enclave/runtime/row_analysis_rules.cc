@@ -12,122 +12,160 @@
 
 namespace cloister::runtime::row_analysis_internal {
 
+namespace {
+
+// A ConstantOfShape of a shape vector: the rows on the axis the shape gives the row count;
+// nothing when two axes do.
+std::optional<State> ConstantOfShapeRows(const State& shape) {
+  int position = -1;
+  for (size_t i = 0; i < shape.elements.size(); ++i) {
+    if (shape.elements[i].kind != Element::kRows) continue;
+    if (position >= 0) return std::nullopt;
+    position = static_cast<int>(i);
+  }
+  return Rows(position, static_cast<int>(shape.elements.size()));
+}
+
+// An arithmetic operator on two known elements; nothing for a division by zero.
+std::optional<Element> CombineKnown(const std::string& op, int64_t x, int64_t y) {
+  if (op == "Add") return Known(x + y);
+  if (op == "Sub") return Known(x - y);
+  if (op == "Mul") return Known(x * y);
+  if (op == "Max") return Known(std::max(x, y));
+  if (op == "Min") return Known(std::min(x, y));
+  if (y == 0) return std::nullopt;  // Div
+  return Known(x / y);
+}
+
+}  // namespace
+
 std::vector<State> Analyzer::ApplyShapeArithmetic(const onnx::NodeProto& node,
                                                   const std::vector<State>& in) const {
   const std::string label = Label(node);
   const size_t outputs = static_cast<size_t>(node.output_size());
-  auto result = [&](State state) { return std::vector<State>(outputs, std::move(state)); };
-  auto mixed = [&]() { return result(Mixed(absl::StrCat(label, " computes with the row count"))); };
   const std::string& op = node.op_type();
   const State& first = in[0];
+  if (op == "Expand") return std::vector<State>(outputs, Expand(node, in, label));
+  std::optional<State> state;
   if (op == "Identity" || op == "Cast") {
-    if (!IsVector(first)) return mixed();
-    if (op == "Cast" && IntAttribute(node, "to", 0) == onnx::TensorProto::BOOL) return mixed();
-    return result(first);
-  }
-  if (op == "ConstantOfShape") {
-    // A tensor of constants with the rows on the axis the shape gives the row count.
-    int position = -1;
-    for (size_t i = 0; i < first.elements.size(); ++i) {
-      if (first.elements[i].kind != Element::kRows) continue;
-      if (position >= 0) return mixed();
-      position = static_cast<int>(i);
+    if (IsVector(first) &&
+        !(op == "Cast" && IntAttribute(node, "to", 0) == onnx::TensorProto::BOOL)) {
+      state = first;
     }
-    return result(Rows(position, static_cast<int>(first.elements.size())));
+  } else if (op == "ConstantOfShape") {
+    state = ConstantOfShapeRows(first);
+  } else if (op == "Gather") {
+    state = GatherShapeElements(node, in);
+  } else if (op == "Concat") {
+    state = ConcatShapeElements(node, in);
+  } else if (op == "Unsqueeze" || op == "Squeeze") {
+    state = SqueezeShapeVector(node, in);
+  } else if (op == "Slice") {
+    state = SliceShapeVector(node, in);
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Max" ||
+             op == "Min") {
+    state = CombineShapeElements(node, in);
   }
-  if (op == "Expand") return result(Expand(node, in, label));
-  if (op == "Gather") {
-    auto indices = Ints(node.input(1));
-    if (!IsVector(first) || first.scalar || !indices.has_value()) return mixed();
-    const int64_t size = static_cast<int64_t>(first.elements.size());
-    std::vector<Element> picked;
-    for (int64_t index : *indices) {
-      if (index < 0) index += size;
-      if (index < 0 || index >= size) return mixed();
-      picked.push_back(first.elements[index]);
-    }
-    return result(ShapeOf(std::move(picked), Rank(node.input(1)) == 0));
+  if (!state.has_value()) state = Mixed(absl::StrCat(label, " computes with the row count"));
+  return std::vector<State>(outputs, *std::move(state));
+}
+
+std::optional<State> Analyzer::GatherShapeElements(const onnx::NodeProto& node,
+                                                   const std::vector<State>& in) const {
+  const State& first = in[0];
+  auto indices = Ints(node.input(1));
+  if (!IsVector(first) || first.scalar || !indices.has_value()) return std::nullopt;
+  const int64_t size = static_cast<int64_t>(first.elements.size());
+  std::vector<Element> picked;
+  for (int64_t index : *indices) {
+    if (index < 0) index += size;
+    if (index < 0 || index >= size) return std::nullopt;
+    picked.push_back(first.elements[index]);
   }
-  if (op == "Concat") {
-    std::vector<Element> joined;
-    for (int i = 0; i < node.input_size(); ++i) {
-      auto elements = ElementsOf(node.input(i), in[i]);
-      if (!elements.has_value() || (IsVector(in[i]) && in[i].scalar)) return mixed();
-      joined.insert(joined.end(), elements->begin(), elements->end());
-    }
-    return result(ShapeOf(std::move(joined), false));
+  return ShapeOf(std::move(picked), Rank(node.input(1)) == 0);
+}
+
+std::optional<State> Analyzer::ConcatShapeElements(const onnx::NodeProto& node,
+                                                   const std::vector<State>& in) const {
+  std::vector<Element> joined;
+  for (int i = 0; i < node.input_size(); ++i) {
+    auto elements = ElementsOf(node.input(i), in[i]);
+    if (!elements.has_value() || (IsVector(in[i]) && in[i].scalar)) return std::nullopt;
+    joined.insert(joined.end(), elements->begin(), elements->end());
   }
-  if (op == "Unsqueeze" || op == "Squeeze") {
-    const std::optional<std::vector<int64_t>> axes = IntsParameter(node, 1, "axes");
-    if (!IsVector(first)) return mixed();
-    if (op == "Unsqueeze") {
-      if (!first.scalar || axes != std::vector<int64_t>{0}) return mixed();
-      return result(ShapeOf(first.elements, false));
-    }
-    if (first.scalar || first.elements.size() != 1 ||
-        (axes.has_value() && *axes != std::vector<int64_t>{0} &&
-         *axes != std::vector<int64_t>{-1})) {
-      return mixed();
-    }
-    return result(ShapeOf(first.elements, true));
+  return ShapeOf(std::move(joined), false);
+}
+
+std::optional<State> Analyzer::SqueezeShapeVector(const onnx::NodeProto& node,
+                                                  const std::vector<State>& in) const {
+  const State& first = in[0];
+  const std::optional<std::vector<int64_t>> axes = IntsParameter(node, 1, "axes");
+  if (!IsVector(first)) return std::nullopt;
+  if (node.op_type() == "Unsqueeze") {
+    if (!first.scalar || axes != std::vector<int64_t>{0}) return std::nullopt;
+    return ShapeOf(first.elements, false);
   }
-  if (op == "Slice") {
-    if (!IsVector(first) || first.scalar) return mixed();
-    const auto [starts, ends, axes, steps, axes_given] = SliceBoundsOf(node);
-    if (!starts.has_value() || !ends.has_value() || starts->size() != 1 || ends->size() != 1 ||
-        (steps.has_value() && *steps != std::vector<int64_t>{1})) {
-      return mixed();
-    }
-    const int64_t size = static_cast<int64_t>(first.elements.size());
-    auto clamp = [&](int64_t index) {
-      if (index < 0) index += size;
-      return std::clamp<int64_t>(index, 0, size);
-    };
-    const int64_t begin = clamp((*starts)[0]);
-    const int64_t end = std::max(begin, clamp((*ends)[0]));
-    return result(ShapeOf(
-        std::vector<Element>(first.elements.begin() + begin, first.elements.begin() + end), false));
+  if (first.scalar || first.elements.size() != 1 ||
+      (axes.has_value() && *axes != std::vector<int64_t>{0} && *axes != std::vector<int64_t>{-1})) {
+    return std::nullopt;
   }
-  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Max" || op == "Min") {
-    if (in.size() != 2) return mixed();
-    auto a = ElementsOf(node.input(0), in[0]);
-    auto b = ElementsOf(node.input(1), in[1]);
-    if (!a.has_value() || !b.has_value()) return mixed();
-    if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return mixed();
-    const size_t size = std::max(a->size(), b->size());
-    std::vector<Element> combined;
-    for (size_t i = 0; i < size; ++i) {
-      const Element x = (*a)[a->size() == 1 ? 0 : i];
-      const Element y = (*b)[b->size() == 1 ? 0 : i];
-      if (x.kind == Element::kKnown && y.kind == Element::kKnown) {
-        if (op == "Add") combined.push_back(Known(x.value + y.value));
-        if (op == "Sub") combined.push_back(Known(x.value - y.value));
-        if (op == "Mul") combined.push_back(Known(x.value * y.value));
-        if (op == "Max") combined.push_back(Known(std::max(x.value, y.value)));
-        if (op == "Min") combined.push_back(Known(std::min(x.value, y.value)));
-        if (op == "Div") {
-          if (y.value == 0) return mixed();
-          combined.push_back(Known(x.value / y.value));
-        }
-        continue;
-      }
-      // The row count passes only through arithmetic that leaves it as it is.
-      const bool identity =
-          y.kind == Element::kKnown && (((op == "Add" || op == "Sub") && y.value == 0) ||
-                                        ((op == "Mul" || op == "Div") && y.value == 1));
-      if (x.kind == Element::kRows && identity) {
-        combined.push_back(x);
-      } else if (x.kind == Element::kRows || y.kind == Element::kRows) {
-        return mixed();
-      } else {
-        combined.push_back({Element::kSame});
-      }
-    }
-    const bool scalar = (IsVector(in[0]) ? in[0].scalar : Rank(node.input(0)) == 0) &&
-                        (IsVector(in[1]) ? in[1].scalar : Rank(node.input(1)) == 0);
-    return result(ShapeOf(std::move(combined), scalar));
+  return ShapeOf(first.elements, true);
+}
+
+std::optional<State> Analyzer::SliceShapeVector(const onnx::NodeProto& node,
+                                                const std::vector<State>& in) const {
+  const State& first = in[0];
+  if (!IsVector(first) || first.scalar) return std::nullopt;
+  const auto [starts, ends, axes, steps, axes_given] = SliceBoundsOf(node);
+  if (!starts.has_value() || !ends.has_value() || starts->size() != 1 || ends->size() != 1 ||
+      (steps.has_value() && *steps != std::vector<int64_t>{1})) {
+    return std::nullopt;
   }
-  return mixed();
+  const int64_t size = static_cast<int64_t>(first.elements.size());
+  auto clamp = [&](int64_t index) {
+    if (index < 0) index += size;
+    return std::clamp<int64_t>(index, 0, size);
+  };
+  const int64_t begin = clamp((*starts)[0]);
+  const int64_t end = std::max(begin, clamp((*ends)[0]));
+  return ShapeOf(std::vector<Element>(first.elements.begin() + begin, first.elements.begin() + end),
+                 false);
+}
+
+std::optional<State> Analyzer::CombineShapeElements(const onnx::NodeProto& node,
+                                                    const std::vector<State>& in) const {
+  const std::string& op = node.op_type();
+  if (in.size() != 2) return std::nullopt;
+  auto a = ElementsOf(node.input(0), in[0]);
+  auto b = ElementsOf(node.input(1), in[1]);
+  if (!a.has_value() || !b.has_value()) return std::nullopt;
+  if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return std::nullopt;
+  const size_t size = std::max(a->size(), b->size());
+  std::vector<Element> combined;
+  for (size_t i = 0; i < size; ++i) {
+    const Element x = (*a)[a->size() == 1 ? 0 : i];
+    const Element y = (*b)[b->size() == 1 ? 0 : i];
+    if (x.kind == Element::kKnown && y.kind == Element::kKnown) {
+      const std::optional<Element> known = CombineKnown(op, x.value, y.value);
+      if (!known.has_value()) return std::nullopt;
+      combined.push_back(*known);
+      continue;
+    }
+    // The row count passes only through arithmetic that leaves it as it is.
+    const bool identity =
+        y.kind == Element::kKnown && (((op == "Add" || op == "Sub") && y.value == 0) ||
+                                      ((op == "Mul" || op == "Div") && y.value == 1));
+    if (x.kind == Element::kRows && identity) {
+      combined.push_back(x);
+    } else if (x.kind == Element::kRows || y.kind == Element::kRows) {
+      return std::nullopt;
+    } else {
+      combined.push_back({Element::kSame});
+    }
+  }
+  const bool scalar = (IsVector(in[0]) ? in[0].scalar : Rank(node.input(0)) == 0) &&
+                      (IsVector(in[1]) ? in[1].scalar : Rank(node.input(1)) == 0);
+  return ShapeOf(std::move(combined), scalar);
 }
 
 State Analyzer::Broadcast(const onnx::NodeProto& node, const std::vector<State>& in,

@@ -1,5 +1,8 @@
 #include "enclave/runtime/window.h"
 
+#include <algorithm>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
@@ -33,6 +36,85 @@ std::vector<int64_t> WindowGeometry::OutputDims() const {
   return std::vector<int64_t>(output.begin() + (kMaxSpatial - spatial_rank), output.end());
 }
 
+namespace {
+
+// An error when an attribute given on the node has other than `expected` values.
+absl::Status CheckLength(const std::vector<int64_t>& values, int expected, std::string_view name) {
+  if (!values.empty() && static_cast<int>(values.size()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute '", std::string(name), "' has ",
+                                                   values.size(), " values, expected ", expected));
+  }
+  return absl::OkStatus();
+}
+
+// Axis `a` (of the three) with explicit pads: pads `i` and `i + rank` of the attributes, the
+// output size rounded down, or up with ceil_mode.
+absl::Status PadExplicitly(const WindowAttributes& attributes, int i, int rank, int a,
+                           int64_t extent, WindowGeometry& geometry) {
+  const int64_t in = geometry.input[a];
+  if (!attributes.pads.empty()) {
+    geometry.pad_begin[a] = attributes.pads[i];
+    geometry.pad_end[a] = attributes.pads[i + rank];
+  }
+  if (geometry.pad_begin[a] < 0 || geometry.pad_end[a] < 0) {
+    return absl::InvalidArgumentError("pads must not be negative");
+  }
+  if (in < 0) {
+    geometry.output[a] = -1;
+    return absl::OkStatus();
+  }
+  const int64_t span = in + geometry.pad_begin[a] + geometry.pad_end[a] - extent;
+  if (span < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window of extent ", extent, " is larger than the padded input ",
+                     in + geometry.pad_begin[a] + geometry.pad_end[a]));
+  }
+  int64_t out;
+  if (attributes.ceil_mode) {
+    out = (span + geometry.stride[a] - 1) / geometry.stride[a] + 1;
+    // The last window must start inside the input or the leading padding.
+    if ((out - 1) * geometry.stride[a] >= in + geometry.pad_begin[a]) --out;
+  } else {
+    out = span / geometry.stride[a] + 1;
+  }
+  geometry.output[a] = out;
+  return absl::OkStatus();
+}
+
+// Axis `a` with auto_pad VALID: no padding.
+absl::Status PadNone(int a, int64_t extent, WindowGeometry& geometry) {
+  const int64_t in = geometry.input[a];
+  if (in < 0) {
+    geometry.output[a] = -1;
+    return absl::OkStatus();
+  }
+  if (in < extent) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window of extent ", extent, " is larger than the input ", in));
+  }
+  geometry.output[a] = (in - extent) / geometry.stride[a] + 1;
+  return absl::OkStatus();
+}
+
+// Axis `a` with auto_pad SAME_UPPER or SAME_LOWER: the output size is the input's divided by the
+// stride, rounded up, and the padding that needs is split with the odd one at the end (upper)
+// or the beginning (lower).
+void PadSame(bool upper, int a, int64_t extent, WindowGeometry& geometry) {
+  const int64_t in = geometry.input[a];
+  if (in < 0) {
+    geometry.output[a] = -1;
+    return;
+  }
+  const int64_t out = (in + geometry.stride[a] - 1) / geometry.stride[a];
+  const int64_t total = std::max<int64_t>(0, (out - 1) * geometry.stride[a] + extent - in);
+  const int64_t small = total / 2;
+  geometry.pad_begin[a] = upper ? small : total - small;
+  geometry.pad_end[a] = total - geometry.pad_begin[a];
+  geometry.output[a] = out;
+}
+
+}  // namespace
+
 absl::StatusOr<WindowGeometry> ComputeWindow(const WindowAttributes& attributes,
                                              const std::vector<int64_t>& input_spatial,
                                              const std::vector<int64_t>& kernel_spatial) {
@@ -45,18 +127,9 @@ absl::StatusOr<WindowGeometry> ComputeWindow(const WindowAttributes& attributes,
     return absl::InvalidArgumentError(absl::StrCat("kernel has ", kernel_spatial.size(),
                                                    " spatial dimensions, input has ", rank));
   }
-  auto check_length = [&](const std::vector<int64_t>& values, int expected,
-                          std::string_view name) -> absl::Status {
-    if (!values.empty() && static_cast<int>(values.size()) != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("attribute '", std::string(name), "' has ",
-                                                     values.size(), " values, expected ",
-                                                     expected));
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(check_length(attributes.strides, rank, "strides"));
-  RETURN_IF_ERROR(check_length(attributes.dilations, rank, "dilations"));
-  RETURN_IF_ERROR(check_length(attributes.pads, 2 * rank, "pads"));
+  RETURN_IF_ERROR(CheckLength(attributes.strides, rank, "strides"));
+  RETURN_IF_ERROR(CheckLength(attributes.dilations, rank, "dilations"));
+  RETURN_IF_ERROR(CheckLength(attributes.pads, 2 * rank, "pads"));
 
   WindowGeometry geometry;
   geometry.spatial_rank = rank;
@@ -71,55 +144,12 @@ absl::StatusOr<WindowGeometry> ComputeWindow(const WindowAttributes& attributes,
       return absl::InvalidArgumentError("kernel sizes, strides and dilations must be positive");
     }
     const int64_t extent = geometry.dilation[a] * (geometry.kernel[a] - 1) + 1;
-    const int64_t in = geometry.input[a];
     if (attributes.auto_pad == "NOTSET") {
-      if (!attributes.pads.empty()) {
-        geometry.pad_begin[a] = attributes.pads[i];
-        geometry.pad_end[a] = attributes.pads[i + rank];
-      }
-      if (geometry.pad_begin[a] < 0 || geometry.pad_end[a] < 0) {
-        return absl::InvalidArgumentError("pads must not be negative");
-      }
-      if (in < 0) {
-        geometry.output[a] = -1;
-        continue;
-      }
-      const int64_t span = in + geometry.pad_begin[a] + geometry.pad_end[a] - extent;
-      if (span < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("window of extent ", extent, " is larger than the padded input ",
-                         in + geometry.pad_begin[a] + geometry.pad_end[a]));
-      }
-      int64_t out;
-      if (attributes.ceil_mode) {
-        out = (span + geometry.stride[a] - 1) / geometry.stride[a] + 1;
-        // The last window must start inside the input or the leading padding.
-        if ((out - 1) * geometry.stride[a] >= in + geometry.pad_begin[a]) --out;
-      } else {
-        out = span / geometry.stride[a] + 1;
-      }
-      geometry.output[a] = out;
+      RETURN_IF_ERROR(PadExplicitly(attributes, i, rank, a, extent, geometry));
     } else if (attributes.auto_pad == "VALID") {
-      if (in < 0) {
-        geometry.output[a] = -1;
-        continue;
-      }
-      if (in < extent) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("window of extent ", extent, " is larger than the input ", in));
-      }
-      geometry.output[a] = (in - extent) / geometry.stride[a] + 1;
+      RETURN_IF_ERROR(PadNone(a, extent, geometry));
     } else {  // SAME_UPPER / SAME_LOWER
-      if (in < 0) {
-        geometry.output[a] = -1;
-        continue;
-      }
-      const int64_t out = (in + geometry.stride[a] - 1) / geometry.stride[a];
-      const int64_t total = std::max<int64_t>(0, (out - 1) * geometry.stride[a] + extent - in);
-      const int64_t small = total / 2;
-      geometry.pad_begin[a] = attributes.auto_pad == "SAME_UPPER" ? small : total - small;
-      geometry.pad_end[a] = total - geometry.pad_begin[a];
-      geometry.output[a] = out;
+      PadSame(attributes.auto_pad == "SAME_UPPER", a, extent, geometry);
     }
   }
   return geometry;
