@@ -217,60 +217,66 @@ absl::StatusOr<std::unique_ptr<Expr>> Parser::ParsePrimary() {
       return expr;
     }
     case Token::Kind::kOperator:
-      if (token.text == "(") {
-        Next();
-        if (IsOperator(")")) {
-          Next();
-          return Make(Expr::Kind::kTuple, line);
-        }
-        ASSIGN_OR_RETURN(auto first, ParseExpression());
-        if (IsOperator(")")) {
-          Next();
-          return first;
-        }
-        auto tuple = Make(Expr::Kind::kTuple, line);
-        RETURN_IF_ERROR(Add(tuple.get(), std::move(first)));
-        while (IsOperator(",")) {
-          Next();
-          if (IsOperator(")")) break;
-          ASSIGN_OR_RETURN(auto item, ParseExpression());
-          RETURN_IF_ERROR(Add(tuple.get(), std::move(item)));
-        }
-        RETURN_IF_ERROR(ExpectOperator(")"));
-        return tuple;
-      }
-      if (token.text == "[") {
-        Next();
-        auto list = Make(Expr::Kind::kList, line);
-        while (!IsOperator("]")) {
-          ASSIGN_OR_RETURN(auto item, ParseExpression());
-          RETURN_IF_ERROR(Add(list.get(), std::move(item)));
-          if (!IsOperator(",")) break;
-          Next();
-        }
-        RETURN_IF_ERROR(ExpectOperator("]"));
-        return list;
-      }
-      if (token.text == "{") {
-        Next();
-        auto dict = Make(Expr::Kind::kDict, line);
-        while (!IsOperator("}")) {
-          ASSIGN_OR_RETURN(auto key, ParseExpression());
-          RETURN_IF_ERROR(ExpectOperator(":"));
-          ASSIGN_OR_RETURN(auto value, ParseExpression());
-          RETURN_IF_ERROR(Add(dict.get(), std::move(key)));
-          RETURN_IF_ERROR(Add(dict.get(), std::move(value)));
-          if (!IsOperator(",")) break;
-          Next();
-        }
-        RETURN_IF_ERROR(ExpectOperator("}"));
-        return dict;
-      }
+      if (token.text == "(") return ParseParenthesized(line);
+      if (token.text == "[") return ParseList(line);
+      if (token.text == "{") return ParseDict(line);
       break;
     default:
       break;
   }
   return Unexpected("an expression");
+}
+
+absl::StatusOr<std::unique_ptr<Expr>> Parser::ParseParenthesized(int line) {
+  RETURN_IF_ERROR(ExpectOperator("("));
+  if (IsOperator(")")) {
+    Next();
+    return Make(Expr::Kind::kTuple, line);
+  }
+  ASSIGN_OR_RETURN(auto first, ParseExpression());
+  if (IsOperator(")")) {
+    Next();
+    return first;
+  }
+  auto tuple = Make(Expr::Kind::kTuple, line);
+  RETURN_IF_ERROR(Add(tuple.get(), std::move(first)));
+  while (IsOperator(",")) {
+    Next();
+    if (IsOperator(")")) break;
+    ASSIGN_OR_RETURN(auto item, ParseExpression());
+    RETURN_IF_ERROR(Add(tuple.get(), std::move(item)));
+  }
+  RETURN_IF_ERROR(ExpectOperator(")"));
+  return tuple;
+}
+
+absl::StatusOr<std::unique_ptr<Expr>> Parser::ParseList(int line) {
+  RETURN_IF_ERROR(ExpectOperator("["));
+  auto list = Make(Expr::Kind::kList, line);
+  while (!IsOperator("]")) {
+    ASSIGN_OR_RETURN(auto item, ParseExpression());
+    RETURN_IF_ERROR(Add(list.get(), std::move(item)));
+    if (!IsOperator(",")) break;
+    Next();
+  }
+  RETURN_IF_ERROR(ExpectOperator("]"));
+  return list;
+}
+
+absl::StatusOr<std::unique_ptr<Expr>> Parser::ParseDict(int line) {
+  RETURN_IF_ERROR(ExpectOperator("{"));
+  auto dict = Make(Expr::Kind::kDict, line);
+  while (!IsOperator("}")) {
+    ASSIGN_OR_RETURN(auto key, ParseExpression());
+    RETURN_IF_ERROR(ExpectOperator(":"));
+    ASSIGN_OR_RETURN(auto value, ParseExpression());
+    RETURN_IF_ERROR(Add(dict.get(), std::move(key)));
+    RETURN_IF_ERROR(Add(dict.get(), std::move(value)));
+    if (!IsOperator(",")) break;
+    Next();
+  }
+  RETURN_IF_ERROR(ExpectOperator("}"));
+  return dict;
 }
 
 absl::Status Parser::ParseArguments(Expr* call) {

@@ -253,10 +253,6 @@ absl::StatusOr<Value> Renderer::EvalBinary(const Expr& expr, Scope* scope) {
 
 absl::StatusOr<Value> Renderer::Arithmetic(const std::string& op, const Value& left,
                                            const Value& right, int line) {
-  auto mismatch = [&]() {
-    return Error(line, Cat("cannot apply '", op, "' to ", KindName(left.kind), " and ",
-                                    KindName(right.kind)));
-  };
   if (op == "+") {
     if (left.is_string() && right.is_string()) {
       RETURN_IF_ERROR(CheckString(left.str().size() + right.str().size(), line));
@@ -272,29 +268,43 @@ absl::StatusOr<Value> Renderer::Arithmetic(const std::string& op, const Value& l
     const Value* sequence = left.is_string() || left.is_list() ? &left : right.is_string() || right.is_list() ? &right : nullptr;
     const Value* times = sequence == &left ? &right : &left;
     if (sequence != nullptr && times->kind == Value::Kind::kInteger) {
-      const int64_t n = std::max<int64_t>(0, times->integer);
-      if (sequence->is_string()) {
-        const size_t size = sequence->str().size();
-        if (size > 0 && static_cast<uint64_t>(n) > options_.max_output_size / size) {
-          return CheckString(options_.max_output_size + 1, line);
-        }
-        std::string out;
-        out.reserve(size * n);
-        for (int64_t i = 0; i < n; ++i) out += sequence->str();
-        return MakeString(std::move(out), line);
-      }
-      const size_t size = sequence->list->size();
-      if (size > 0 && static_cast<uint64_t>(n) > options_.max_list_count / size) {
-        return LimitError(line, Cat("a list would exceed ", options_.max_list_count, " items"));
-      }
-      ValueList items;
-      for (int64_t i = 0; i < n; ++i) items.insert(items.end(), sequence->list->begin(), sequence->list->end());
-      return MakeList(std::move(items), line);
+      return Repeat(*sequence, std::max<int64_t>(0, times->integer), line);
     }
   }
   const bool left_numeric = left.is_number() || left.kind == Value::Kind::kBoolean;
   const bool right_numeric = right.is_number() || right.kind == Value::Kind::kBoolean;
-  if (!left_numeric || !right_numeric) return mismatch();
+  if (!left_numeric || !right_numeric) return OperandMismatch(op, left, right, line);
+  return NumberArithmetic(op, left, right, line);
+}
+
+absl::Status Renderer::OperandMismatch(const std::string& op, const Value& left,
+                                       const Value& right, int line) {
+  return Error(line, Cat("cannot apply '", op, "' to ", KindName(left.kind), " and ",
+                         KindName(right.kind)));
+}
+
+absl::StatusOr<Value> Renderer::Repeat(const Value& sequence, int64_t n, int line) {
+  if (sequence.is_string()) {
+    const size_t size = sequence.str().size();
+    if (size > 0 && static_cast<uint64_t>(n) > options_.max_output_size / size) {
+      return CheckString(options_.max_output_size + 1, line);
+    }
+    std::string out;
+    out.reserve(size * n);
+    for (int64_t i = 0; i < n; ++i) out += sequence.str();
+    return MakeString(std::move(out), line);
+  }
+  const size_t size = sequence.list->size();
+  if (size > 0 && static_cast<uint64_t>(n) > options_.max_list_count / size) {
+    return LimitError(line, Cat("a list would exceed ", options_.max_list_count, " items"));
+  }
+  ValueList items;
+  for (int64_t i = 0; i < n; ++i) items.insert(items.end(), sequence.list->begin(), sequence.list->end());
+  return MakeList(std::move(items), line);
+}
+
+absl::StatusOr<Value> Renderer::NumberArithmetic(const std::string& op, const Value& left,
+                                                 const Value& right, int line) {
   const bool integers = left.kind != Value::Kind::kFloat && right.kind != Value::Kind::kFloat;
   const int64_t a = left.kind == Value::Kind::kBoolean ? left.boolean : left.integer;
   const int64_t b = right.kind == Value::Kind::kBoolean ? right.boolean : right.integer;
@@ -334,24 +344,27 @@ absl::StatusOr<Value> Renderer::Arithmetic(const std::string& op, const Value& l
     if (remainder != 0 && ((remainder < 0) != (y < 0))) remainder += y;
     return Value::Float(remainder);
   }
-  if (op == "**") {
-    if (integers && b >= 0) {
-      int64_t power = 1, base = a, exponent = b;
-      while (exponent > 0) {
-        if (exponent & 1) {
-          if (__builtin_mul_overflow(power, base, &power)) return Error(line, "integer overflow");
-        }
-        exponent >>= 1;
-        if (exponent > 0 && __builtin_mul_overflow(base, base, &base)) return Error(line, "integer overflow");
+  if (op == "**") return Power(integers, a, b, x, y, line);
+  return OperandMismatch(op, left, right, line);
+}
+
+absl::StatusOr<Value> Renderer::Power(bool integers, int64_t a, int64_t b, double x, double y,
+                                      int line) {
+  if (integers && b >= 0) {
+    int64_t power = 1, base = a, exponent = b;
+    while (exponent > 0) {
+      if (exponent & 1) {
+        if (__builtin_mul_overflow(power, base, &power)) return Error(line, "integer overflow");
       }
-      return Value::Integer(power);
+      exponent >>= 1;
+      if (exponent > 0 && __builtin_mul_overflow(base, base, &base)) return Error(line, "integer overflow");
     }
-    if (x == 0 && y < 0) return Error(line, "zero cannot be raised to a negative power");
-    const double p = std::pow(x, y);
-    if (!std::isfinite(p)) return Error(line, "the power is not a finite real number");
-    return Value::Float(p);
+    return Value::Integer(power);
   }
-  return mismatch();
+  if (x == 0 && y < 0) return Error(line, "zero cannot be raised to a negative power");
+  const double p = std::pow(x, y);
+  if (!std::isfinite(p)) return Error(line, "the power is not a finite real number");
+  return Value::Float(p);
 }
 
 }  // namespace cloister::llm::chat_template_internal

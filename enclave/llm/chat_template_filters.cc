@@ -102,27 +102,8 @@ absl::StatusOr<Value> Renderer::ApplyFilter(
     const std::string& name, const Value& v, const std::vector<Value>& positional,
     const std::vector<std::pair<std::string, Value>>& keywords, int line) {
   const std::string what = Cat("the filter '", name, "'");
-  auto needs = [&](std::string_view kind) { return KindError(what, kind, v, line); };
   if (name == "safe") return v;
-  if (name == "tojson") {
-    ASSIGN_OR_RETURN(Arguments a, Bind(what, {"indent", "sort_keys", "ensure_ascii", "separators"},
-                                       positional, keywords, line));
-    JsonOptions json;
-    if (a[0].has_value() && a[0]->kind != Value::Kind::kNone) {
-      if (a[0]->kind != Value::Kind::kInteger || a[0]->integer < 0 || a[0]->integer > 64) {
-        return Error(line, "tojson indent must be an integer from 0 to 64");
-      }
-      json.indent = static_cast<int>(a[0]->integer);
-    }
-    if (a[1].has_value()) json.sort_keys = Truthy(*a[1]);
-    if (a[2].has_value()) json.ensure_ascii = Truthy(*a[2]);
-    if (a[3].has_value() && a[3]->kind != Value::Kind::kNone) {
-      return Error(line, "tojson separators are not supported");
-    }
-    std::string out;
-    RETURN_IF_ERROR(ToJson(v, json, 0, &out, line, 0));
-    return MakeString(std::move(out), line);
-  }
+  if (name == "tojson") return TojsonFilter(v, what, positional, keywords, line);
   if (name == "default" || name == "d") {
     ASSIGN_OR_RETURN(Arguments a, Bind(what, {"default_value", "boolean"}, positional, keywords, line));
     const bool use_default = (a[1].has_value() && Truthy(*a[1])) ? !Truthy(v) : v.is_undefined();
@@ -133,60 +114,16 @@ absl::StatusOr<Value> Renderer::ApplyFilter(
     ASSIGN_OR_RETURN(std::string text, PrintToString(v, line));
     return Value::String(std::move(text));
   }
-  if (name == "join") {
-    ASSIGN_OR_RETURN(Arguments a, Bind(what, {"d", "attribute"}, positional, keywords, line));
-    std::string separator;
-    if (a[0].has_value()) {
-      if (!a[0]->is_string()) return Error(line, "join needs a string separator");
-      separator = a[0]->str();
-    }
-    ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
-    if (a[1].has_value()) {
-      if (!a[1]->is_string()) return Error(line, "join attribute must be a string");
-      for (Value& item : items) {
-        ASSIGN_OR_RETURN(item, AttributePath(item, a[1]->str(), line));
-      }
-    }
-    return JoinValues(items, separator, line);
-  }
+  if (name == "join") return JoinFilter(v, what, positional, keywords, line);
   if (name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject") {
     return SelectFilter(name, v, what, positional, keywords, line);
   }
   if (name == "map") {
     return MapFilter(v, what, positional, keywords, line);
   }
-  if (name == "indent") {
-    ASSIGN_OR_RETURN(Arguments a, Bind(what, {"width", "first", "blank"}, positional, keywords, line));
-    if (!v.is_string()) return needs("a string");
-    std::string indentation = "    ";
-    if (a[0].has_value()) {
-      if (a[0]->is_string()) {
-        indentation = a[0]->str();
-      } else if (a[0]->kind == Value::Kind::kInteger && a[0]->integer >= 0 && a[0]->integer <= 1024) {
-        indentation = std::string(static_cast<size_t>(a[0]->integer), ' ');
-      } else {
-        return Error(line, "indent width must be an integer from 0 to 1024 or a string");
-      }
-    }
-    const bool first = a[1].has_value() && Truthy(*a[1]);
-    const bool blank = a[2].has_value() && Truthy(*a[2]);
-    std::string out;
-    size_t start = 0;
-    for (int index = 0;; ++index) {
-      const size_t end = v.str().find('\n', start);
-      const std::string_view text = std::string_view(v.str()).substr(
-          start, end == std::string::npos ? std::string::npos : end - start);
-      if (index > 0) out.push_back('\n');
-      if ((index > 0 || first) && (blank || !text.empty())) out += indentation;
-      out += text;
-      RETURN_IF_ERROR(CheckString(out.size(), line));
-      if (end == std::string::npos) break;
-      start = end + 1;
-    }
-    return MakeString(std::move(out), line);
-  }
+  if (name == "indent") return IndentFilter(v, what, positional, keywords, line);
   if (name == "replace") {
-    if (!v.is_string()) return needs("a string");
+    if (!v.is_string()) return KindError(what, "a string", v, line);
     return CallMethod(v, "replace", positional, keywords, line);
   }
   if (name == "int" || name == "float") {
@@ -201,6 +138,80 @@ absl::StatusOr<Value> Renderer::ApplyFilter(
 absl::Status Renderer::KindError(std::string_view what, std::string_view kind, const Value& v,
                                  int line) {
   return Error(line, Cat(what, " needs ", kind, ", not ", KindName(v.kind)));
+}
+
+absl::StatusOr<Value> Renderer::TojsonFilter(
+    const Value& v, const std::string& what, const std::vector<Value>& positional,
+    const std::vector<std::pair<std::string, Value>>& keywords, int line) {
+  ASSIGN_OR_RETURN(Arguments a, Bind(what, {"indent", "sort_keys", "ensure_ascii", "separators"},
+                                     positional, keywords, line));
+  JsonOptions json;
+  if (a[0].has_value() && a[0]->kind != Value::Kind::kNone) {
+    if (a[0]->kind != Value::Kind::kInteger || a[0]->integer < 0 || a[0]->integer > 64) {
+      return Error(line, "tojson indent must be an integer from 0 to 64");
+    }
+    json.indent = static_cast<int>(a[0]->integer);
+  }
+  if (a[1].has_value()) json.sort_keys = Truthy(*a[1]);
+  if (a[2].has_value()) json.ensure_ascii = Truthy(*a[2]);
+  if (a[3].has_value() && a[3]->kind != Value::Kind::kNone) {
+    return Error(line, "tojson separators are not supported");
+  }
+  std::string out;
+  RETURN_IF_ERROR(ToJson(v, json, 0, &out, line, 0));
+  return MakeString(std::move(out), line);
+}
+
+absl::StatusOr<Value> Renderer::JoinFilter(
+    const Value& v, const std::string& what, const std::vector<Value>& positional,
+    const std::vector<std::pair<std::string, Value>>& keywords, int line) {
+  ASSIGN_OR_RETURN(Arguments a, Bind(what, {"d", "attribute"}, positional, keywords, line));
+  std::string separator;
+  if (a[0].has_value()) {
+    if (!a[0]->is_string()) return Error(line, "join needs a string separator");
+    separator = a[0]->str();
+  }
+  ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
+  if (a[1].has_value()) {
+    if (!a[1]->is_string()) return Error(line, "join attribute must be a string");
+    for (Value& item : items) {
+      ASSIGN_OR_RETURN(item, AttributePath(item, a[1]->str(), line));
+    }
+  }
+  return JoinValues(items, separator, line);
+}
+
+absl::StatusOr<Value> Renderer::IndentFilter(
+    const Value& v, const std::string& what, const std::vector<Value>& positional,
+    const std::vector<std::pair<std::string, Value>>& keywords, int line) {
+  ASSIGN_OR_RETURN(Arguments a, Bind(what, {"width", "first", "blank"}, positional, keywords, line));
+  if (!v.is_string()) return KindError(what, "a string", v, line);
+  std::string indentation = "    ";
+  if (a[0].has_value()) {
+    if (a[0]->is_string()) {
+      indentation = a[0]->str();
+    } else if (a[0]->kind == Value::Kind::kInteger && a[0]->integer >= 0 && a[0]->integer <= 1024) {
+      indentation = std::string(static_cast<size_t>(a[0]->integer), ' ');
+    } else {
+      return Error(line, "indent width must be an integer from 0 to 1024 or a string");
+    }
+  }
+  const bool first = a[1].has_value() && Truthy(*a[1]);
+  const bool blank = a[2].has_value() && Truthy(*a[2]);
+  std::string out;
+  size_t start = 0;
+  for (int index = 0;; ++index) {
+    const size_t end = v.str().find('\n', start);
+    const std::string_view text = std::string_view(v.str()).substr(
+        start, end == std::string::npos ? std::string::npos : end - start);
+    if (index > 0) out.push_back('\n');
+    if ((index > 0 || first) && (blank || !text.empty())) out += indentation;
+    out += text;
+    RETURN_IF_ERROR(CheckString(out.size(), line));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return MakeString(std::move(out), line);
 }
 
 absl::StatusOr<Value> Renderer::SelectFilter(

@@ -166,53 +166,65 @@ absl::StatusOr<Value> Renderer::ItemsOf(const Value& object, int line) {
   return MakeList(std::move(items), line);
 }
 
+absl::StatusOr<Value> Renderer::MappingMethod(
+    const Value& object, const std::string& name, const std::string& what,
+    const std::vector<Value>& positional,
+    const std::vector<std::pair<std::string, Value>>& keywords, int line) {
+  if (name == "get") {
+    ASSIGN_OR_RETURN(Arguments a, Bind(what, {"key", "default"}, positional, keywords, line));
+    if (!a[0].has_value()) return Error(line, "get() needs a key");
+    if (a[0]->is_string()) {
+      const Value* v = object.object->Find(a[0]->str());
+      if (v != nullptr) return *v;
+    }
+    return a[1].has_value() ? *a[1] : Value::None();
+  }
+  ASSIGN_OR_RETURN(Arguments a, Bind(what, {}, positional, keywords, line));
+  if (name == "items") return ItemsOf(object, line);
+  if (name == "keys" || name == "values") {
+    ValueList items;
+    for (const auto& [key, value] : object.object->entries) {
+      items.push_back(name == "keys" ? Value::String(key) : value);
+    }
+    return MakeList(std::move(items), line);
+  }
+  return Error(line, Cat("a mapping has no method '", name, "'"));
+}
+
+absl::StatusOr<Value> Renderer::AffixMethod(
+    const std::string& s, const std::string& name, const std::string& what,
+    const std::vector<Value>& positional,
+    const std::vector<std::pair<std::string, Value>>& keywords, int line) {
+  ASSIGN_OR_RETURN(Arguments a, Bind(what, {"prefix"}, positional, keywords, line));
+  std::vector<std::string> candidates;
+  if (a[0].has_value() && a[0]->is_string()) {
+    candidates.push_back(a[0]->str());
+  } else if (a[0].has_value() && a[0]->is_list()) {
+    for (const Value& v : *a[0]->list) {
+      if (!v.is_string()) return Error(line, Cat(what, " needs strings"));
+      candidates.push_back(v.str());
+    }
+  } else {
+    return Error(line, Cat(what, " needs a string or a tuple of strings"));
+  }
+  for (const std::string& c : candidates) {
+    const bool match = name == "startswith"
+                           ? std::string_view(s).substr(0, c.size()) == c
+                           : s.size() >= c.size() && std::string_view(s).substr(s.size() - c.size()) == c;
+    if (match) return Value::Boolean(true);
+  }
+  return Value::Boolean(false);
+}
+
 absl::StatusOr<Value> Renderer::CallMethod(
     const Value& object, const std::string& name, const std::vector<Value>& positional,
     const std::vector<std::pair<std::string, Value>>& keywords, int line) {
   const std::string what = Cat(name, "()");
-  if (object.is_object()) {
-    if (name == "get") {
-      ASSIGN_OR_RETURN(Arguments a, Bind(what, {"key", "default"}, positional, keywords, line));
-      if (!a[0].has_value()) return Error(line, "get() needs a key");
-      if (a[0]->is_string()) {
-        const Value* v = object.object->Find(a[0]->str());
-        if (v != nullptr) return *v;
-      }
-      return a[1].has_value() ? *a[1] : Value::None();
-    }
-    ASSIGN_OR_RETURN(Arguments a, Bind(what, {}, positional, keywords, line));
-    if (name == "items") return ItemsOf(object, line);
-    if (name == "keys" || name == "values") {
-      ValueList items;
-      for (const auto& [key, value] : object.object->entries) {
-        items.push_back(name == "keys" ? Value::String(key) : value);
-      }
-      return MakeList(std::move(items), line);
-    }
-    return Error(line, Cat("a mapping has no method '", name, "'"));
-  }
+  if (object.is_object()) return MappingMethod(object, name, what, positional, keywords, line);
   const std::string& s = object.str();
   RETURN_IF_ERROR(Charge(1, s.size()));
   if (name == "startswith" || name == "endswith") {
-    ASSIGN_OR_RETURN(Arguments a, Bind(what, {"prefix"}, positional, keywords, line));
-    std::vector<std::string> candidates;
-    if (a[0].has_value() && a[0]->is_string()) {
-      candidates.push_back(a[0]->str());
-    } else if (a[0].has_value() && a[0]->is_list()) {
-      for (const Value& v : *a[0]->list) {
-        if (!v.is_string()) return Error(line, Cat(what, " needs strings"));
-        candidates.push_back(v.str());
-      }
-    } else {
-      return Error(line, Cat(what, " needs a string or a tuple of strings"));
-    }
-    for (const std::string& c : candidates) {
-      const bool match = name == "startswith"
-                             ? std::string_view(s).substr(0, c.size()) == c
-                             : s.size() >= c.size() && std::string_view(s).substr(s.size() - c.size()) == c;
-      if (match) return Value::Boolean(true);
-    }
-    return Value::Boolean(false);
+    return AffixMethod(s, name, what, positional, keywords, line);
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     ASSIGN_OR_RETURN(Arguments a, Bind(what, {"chars"}, positional, keywords, line));

@@ -137,6 +137,11 @@ class Parser {
   absl::StatusOr<std::unique_ptr<Expr>> ParseUnary();
   absl::StatusOr<std::unique_ptr<Expr>> ParseUnaryWithoutFilters();
   absl::StatusOr<std::unique_ptr<Expr>> ParsePrimary();
+  // `(...)`: a parenthesized expression or a tuple; `[...]` a list; `{k: v, ...}` a mapping.
+  // Each starts at its opening bracket; ParsePrimary's depth guard covers them.
+  absl::StatusOr<std::unique_ptr<Expr>> ParseParenthesized(int line);
+  absl::StatusOr<std::unique_ptr<Expr>> ParseList(int line);
+  absl::StatusOr<std::unique_ptr<Expr>> ParseDict(int line);
 
   // `(args)` after a callee, filter or test: positional and `name=value` arguments.
   absl::Status ParseArguments(Expr* call);

@@ -188,6 +188,16 @@ class Renderer {
   absl::StatusOr<Value> Split(const std::string& s, const std::optional<Value>& separator,
                               const std::optional<Value>& max_split, int line);
   absl::StatusOr<Value> ItemsOf(const Value& object, int line);
+  // get, items, keys and values on a mapping.
+  absl::StatusOr<Value> MappingMethod(const Value& object, const std::string& name,
+                                      const std::string& what, const std::vector<Value>& positional,
+                                      const std::vector<std::pair<std::string, Value>>& keywords,
+                                      int line);
+  // startswith and endswith on `s`: one string or a list of them.
+  absl::StatusOr<Value> AffixMethod(const std::string& s, const std::string& name,
+                                    const std::string& what, const std::vector<Value>& positional,
+                                    const std::vector<std::pair<std::string, Value>>& keywords,
+                                    int line);
   absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
                                    const std::vector<Value>& positional,
                                    const std::vector<std::pair<std::string, Value>>& keywords,
@@ -211,6 +221,21 @@ class Renderer {
   // "the filter 'trim' needs a string, not list" (`what` names the filter).
   static absl::Status KindError(std::string_view what, std::string_view kind, const Value& v,
                                 int line);
+  // tojson(indent, sort_keys, ensure_ascii); separators only as none.
+  absl::StatusOr<Value> TojsonFilter(const Value& v, const std::string& what,
+                                     const std::vector<Value>& positional,
+                                     const std::vector<std::pair<std::string, Value>>& keywords,
+                                     int line);
+  // join(d, attribute).
+  absl::StatusOr<Value> JoinFilter(const Value& v, const std::string& what,
+                                   const std::vector<Value>& positional,
+                                   const std::vector<std::pair<std::string, Value>>& keywords,
+                                   int line);
+  // indent(width, first, blank): width as a count of spaces or a string.
+  absl::StatusOr<Value> IndentFilter(const Value& v, const std::string& what,
+                                     const std::vector<Value>& positional,
+                                     const std::vector<std::pair<std::string, Value>>& keywords,
+                                     int line);
   // selectattr, rejectattr, select and reject.
   absl::StatusOr<Value> SelectFilter(const std::string& name, const Value& v,
                                      const std::string& what, const std::vector<Value>& positional,
@@ -234,6 +259,17 @@ class Renderer {
   // + - * / // % ** (and + and * on strings and lists), after both operands are evaluated.
   absl::StatusOr<Value> Arithmetic(const std::string& op, const Value& left, const Value& right,
                                    int line);
+  // "cannot apply '-' to string and integer".
+  static absl::Status OperandMismatch(const std::string& op, const Value& left, const Value& right,
+                                      int line);
+  // `sequence` (a string or a list) `n` times over, within the output and list limits.
+  absl::StatusOr<Value> Repeat(const Value& sequence, int64_t n, int line);
+  // The operators on numbers and booleans, with Python's floored division and modulo.
+  static absl::StatusOr<Value> NumberArithmetic(const std::string& op, const Value& left,
+                                                const Value& right, int line);
+  // `**`: exact on integers with a non-negative exponent (`a`, `b`), else on doubles (`x`, `y`).
+  static absl::StatusOr<Value> Power(bool integers, int64_t a, int64_t b, double x, double y,
+                                     int line);
 
   const ChatTemplateOptions& options_;
   int64_t work_ = 0;

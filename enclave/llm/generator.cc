@@ -129,53 +129,11 @@ class Generator::Impl {
   const StepEngine& engine() const { return *engine_; }
 
   absl::StatusOr<std::vector<TokenEvent>> Step() {
-    std::vector<TokenEvent> events;
-    for (uint64_t id : cancelled_) {
-      TokenEvent event;
-      event.sequence = id;
-      event.finish = FinishReason::kCancelled;
-      if (auto it = sequences_.find(id); it != sequences_.end()) {
-        event.completion_tokens = it->second->generated();
-        event.cached_tokens = it->second->cached;
-      }
-      Remove(id);
-      events.push_back(std::move(event));
-    }
-    cancelled_.clear();
+    std::vector<TokenEvent> events = TakeCancelled();
     Admit();
-
-    // Decode tokens of running sequences first, then prefill chunks, under the token budget.
-    std::vector<Sequence*> step;
-    std::vector<StepSequence> parts;
-    int64_t budget = options_.max_step_tokens;
-    for (uint64_t id : order_) {
-      Sequence& s = *sequences_.at(id);
-      if (!s.admitted || s.computed < s.prompt_size) continue;
-      if (budget <= 0) break;
-      step.push_back(&s);
-      budget -= 1;
-    }
-    for (uint64_t id : order_) {
-      Sequence& s = *sequences_.at(id);
-      if (!s.admitted || s.computed >= s.prompt_size) continue;
-      if (budget <= 0) break;
-      step.push_back(&s);
-      budget -= std::min<int64_t>(budget, s.prompt_size - s.computed);
-    }
+    std::vector<Sequence*> step = Schedule();
     if (step.empty()) return events;
-    budget = options_.max_step_tokens;
-    for (Sequence* s : step) {
-      StepSequence part;
-      const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->computed;
-      const int64_t count = std::min<int64_t>(remaining, std::max<int64_t>(budget, 1));
-      budget -= count;
-      part.tokens = std::span<const int32_t>(s->tokens).subspan(s->computed, count);
-      part.start_position = s->computed;
-      part.block_table = s->blocks;
-      part.want_logits = s->computed + count == static_cast<int64_t>(s->tokens.size());
-      part.argmax = s->sampler->plain_greedy();
-      parts.push_back(part);
-    }
+    std::vector<StepSequence> parts = MakeParts(step);
     RETURN_IF_ERROR(engine_->Step(parts, result_));
 
     const int64_t vocab = model_.config().vocab_size;
@@ -197,40 +155,7 @@ class Generator::Impl {
         event.token = s.sampler->Sample(row);
       }
       s.tokens.push_back(event.token.id);
-      FinishReason finish = FinishReason::kNone;
-      const ModelConfig& config = model_.config();
-      const int32_t id = event.token.id;
-      bool is_stop_token = std::find(s.request.stop_token_ids.begin(),
-                                     s.request.stop_token_ids.end(), id) !=
-                           s.request.stop_token_ids.end();
-      if (!s.request.ignore_eos &&
-          std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) !=
-              config.eos_token_ids.end()) {
-        is_stop_token = true;
-      }
-      if (is_stop_token) {
-        finish = FinishReason::kStop;
-      } else {
-        ASSIGN_OR_RETURN(std::string delta, s.decoder->Push(id));
-        StopMatcher::Result emitted = s.stop->Push(delta);
-        event.text = std::move(emitted.text);
-        if (emitted.stopped) finish = FinishReason::kStop;
-      }
-      if (finish == FinishReason::kNone &&
-          (s.generated() >= s.request.max_tokens ||
-           static_cast<int64_t>(s.tokens.size()) >= config.max_position_embeddings)) {
-        finish = FinishReason::kLength;
-      }
-      if (finish != FinishReason::kNone) {
-        if (!s.stop->stopped()) {
-          StopMatcher::Result tail = s.stop->Push(s.decoder->Finish());
-          event.text += tail.text;
-          if (!tail.stopped) event.text += s.stop->Finish();
-        }
-        event.finish = finish;
-        event.cached_tokens = s.cached;
-        event.completion_tokens = s.generated();
-      }
+      ASSIGN_OR_RETURN(const FinishReason finish, Emit(s, event));
       events.push_back(std::move(event));
       if (finish != FinishReason::kNone) {
         Release(s);
@@ -241,6 +166,104 @@ class Generator::Impl {
   }
 
  private:
+  // The events of the sequences cancelled since the last step, which are removed.
+  std::vector<TokenEvent> TakeCancelled() {
+    std::vector<TokenEvent> events;
+    for (uint64_t id : cancelled_) {
+      TokenEvent event;
+      event.sequence = id;
+      event.finish = FinishReason::kCancelled;
+      if (auto it = sequences_.find(id); it != sequences_.end()) {
+        event.completion_tokens = it->second->generated();
+        event.cached_tokens = it->second->cached;
+      }
+      Remove(id);
+      events.push_back(std::move(event));
+    }
+    cancelled_.clear();
+    return events;
+  }
+
+  // Decode tokens of running sequences first, then prefill chunks, under the token budget.
+  std::vector<Sequence*> Schedule() {
+    std::vector<Sequence*> step;
+    int64_t budget = options_.max_step_tokens;
+    for (uint64_t id : order_) {
+      Sequence& s = *sequences_.at(id);
+      if (!s.admitted || s.computed < s.prompt_size) continue;
+      if (budget <= 0) break;
+      step.push_back(&s);
+      budget -= 1;
+    }
+    for (uint64_t id : order_) {
+      Sequence& s = *sequences_.at(id);
+      if (!s.admitted || s.computed >= s.prompt_size) continue;
+      if (budget <= 0) break;
+      step.push_back(&s);
+      budget -= std::min<int64_t>(budget, s.prompt_size - s.computed);
+    }
+    return step;
+  }
+
+  // The engine's parts for the scheduled sequences: each its next tokens, within the budget.
+  std::vector<StepSequence> MakeParts(const std::vector<Sequence*>& step) const {
+    std::vector<StepSequence> parts;
+    int64_t budget = options_.max_step_tokens;
+    for (Sequence* s : step) {
+      StepSequence part;
+      const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->computed;
+      const int64_t count = std::min<int64_t>(remaining, std::max<int64_t>(budget, 1));
+      budget -= count;
+      part.tokens = std::span<const int32_t>(s->tokens).subspan(s->computed, count);
+      part.start_position = s->computed;
+      part.block_table = s->blocks;
+      part.want_logits = s->computed + count == static_cast<int64_t>(s->tokens.size());
+      part.argmax = s->sampler->plain_greedy();
+      parts.push_back(part);
+    }
+    return parts;
+  }
+
+  // Fills the event's text (and, when the sequence ends, its finish and counts) for the token
+  // just appended to `s`; returns why the sequence ends, kNone while it goes on.
+  absl::StatusOr<FinishReason> Emit(Sequence& s, TokenEvent& event) {
+    FinishReason finish = FinishReason::kNone;
+    const ModelConfig& config = model_.config();
+    const int32_t id = event.token.id;
+    bool is_stop_token = std::find(s.request.stop_token_ids.begin(),
+                                   s.request.stop_token_ids.end(), id) !=
+                         s.request.stop_token_ids.end();
+    if (!s.request.ignore_eos &&
+        std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) !=
+            config.eos_token_ids.end()) {
+      is_stop_token = true;
+    }
+    if (is_stop_token) {
+      finish = FinishReason::kStop;
+    } else {
+      ASSIGN_OR_RETURN(std::string delta, s.decoder->Push(id));
+      StopMatcher::Result emitted = s.stop->Push(delta);
+      event.text = std::move(emitted.text);
+      if (emitted.stopped) finish = FinishReason::kStop;
+    }
+    if (finish == FinishReason::kNone &&
+        (s.generated() >= s.request.max_tokens ||
+         static_cast<int64_t>(s.tokens.size()) >= config.max_position_embeddings)) {
+      finish = FinishReason::kLength;
+    }
+    if (finish != FinishReason::kNone) {
+      if (!s.stop->stopped()) {
+        StopMatcher::Result tail = s.stop->Push(s.decoder->Finish());
+        event.text += tail.text;
+        if (!tail.stopped) event.text += s.stop->Finish();
+      }
+      event.finish = finish;
+      event.cached_tokens = s.cached;
+      event.completion_tokens = s.generated();
+    }
+    return finish;
+  }
+
   // Admits waiting sequences in arrival order while there are slots and KV blocks for them.
   void Admit() {
     int64_t running = 0;

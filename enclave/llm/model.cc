@@ -185,61 +185,50 @@ absl::StatusOr<CheckpointTensors> PlanCheckpointTensors(const Checkpoint& checkp
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
-                                                   const LoadOptions& options) {
-  auto file = [&](std::string_view name) -> const std::span<const uint8_t>* {
-    auto it = files.find(name);
-    return it == files.end() ? nullptr : &it->second;
-  };
-  const auto* config_file = file("config.json");
-  if (config_file == nullptr) return absl::InvalidArgumentError("checkpoint has no config.json");
-  const auto* generation_file = file("generation_config.json");
-  ASSIGN_OR_RETURN(ModelConfig config,
-                   ParseModelConfig(AsText(*config_file),
-                                    generation_file ? AsText(*generation_file) : ""));
+namespace {
 
-  const auto* tokenizer_file = file("tokenizer.json");
+const std::span<const uint8_t>* FindFile(const CheckpointFiles& files, std::string_view name) {
+  auto it = files.find(name);
+  return it == files.end() ? nullptr : &it->second;
+}
+
+// tokenizer.json (no larger than config.json's vocabulary) and tokenizer_config.json's chat
+// template (null without one).
+absl::Status LoadTokenizer(const CheckpointFiles& files, const ModelConfig& config,
+                           std::unique_ptr<Tokenizer>& tokenizer,
+                           std::unique_ptr<ChatTemplate>& chat_template) {
+  const auto* tokenizer_file = FindFile(files, "tokenizer.json");
   if (tokenizer_file == nullptr) {
     return absl::InvalidArgumentError("checkpoint has no tokenizer.json");
   }
-  const auto* tokenizer_config_file = file("tokenizer_config.json");
+  const auto* tokenizer_config_file = FindFile(files, "tokenizer_config.json");
   std::string_view tokenizer_config =
       tokenizer_config_file ? AsText(*tokenizer_config_file) : std::string_view();
-  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                   Tokenizer::Load(AsText(*tokenizer_file), tokenizer_config));
+  ASSIGN_OR_RETURN(tokenizer, Tokenizer::Load(AsText(*tokenizer_file), tokenizer_config));
   if (tokenizer->vocab_size() > config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tokenizer.json has ", tokenizer->vocab_size(), " tokens but config.json vocab_size is ",
         config.vocab_size));
   }
-  std::unique_ptr<ChatTemplate> chat_template;
-  if (!tokenizer_config.empty()) {
-    nlohmann::json parsed = nlohmann::json::parse(tokenizer_config, nullptr, false);
-    if (parsed.is_discarded() || !parsed.is_object()) {
-      return absl::InvalidArgumentError("tokenizer_config.json: not a JSON object");
-    }
-    absl::StatusOr<std::string> source = SelectChatTemplate(parsed, "");
-    if (source.ok()) {
-      ASSIGN_OR_RETURN(chat_template, ChatTemplate::Parse(*source));
-    } else if (!absl::IsNotFound(source.status())) {
-      return source.status();
-    }
+  if (tokenizer_config.empty()) return absl::OkStatus();
+  nlohmann::json parsed = nlohmann::json::parse(tokenizer_config, nullptr, false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return absl::InvalidArgumentError("tokenizer_config.json: not a JSON object");
   }
-
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(files));
-  ASSIGN_OR_RETURN(CheckpointTensors tensors, PlanCheckpointTensors(checkpoint, config));
-
-  auto model = std::unique_ptr<Model>(new Model());
-  // Checked; another engine holds the weights.
-  if (options.weights == WeightFormat::kNone) {
-    model->config_ = std::move(config);
-    model->tokenizer_ = std::move(tokenizer);
-    model->chat_template_ = std::move(chat_template);
-    return model;
+  absl::StatusOr<std::string> source = SelectChatTemplate(parsed, "");
+  if (source.ok()) {
+    ASSIGN_OR_RETURN(chat_template, ChatTemplate::Parse(*source));
+  } else if (!absl::IsNotFound(source.status())) {
+    return source.status();
   }
-  auto weights = std::make_unique<Weights>();
+  return absl::OkStatus();
+}
+
+// Converts the norms and biases into `weights` and plans its matrices, stacked by rows from
+// the tensors PlanCheckpointTensors checked.
+std::vector<PlannedMatrix> PlanWeights(const CheckpointTensors& tensors, const ModelConfig& config,
+                                       const LoadOptions& options, Model::Weights& weights) {
   std::vector<PlannedMatrix> plan;
-  // A matrix stacked by rows from `parts`, whose shapes PlanCheckpointTensors checked.
   auto plan_matrix = [&](WeightMatrix* target, std::vector<const TensorView*> parts) {
     PlannedMatrix m;
     m.target = target;
@@ -253,12 +242,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
     if (options.weights == WeightFormat::kF32) m.dtype = DType::kF32;
     plan.push_back(std::move(m));
   };
-  plan_matrix(&weights->embed, {tensors.embed});
-  if (!config.tie_word_embeddings) plan_matrix(&weights->lm_head, {tensors.lm_head});
-  weights->final_norm = TensorToFloat(*tensors.final_norm);
-  weights->layers.resize(config.num_layers);
+  plan_matrix(&weights.embed, {tensors.embed});
+  if (!config.tie_word_embeddings) plan_matrix(&weights.lm_head, {tensors.lm_head});
+  weights.final_norm = TensorToFloat(*tensors.final_norm);
+  weights.layers.resize(config.num_layers);
   for (int64_t l = 0; l < config.num_layers; ++l) {
-    Weights::Layer& layer = weights->layers[l];
+    Model::Weights::Layer& layer = weights.layers[l];
     const CheckpointTensors::Layer& t = tensors.layers[l];
     layer.input_norm = TensorToFloat(*t.input_norm);
     layer.post_norm = TensorToFloat(*t.post_norm);
@@ -273,7 +262,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
     plan_matrix(&layer.gate_up, {t.gate, t.up});
     plan_matrix(&layer.down, {t.down});
   }
+  return plan;
+}
 
+// Lays the planned matrices out in one allocation of `storage` and packs them; returns its
+// size in bytes.
+absl::StatusOr<size_t> PackWeights(std::vector<PlannedMatrix>& plan, const LoadOptions& options,
+                                   AlignedBuffer& storage) {
   size_t total = 0;
   for (PlannedMatrix& m : plan) {
     m.offset = total;
@@ -285,13 +280,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
                                                      " bytes, over the limit of ",
                                                      options.max_weight_bytes));
   }
-  weights->storage.Allocate(total);
-  if (weights->storage.data == nullptr && total != 0) {
+  storage.Allocate(total);
+  if (storage.data == nullptr && total != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", total, " weight bytes"));
   }
-  std::memset(weights->storage.data, 0, total);  // the panels' padding rows stay zero
+  std::memset(storage.data, 0, total);  // the panels' padding rows stay zero
   for (PlannedMatrix& m : plan) {
-    uint8_t* out = weights->storage.data + m.offset;
+    uint8_t* out = storage.data + m.offset;
     *m.target = WeightMatrix{m.dtype, m.rows, m.cols, out};
     int64_t row = 0;
     for (const TensorView* part : m.parts) {
@@ -299,6 +294,37 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
       row += part->shape[0];
     }
   }
+  return total;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const CheckpointFiles& files,
+                                                   const LoadOptions& options) {
+  const auto* config_file = FindFile(files, "config.json");
+  if (config_file == nullptr) return absl::InvalidArgumentError("checkpoint has no config.json");
+  const auto* generation_file = FindFile(files, "generation_config.json");
+  ASSIGN_OR_RETURN(ModelConfig config,
+                   ParseModelConfig(AsText(*config_file),
+                                    generation_file ? AsText(*generation_file) : ""));
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ChatTemplate> chat_template;
+  RETURN_IF_ERROR(LoadTokenizer(files, config, tokenizer, chat_template));
+
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(files));
+  ASSIGN_OR_RETURN(CheckpointTensors tensors, PlanCheckpointTensors(checkpoint, config));
+
+  auto model = std::unique_ptr<Model>(new Model());
+  // Checked; another engine holds the weights.
+  if (options.weights == WeightFormat::kNone) {
+    model->config_ = std::move(config);
+    model->tokenizer_ = std::move(tokenizer);
+    model->chat_template_ = std::move(chat_template);
+    return model;
+  }
+  auto weights = std::make_unique<Weights>();
+  std::vector<PlannedMatrix> plan = PlanWeights(tensors, config, options, *weights);
+  ASSIGN_OR_RETURN(const size_t total, PackWeights(plan, options, weights->storage));
   if (config.tie_word_embeddings) weights->lm_head = weights->embed;
   weights->inv_freq = RopeFrequencies(config);
 
@@ -359,171 +385,259 @@ absl::Status CheckStep(std::span<const StepSequence> parts, const ModelConfig& c
   return absl::OkStatus();
 }
 
+namespace {
+
+// One token of a step: the part it belongs to and its position.
+struct StepRow {
+  int32_t part;
+  int64_t position;
+};
+
+// One Forward call: the model's shapes, the step flattened to one row per token, and the
+// activations of every row.
+struct StepPass {
+  StepPass(const ModelConfig& config, std::span<const StepSequence> step_parts, KvCache& kv,
+           ThreadPool& thread_pool)
+      : c(config),
+        parts(step_parts),
+        cache(kv),
+        pool(thread_pool),
+        hidden(c.hidden_size),
+        head_dim(c.head_dim),
+        half(head_dim / 2),
+        q_dim(c.num_heads * head_dim),
+        kv_dim(c.num_kv_heads * head_dim),
+        qkv_rows(q_dim + 2 * kv_dim),
+        ffn(c.intermediate_size),
+        group(c.num_heads / c.num_kv_heads),
+        block_size(cache.block_size()),
+        eps(static_cast<float>(c.rms_norm_eps)),
+        scale(1.0f / std::sqrt(static_cast<float>(head_dim))),
+        window(c.sliding_window.value_or(0)) {}
+
+  const ModelConfig& c;
+  std::span<const StepSequence> parts;
+  KvCache& cache;
+  ThreadPool& pool;
+  const int64_t hidden, head_dim, half, q_dim, kv_dim, qkv_rows, ffn, group;
+  const int32_t block_size;
+  const float eps;
+  const float scale;
+  const int64_t window;
+
+  std::vector<StepRow> rows;
+  std::vector<int32_t> logit_rows;  // the rows whose logits are wanted
+  int64_t tokens = 0;
+  int64_t max_span = 1;        // the most positions one row attends to
+  int64_t attention_work = 0;  // multiply-adds of scores and weighted values
+  std::vector<float> x, xn, qkv, attn, gate_up, act, cos, sin;
+};
+
+// Flattens the step into rows and sizes the activations and the attention spans.
+void FlattenStep(StepPass& s) {
+  for (size_t p = 0; p < s.parts.size(); ++p) {
+    const StepSequence& part = s.parts[p];
+    for (size_t i = 0; i < part.tokens.size(); ++i) {
+      s.rows.push_back({static_cast<int32_t>(p), part.start_position + static_cast<int64_t>(i)});
+    }
+    if (part.want_logits) s.logit_rows.push_back(static_cast<int32_t>(s.rows.size() - 1));
+  }
+  const int64_t tokens = static_cast<int64_t>(s.rows.size());
+  s.tokens = tokens;
+  s.x.resize(tokens * s.hidden);
+  s.xn.resize(tokens * s.hidden);
+  s.qkv.resize(tokens * s.qkv_rows);
+  s.attn.resize(tokens * s.q_dim);
+  s.gate_up.resize(tokens * 2 * s.ffn);
+  s.act.resize(tokens * s.ffn);
+  s.cos.resize(tokens * s.half);
+  s.sin.resize(tokens * s.half);
+  for (const StepRow& row : s.rows) {
+    const int64_t first = s.window > 0 ? std::max<int64_t>(0, row.position - s.window + 1) : 0;
+    s.max_span = std::max(s.max_span, row.position - first + 1);
+    s.attention_work += 2 * (row.position - first + 1) * s.q_dim;
+  }
+}
+
+// The RoPE tables of every row and the token embeddings into x.
+void EmbedStep(StepPass& s, const Model::Weights& w) {
+  const int64_t tokens = s.tokens;
+  const int64_t half = s.half;
+  const int64_t hidden = s.hidden;
+  std::vector<int32_t> token_ids(tokens);
+  {
+    int64_t t = 0;
+    for (const StepSequence& part : s.parts)
+      for (int32_t id : part.tokens) token_ids[t++] = id;
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float position = static_cast<float>(s.rows[t].position);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = position * w.inv_freq[i];
+      s.cos[t * half + i] = std::cos(angle);
+      s.sin[t * half + i] = std::sin(angle);
+    }
+  }
+  float* x = s.x.data();
+  s.pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) RowToFloat(w.embed, token_ids[t], &x[t * hidden]);
+  });
+}
+
+// Bias, RoPE, and the new keys and values of layer `l` into the cache.
+void RopeAndStoreKv(StepPass& s, const Model::Weights::Layer& layer, int64_t l) {
+  const ModelConfig& c = s.c;
+  const int64_t tokens = s.tokens, qkv_rows = s.qkv_rows, head_dim = s.head_dim, half = s.half;
+  const int64_t q_dim = s.q_dim, kv_dim = s.kv_dim;
+  const int32_t block_size = s.block_size;
+  std::vector<float>& qkv = s.qkv;
+  const std::vector<float>& cos = s.cos;
+  const std::vector<float>& sin = s.sin;
+  KvCache& cache = s.cache;
+  s.pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = &qkv[t * qkv_rows];
+      if (!layer.qkv_bias.empty()) {
+        for (int64_t i = 0; i < qkv_rows; ++i) row[i] += layer.qkv_bias[i];
+      }
+      for (int64_t h = 0; h < c.num_heads + c.num_kv_heads; ++h) {
+        ApplyRope(row + h * head_dim, &cos[t * half], &sin[t * half], half);
+      }
+      const StepSequence& part = s.parts[s.rows[t].part];
+      const int64_t position = s.rows[t].position;
+      const int32_t block = part.block_table[position / block_size];
+      const int64_t slot = position % block_size;
+      float* keys = cache.key(l, block);
+      float* values = cache.value(l, block);
+      for (int64_t g = 0; g < c.num_kv_heads; ++g) {
+        std::memcpy(keys + (g * block_size + slot) * head_dim, row + q_dim + g * head_dim,
+                    head_dim * sizeof(float));
+        std::memcpy(values + (g * block_size + slot) * head_dim,
+                    row + q_dim + kv_dim + g * head_dim, head_dim * sizeof(float));
+      }
+    }
+  }, tokens * qkv_rows * 4);
+}
+
+// Paged attention of layer `l` for every (token, kv head) into attn.
+void Attend(StepPass& s, int64_t l) {
+  const ModelConfig& c = s.c;
+  const int64_t group = s.group, head_dim = s.head_dim, max_span = s.max_span;
+  const int64_t window = s.window, qkv_rows = s.qkv_rows, q_dim = s.q_dim;
+  const int32_t block_size = s.block_size;
+  const float scale = s.scale;
+  KvCache& cache = s.cache;
+  // Work items: (token, kv head); interleaved over threads so causal rows balance.
+  const int64_t items = s.tokens * c.num_kv_heads;
+  // q heads are scaled once here instead of every score (a rounding difference of one ulp).
+  auto attend = [&](int thread, int n) {
+    std::vector<float> scores(group * max_span);
+    std::vector<float> q(group * head_dim);
+    std::vector<const float*> key_blocks, value_blocks;
+    for (int64_t item = thread; item < items; item += n) {
+      const int64_t t = item / c.num_kv_heads;
+      const int64_t g = item % c.num_kv_heads;
+      const StepSequence& part = s.parts[s.rows[t].part];
+      const int64_t position = s.rows[t].position;
+      const int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+      const int64_t blocks = position / block_size + 1;
+      key_blocks.resize(blocks);
+      value_blocks.resize(blocks);
+      for (int64_t b = first / block_size; b < blocks; ++b) {
+        key_blocks[b] = cache.key(l, part.block_table[b]) + g * block_size * head_dim;
+        value_blocks[b] = cache.value(l, part.block_table[b]) + g * block_size * head_dim;
+      }
+      const float* source = &s.qkv[t * qkv_rows + g * group * head_dim];
+      for (int64_t i = 0; i < group * head_dim; ++i) q[i] = source[i] * scale;
+      AttendPaged(q.data(), group, head_dim, key_blocks.data(), value_blocks.data(), block_size,
+                  first, position, scores.data(), &s.attn[t * q_dim + g * group * head_dim]);
+    }
+  };
+  if (s.attention_work < 2 * ThreadPool::kMinWorkPerThread || s.pool.size() == 1) {
+    attend(0, 1);
+  } else {
+    s.pool.Run([&](int thread) { attend(thread, s.pool.size()); });
+  }
+}
+
+// xn = RmsNorm(x) with `norm` for every row.
+void NormRows(StepPass& s, const std::vector<float>& norm) {
+  const int64_t hidden = s.hidden, tokens = s.tokens;
+  const float eps = s.eps;
+  float* x = s.x.data();
+  float* xn = s.xn.data();
+  s.pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      RmsNorm(&x[t * hidden], norm.data(), hidden, eps, &xn[t * hidden]);
+    }
+  }, tokens * hidden * 4);
+}
+
+// One decoder layer: attention, then the gated MLP, each added to the residual x.
+void RunLayer(StepPass& s, const Model::Weights::Layer& layer, int64_t l) {
+  const int64_t tokens = s.tokens, hidden = s.hidden, qkv_rows = s.qkv_rows, q_dim = s.q_dim;
+  const int64_t ffn = s.ffn;
+  ThreadPool& pool = s.pool;
+  std::vector<float>& x = s.x;
+  std::vector<float>& xn = s.xn;
+  std::vector<float>& gate_up = s.gate_up;
+  std::vector<float>& act = s.act;
+  NormRows(s, layer.input_norm);
+  pool.For(qkv_rows, 32, [&](int64_t begin, int64_t end) {
+    MatMul(xn.data(), tokens, hidden, layer.qkv, begin, end, s.qkv.data(), qkv_rows, false);
+  }, tokens * qkv_rows * hidden);
+  RopeAndStoreKv(s, layer, l);
+  Attend(s, l);
+  pool.For(hidden, 32, [&](int64_t begin, int64_t end) {
+    MatMul(s.attn.data(), tokens, q_dim, layer.o, begin, end, x.data(), hidden, true);
+  }, tokens * hidden * q_dim);
+  NormRows(s, layer.post_norm);
+  pool.For(2 * ffn, 32, [&](int64_t begin, int64_t end) {
+    MatMul(xn.data(), tokens, hidden, layer.gate_up, begin, end, gate_up.data(), 2 * ffn, false);
+  }, tokens * 2 * ffn * hidden);
+  pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      SiluMul(&gate_up[t * 2 * ffn], &gate_up[t * 2 * ffn + ffn], ffn, &act[t * ffn]);
+    }
+  }, tokens * ffn * 8);
+  pool.For(hidden, 32, [&](int64_t begin, int64_t end) {
+    MatMul(act.data(), tokens, ffn, layer.down, begin, end, x.data(), hidden, true);
+  }, tokens * hidden * ffn);
+}
+
+// Final norm and the vocabulary projection, only for the rows that want logits.
+void ProjectLogits(StepPass& s, const Model::Weights& w, std::vector<float>& logits) {
+  const ModelConfig& c = s.c;
+  const int64_t hidden = s.hidden;
+  const int64_t outputs = static_cast<int64_t>(s.logit_rows.size());
+  logits.resize(outputs * c.vocab_size);
+  if (outputs == 0) return;
+  std::vector<float> final_rows(outputs * hidden);
+  for (int64_t i = 0; i < outputs; ++i) {
+    RmsNorm(&s.x[s.logit_rows[i] * hidden], w.final_norm.data(), hidden, s.eps,
+            &final_rows[i * hidden]);
+  }
+  s.pool.For(c.vocab_size, 32, [&](int64_t begin, int64_t end) {
+    MatMul(final_rows.data(), outputs, hidden, w.lm_head, begin, end, logits.data(), c.vocab_size,
+           false);
+  }, outputs * c.vocab_size * hidden);
+}
+
+}  // namespace
+
 absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
                             ThreadPool& pool, std::vector<float>& logits) const {
   if (weights_ == nullptr) {
     return absl::FailedPreconditionError(
         "the model was loaded without host weights (another engine holds them)");
   }
-  const ModelConfig& c = config_;
   const Weights& w = *weights_;
-  const int64_t hidden = c.hidden_size;
-  const int64_t head_dim = c.head_dim;
-  const int64_t half = head_dim / 2;
-  const int64_t q_dim = c.num_heads * head_dim;
-  const int64_t kv_dim = c.num_kv_heads * head_dim;
-  const int64_t qkv_rows = q_dim + 2 * kv_dim;
-  const int64_t ffn = c.intermediate_size;
-  const int64_t group = c.num_heads / c.num_kv_heads;
-  const int32_t block_size = cache.block_size();
-
-  // Flatten the step: one row per token.
-  struct Row {
-    int32_t part;
-    int64_t position;
-  };
-  std::vector<Row> rows;
-  std::vector<int32_t> logit_rows;
-  RETURN_IF_ERROR(CheckStep(parts, c, cache.num_blocks(), block_size));
-  for (size_t p = 0; p < parts.size(); ++p) {
-    const StepSequence& part = parts[p];
-    for (size_t i = 0; i < part.tokens.size(); ++i) {
-      rows.push_back({static_cast<int32_t>(p), part.start_position + static_cast<int64_t>(i)});
-    }
-    if (part.want_logits) logit_rows.push_back(static_cast<int32_t>(rows.size() - 1));
-  }
-  const int64_t tokens = static_cast<int64_t>(rows.size());
-
-  std::vector<float> x(tokens * hidden), xn(tokens * hidden), qkv(tokens * qkv_rows),
-      attn(tokens * q_dim), gate_up(tokens * 2 * ffn), act(tokens * ffn);
-  std::vector<float> cos(tokens * half), sin(tokens * half);
-  std::vector<int32_t> token_ids(tokens);
-  {
-    int64_t t = 0;
-    for (const StepSequence& part : parts)
-      for (int32_t id : part.tokens) token_ids[t++] = id;
-  }
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float position = static_cast<float>(rows[t].position);
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = position * w.inv_freq[i];
-      cos[t * half + i] = std::cos(angle);
-      sin[t * half + i] = std::sin(angle);
-    }
-  }
-  pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) RowToFloat(w.embed, token_ids[t], &x[t * hidden]);
-  });
-
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t window = c.sliding_window.value_or(0);
-  int64_t max_span = 1;
-  int64_t attention_work = 0;  // multiply-adds of scores and weighted values
-  for (const Row& row : rows) {
-    const int64_t first = window > 0 ? std::max<int64_t>(0, row.position - window + 1) : 0;
-    max_span = std::max(max_span, row.position - first + 1);
-    attention_work += 2 * (row.position - first + 1) * q_dim;
-  }
-  // Attention work items: (token, kv head); interleaved over threads so causal rows balance.
-  const int64_t items = tokens * c.num_kv_heads;
-
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const Weights::Layer& layer = w.layers[l];
-    pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        RmsNorm(&x[t * hidden], layer.input_norm.data(), hidden, eps, &xn[t * hidden]);
-      }
-    }, tokens * hidden * 4);
-    pool.For(qkv_rows, 32, [&](int64_t begin, int64_t end) {
-      MatMul(xn.data(), tokens, hidden, layer.qkv, begin, end, qkv.data(), qkv_rows, false);
-    }, tokens * qkv_rows * hidden);
-    // Bias, RoPE, and the new keys and values into the cache.
-    pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        float* row = &qkv[t * qkv_rows];
-        if (!layer.qkv_bias.empty()) {
-          for (int64_t i = 0; i < qkv_rows; ++i) row[i] += layer.qkv_bias[i];
-        }
-        for (int64_t h = 0; h < c.num_heads + c.num_kv_heads; ++h) {
-          ApplyRope(row + h * head_dim, &cos[t * half], &sin[t * half], half);
-        }
-        const StepSequence& part = parts[rows[t].part];
-        const int64_t position = rows[t].position;
-        const int32_t block = part.block_table[position / block_size];
-        const int64_t slot = position % block_size;
-        float* keys = cache.key(l, block);
-        float* values = cache.value(l, block);
-        for (int64_t g = 0; g < c.num_kv_heads; ++g) {
-          std::memcpy(keys + (g * block_size + slot) * head_dim, row + q_dim + g * head_dim,
-                      head_dim * sizeof(float));
-          std::memcpy(values + (g * block_size + slot) * head_dim,
-                      row + q_dim + kv_dim + g * head_dim, head_dim * sizeof(float));
-        }
-      }
-    }, tokens * qkv_rows * 4);
-    // q heads are scaled once here instead of every score (a rounding difference of one ulp).
-    auto attend = [&](int thread, int n) {
-      std::vector<float> scores(group * max_span);
-      std::vector<float> q(group * head_dim);
-      std::vector<const float*> key_blocks, value_blocks;
-      for (int64_t item = thread; item < items; item += n) {
-        const int64_t t = item / c.num_kv_heads;
-        const int64_t g = item % c.num_kv_heads;
-        const StepSequence& part = parts[rows[t].part];
-        const int64_t position = rows[t].position;
-        const int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
-        const int64_t blocks = position / block_size + 1;
-        key_blocks.resize(blocks);
-        value_blocks.resize(blocks);
-        for (int64_t b = first / block_size; b < blocks; ++b) {
-          key_blocks[b] = cache.key(l, part.block_table[b]) + g * block_size * head_dim;
-          value_blocks[b] = cache.value(l, part.block_table[b]) + g * block_size * head_dim;
-        }
-        const float* source = &qkv[t * qkv_rows + g * group * head_dim];
-        for (int64_t i = 0; i < group * head_dim; ++i) q[i] = source[i] * scale;
-        AttendPaged(q.data(), group, head_dim, key_blocks.data(), value_blocks.data(), block_size,
-                    first, position, scores.data(), &attn[t * q_dim + g * group * head_dim]);
-      }
-    };
-    if (attention_work < 2 * ThreadPool::kMinWorkPerThread || pool.size() == 1) {
-      attend(0, 1);
-    } else {
-      pool.Run([&](int thread) { attend(thread, pool.size()); });
-    }
-    pool.For(hidden, 32, [&](int64_t begin, int64_t end) {
-      MatMul(attn.data(), tokens, q_dim, layer.o, begin, end, x.data(), hidden, true);
-    }, tokens * hidden * q_dim);
-    pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        RmsNorm(&x[t * hidden], layer.post_norm.data(), hidden, eps, &xn[t * hidden]);
-      }
-    }, tokens * hidden * 4);
-    pool.For(2 * ffn, 32, [&](int64_t begin, int64_t end) {
-      MatMul(xn.data(), tokens, hidden, layer.gate_up, begin, end, gate_up.data(), 2 * ffn, false);
-    }, tokens * 2 * ffn * hidden);
-    pool.For(tokens, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        SiluMul(&gate_up[t * 2 * ffn], &gate_up[t * 2 * ffn + ffn], ffn, &act[t * ffn]);
-      }
-    }, tokens * ffn * 8);
-    pool.For(hidden, 32, [&](int64_t begin, int64_t end) {
-      MatMul(act.data(), tokens, ffn, layer.down, begin, end, x.data(), hidden, true);
-    }, tokens * hidden * ffn);
-  }
-
-  // Final norm and the vocabulary projection, only for the rows that want logits.
-  const int64_t outputs = static_cast<int64_t>(logit_rows.size());
-  logits.resize(outputs * c.vocab_size);
-  if (outputs == 0) return absl::OkStatus();
-  std::vector<float> final_rows(outputs * hidden);
-  for (int64_t i = 0; i < outputs; ++i) {
-    RmsNorm(&x[logit_rows[i] * hidden], w.final_norm.data(), hidden, eps, &final_rows[i * hidden]);
-  }
-  pool.For(c.vocab_size, 32, [&](int64_t begin, int64_t end) {
-    MatMul(final_rows.data(), outputs, hidden, w.lm_head, begin, end, logits.data(), c.vocab_size,
-           false);
-  }, outputs * c.vocab_size * hidden);
+  RETURN_IF_ERROR(CheckStep(parts, config_, cache.num_blocks(), cache.block_size()));
+  StepPass pass(config_, parts, cache, pool);
+  FlattenStep(pass);
+  EmbedStep(pass, w);
+  for (int64_t l = 0; l < config_.num_layers; ++l) RunLayer(pass, w.layers[l], l);
+  ProjectLogits(pass, w, logits);
   return absl::OkStatus();
 }
 

@@ -144,18 +144,12 @@ absl::Status ParseRopeScaling(std::string_view file, const json& config, ModelCo
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
-                                             std::string_view generation_config_json) {
-  constexpr std::string_view kFile = "config.json";
-  ASSIGN_OR_RETURN(json config, ParseObject(kFile, config_json));
-  ModelConfig out;
-
+// architectures: one name this engine implements.
+absl::Status ParseArchitecture(std::string_view file, const json& config, ModelConfig& out) {
   auto arch = config.find("architectures");
   if (arch == config.end() || !arch->is_array() || arch->size() != 1 ||
       !(*arch)[0].is_string()) {
-    return ConfigError(kFile, "\"architectures\" must be a list of one name");
+    return ConfigError(file, "\"architectures\" must be a list of one name");
   }
   out.architecture_name = (*arch)[0].get<std::string>();
   if (out.architecture_name == "LlamaForCausalLM") {
@@ -165,53 +159,50 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   } else if (out.architecture_name == "MistralForCausalLM") {
     out.architecture = Architecture::kMistral;
   } else {
-    return ConfigError(kFile, absl::StrCat("architectures[0] \"", out.architecture_name,
-                                           "\" is not supported (LlamaForCausalLM, "
-                                           "Qwen2ForCausalLM, MistralForCausalLM)"));
+    return ConfigError(file, absl::StrCat("architectures[0] \"", out.architecture_name,
+                                          "\" is not supported (LlamaForCausalLM, "
+                                          "Qwen2ForCausalLM, MistralForCausalLM)"));
   }
-  RETURN_IF_ERROR(RefuseUnsupported(kFile, config));
+  return absl::OkStatus();
+}
 
+// The shapes, normalization and RoPE keys.
+absl::Status ParseDimensions(std::string_view file, const json& config, ModelConfig& out) {
   constexpr int64_t kMaxDim = 1 << 20;
-  ASSIGN_OR_RETURN(out.vocab_size, IntKey(kFile, config, "vocab_size", std::nullopt, 1, 1 << 24));
-  ASSIGN_OR_RETURN(out.hidden_size, IntKey(kFile, config, "hidden_size", std::nullopt, 1, kMaxDim));
+  ASSIGN_OR_RETURN(out.vocab_size, IntKey(file, config, "vocab_size", std::nullopt, 1, 1 << 24));
+  ASSIGN_OR_RETURN(out.hidden_size, IntKey(file, config, "hidden_size", std::nullopt, 1, kMaxDim));
   ASSIGN_OR_RETURN(out.intermediate_size,
-                   IntKey(kFile, config, "intermediate_size", std::nullopt, 1, kMaxDim));
+                   IntKey(file, config, "intermediate_size", std::nullopt, 1, kMaxDim));
   ASSIGN_OR_RETURN(out.num_layers,
-                   IntKey(kFile, config, "num_hidden_layers", std::nullopt, 1, 1024));
+                   IntKey(file, config, "num_hidden_layers", std::nullopt, 1, 1024));
   ASSIGN_OR_RETURN(out.num_heads,
-                   IntKey(kFile, config, "num_attention_heads", std::nullopt, 1, 4096));
+                   IntKey(file, config, "num_attention_heads", std::nullopt, 1, 4096));
   ASSIGN_OR_RETURN(out.num_kv_heads,
-                   IntKey(kFile, config, "num_key_value_heads", out.num_heads, 1, 4096));
+                   IntKey(file, config, "num_key_value_heads", out.num_heads, 1, 4096));
   if (out.num_heads % out.num_kv_heads != 0) {
-    return ConfigError(kFile, absl::StrCat("num_attention_heads (", out.num_heads,
-                                           ") must be a multiple of num_key_value_heads (",
-                                           out.num_kv_heads, ")"));
+    return ConfigError(file, absl::StrCat("num_attention_heads (", out.num_heads,
+                                          ") must be a multiple of num_key_value_heads (",
+                                          out.num_kv_heads, ")"));
   }
   std::optional<int64_t> default_head_dim;
   if (out.hidden_size % out.num_heads == 0) default_head_dim = out.hidden_size / out.num_heads;
-  ASSIGN_OR_RETURN(out.head_dim, IntKey(kFile, config, "head_dim", default_head_dim, 2, 1024));
-  if (out.head_dim % 2 != 0) return ConfigError(kFile, "head_dim must be even (RoPE pairs)");
+  ASSIGN_OR_RETURN(out.head_dim, IntKey(file, config, "head_dim", default_head_dim, 2, 1024));
+  if (out.head_dim % 2 != 0) return ConfigError(file, "head_dim must be even (RoPE pairs)");
   ASSIGN_OR_RETURN(out.max_position_embeddings,
-                   IntKey(kFile, config, "max_position_embeddings", std::nullopt, 1, 1 << 24));
-  ASSIGN_OR_RETURN(out.rms_norm_eps, NumberKey(kFile, config, "rms_norm_eps", 1e-6, 0, 1));
-  ASSIGN_OR_RETURN(out.rope_theta, NumberKey(kFile, config, "rope_theta", 10000.0, 1, 1e12));
-  RETURN_IF_ERROR(ParseRopeScaling(kFile, config, out));
+                   IntKey(file, config, "max_position_embeddings", std::nullopt, 1, 1 << 24));
+  ASSIGN_OR_RETURN(out.rms_norm_eps, NumberKey(file, config, "rms_norm_eps", 1e-6, 0, 1));
+  ASSIGN_OR_RETURN(out.rope_theta, NumberKey(file, config, "rope_theta", 10000.0, 1, 1e12));
+  return ParseRopeScaling(file, config, out);
+}
 
-  ASSIGN_OR_RETURN(out.tie_word_embeddings,
-                   BoolKey(kFile, config, "tie_word_embeddings", false));
-  if (out.architecture == Architecture::kQwen2) {
-    out.qkv_bias = true;
-  } else {
-    ASSIGN_OR_RETURN(out.qkv_bias, BoolKey(kFile, config, "attention_bias", false));
-  }
-
-  // Sliding window: Mistral's when set; Qwen2's only when use_sliding_window is true.
+// Sliding window: Mistral's when set; Qwen2's only when use_sliding_window is true.
+absl::Status ParseSlidingWindow(std::string_view file, const json& config, ModelConfig& out) {
   auto window = config.find("sliding_window");
   bool use_window = out.architecture == Architecture::kMistral;
   if (out.architecture == Architecture::kQwen2) {
-    ASSIGN_OR_RETURN(use_window, BoolKey(kFile, config, "use_sliding_window", false));
+    ASSIGN_OR_RETURN(use_window, BoolKey(file, config, "use_sliding_window", false));
     if (use_window) {
-      return ConfigError(kFile, "use_sliding_window true is not supported for Qwen2ForCausalLM");
+      return ConfigError(file, "use_sliding_window true is not supported for Qwen2ForCausalLM");
     }
   }
   if (use_window) {
@@ -220,10 +211,56 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
     if (window == config.end()) {
       w = 4096;
     } else if (!window->is_null()) {
-      ASSIGN_OR_RETURN(w, IntKey(kFile, config, "sliding_window", std::nullopt, 1, 1 << 24));
+      ASSIGN_OR_RETURN(w, IntKey(file, config, "sliding_window", std::nullopt, 1, 1 << 24));
     }
     if (w && *w < out.max_position_embeddings) out.sliding_window = w;
   }
+  return absl::OkStatus();
+}
+
+// generation_config.json: its special tokens override config.json's; the sampling defaults.
+absl::Status ParseGenerationConfig(std::string_view generation_config_json, ModelConfig& out) {
+  constexpr std::string_view kGen = "generation_config.json";
+  ASSIGN_OR_RETURN(json gen, ParseObject(kGen, generation_config_json));
+  if (auto eos = gen.find("eos_token_id"); eos != gen.end() && !eos->is_null()) {
+    ASSIGN_OR_RETURN(out.eos_token_ids, TokenIds(kGen, *eos, "eos_token_id"));
+  }
+  if (auto bos = gen.find("bos_token_id"); bos != gen.end() && !bos->is_null()) {
+    ASSIGN_OR_RETURN(auto ids, TokenIds(kGen, *bos, "bos_token_id"));
+    if (ids.size() == 1) out.bos_token_id = ids[0];
+  }
+  ASSIGN_OR_RETURN(out.default_do_sample, BoolKey(kGen, gen, "do_sample", false));
+  ASSIGN_OR_RETURN(out.default_temperature, NumberKey(kGen, gen, "temperature", 1.0, 0, 100));
+  ASSIGN_OR_RETURN(out.default_top_p, NumberKey(kGen, gen, "top_p", 1.0, 0, 1));
+  ASSIGN_OR_RETURN(out.default_top_k, IntKey(kGen, gen, "top_k", 0, 0, 1 << 24));
+  ASSIGN_OR_RETURN(out.default_repetition_penalty,
+                   NumberKey(kGen, gen, "repetition_penalty", 1.0, 1e-3, 100));
+  if (auto max_new = gen.find("max_new_tokens"); max_new != gen.end() && !max_new->is_null()) {
+    ASSIGN_OR_RETURN(int64_t n, IntKey(kGen, gen, "max_new_tokens", std::nullopt, 1, 1 << 24));
+    out.default_max_new_tokens = n;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
+                                             std::string_view generation_config_json) {
+  constexpr std::string_view kFile = "config.json";
+  ASSIGN_OR_RETURN(json config, ParseObject(kFile, config_json));
+  ModelConfig out;
+  RETURN_IF_ERROR(ParseArchitecture(kFile, config, out));
+  RETURN_IF_ERROR(RefuseUnsupported(kFile, config));
+  RETURN_IF_ERROR(ParseDimensions(kFile, config, out));
+
+  ASSIGN_OR_RETURN(out.tie_word_embeddings,
+                   BoolKey(kFile, config, "tie_word_embeddings", false));
+  if (out.architecture == Architecture::kQwen2) {
+    out.qkv_bias = true;
+  } else {
+    ASSIGN_OR_RETURN(out.qkv_bias, BoolKey(kFile, config, "attention_bias", false));
+  }
+  RETURN_IF_ERROR(ParseSlidingWindow(kFile, config, out));
 
   if (auto bos = config.find("bos_token_id"); bos != config.end() && !bos->is_null()) {
     ASSIGN_OR_RETURN(auto ids, TokenIds(kFile, *bos, "bos_token_id"));
@@ -232,27 +269,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   if (auto eos = config.find("eos_token_id"); eos != config.end()) {
     ASSIGN_OR_RETURN(out.eos_token_ids, TokenIds(kFile, *eos, "eos_token_id"));
   }
-
   if (!generation_config_json.empty()) {
-    constexpr std::string_view kGen = "generation_config.json";
-    ASSIGN_OR_RETURN(json gen, ParseObject(kGen, generation_config_json));
-    if (auto eos = gen.find("eos_token_id"); eos != gen.end() && !eos->is_null()) {
-      ASSIGN_OR_RETURN(out.eos_token_ids, TokenIds(kGen, *eos, "eos_token_id"));
-    }
-    if (auto bos = gen.find("bos_token_id"); bos != gen.end() && !bos->is_null()) {
-      ASSIGN_OR_RETURN(auto ids, TokenIds(kGen, *bos, "bos_token_id"));
-      if (ids.size() == 1) out.bos_token_id = ids[0];
-    }
-    ASSIGN_OR_RETURN(out.default_do_sample, BoolKey(kGen, gen, "do_sample", false));
-    ASSIGN_OR_RETURN(out.default_temperature, NumberKey(kGen, gen, "temperature", 1.0, 0, 100));
-    ASSIGN_OR_RETURN(out.default_top_p, NumberKey(kGen, gen, "top_p", 1.0, 0, 1));
-    ASSIGN_OR_RETURN(out.default_top_k, IntKey(kGen, gen, "top_k", 0, 0, 1 << 24));
-    ASSIGN_OR_RETURN(out.default_repetition_penalty,
-                     NumberKey(kGen, gen, "repetition_penalty", 1.0, 1e-3, 100));
-    if (auto max_new = gen.find("max_new_tokens"); max_new != gen.end() && !max_new->is_null()) {
-      ASSIGN_OR_RETURN(int64_t n, IntKey(kGen, gen, "max_new_tokens", std::nullopt, 1, 1 << 24));
-      out.default_max_new_tokens = n;
-    }
+    RETURN_IF_ERROR(ParseGenerationConfig(generation_config_json, out));
   }
   for (int32_t id : out.eos_token_ids) {
     if (id >= out.vocab_size) {

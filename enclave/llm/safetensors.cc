@@ -38,6 +38,56 @@ bool ParseDType(std::string_view name, DType& dtype) {
   return true;
 }
 
+// One tensor's header entry: its dtype, shape and byte range inside `data`, all checked.
+absl::Status ParseEntry(std::string_view name, const std::string& tensor, const json& entry,
+                        std::span<const uint8_t> data, TensorView& view,
+                        std::pair<uint64_t, uint64_t>& range) {
+  auto bad = [&](std::string_view what) {
+    return Error(name, absl::StrCat("tensor \"", tensor, "\": ", std::string(what)));
+  };
+  if (!entry.is_object()) return bad("entry is not an object");
+  auto dtype_it = entry.find("dtype");
+  auto shape_it = entry.find("shape");
+  auto offsets_it = entry.find("data_offsets");
+  if (dtype_it == entry.end() || !dtype_it->is_string()) return bad("missing dtype");
+  if (!ParseDType(dtype_it->get<std::string>(), view.dtype)) {
+    return bad(absl::StrCat("dtype ", dtype_it->get<std::string>(),
+                            " is not supported (F32, F16, BF16)"));
+  }
+  if (shape_it == entry.end() || !shape_it->is_array() || shape_it->size() > kMaxRank) {
+    return bad("shape must be a list of at most 8 dimensions");
+  }
+  uint64_t count = 1;
+  for (const json& d : *shape_it) {
+    if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
+      return bad("shape holds a value that is not a non-negative integer");
+    }
+    uint64_t dim = d.get<uint64_t>();
+    if (dim > (1ull << 40) || (dim != 0 && count > (1ull << 40) / dim)) {
+      return bad("shape is too large");
+    }
+    count *= dim;
+    view.shape.push_back(static_cast<int64_t>(dim));
+  }
+  if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
+      !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
+    return bad("data_offsets must be two non-negative integers");
+  }
+  uint64_t begin = (*offsets_it)[0].get<uint64_t>();
+  uint64_t end = (*offsets_it)[1].get<uint64_t>();
+  if (begin > end || end > data.size()) {
+    return bad(absl::StrCat("data_offsets [", begin, ", ", end, "] lie outside the ",
+                            data.size(), " data bytes"));
+  }
+  if (end - begin != count * DTypeSize(view.dtype)) {
+    return bad(absl::StrCat("data_offsets span ", end - begin, " bytes but the shape needs ",
+                            count * DTypeSize(view.dtype)));
+  }
+  view.data = data.subspan(begin, end - begin);
+  range = {begin, end};
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view DTypeName(DType dtype) {
@@ -88,51 +138,10 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string_view name,
       if (!it->is_object()) return Error(name, "__metadata__ must be an object");
       continue;
     }
-    const json& entry = it.value();
-    auto bad = [&](std::string_view what) {
-      return Error(name, absl::StrCat("tensor \"", tensor, "\": ", std::string(what)));
-    };
-    if (!entry.is_object()) return bad("entry is not an object");
-    auto dtype_it = entry.find("dtype");
-    auto shape_it = entry.find("shape");
-    auto offsets_it = entry.find("data_offsets");
-    if (dtype_it == entry.end() || !dtype_it->is_string()) return bad("missing dtype");
     TensorView view;
-    if (!ParseDType(dtype_it->get<std::string>(), view.dtype)) {
-      return bad(absl::StrCat("dtype ", dtype_it->get<std::string>(),
-                              " is not supported (F32, F16, BF16)"));
-    }
-    if (shape_it == entry.end() || !shape_it->is_array() || shape_it->size() > kMaxRank) {
-      return bad("shape must be a list of at most 8 dimensions");
-    }
-    uint64_t count = 1;
-    for (const json& d : *shape_it) {
-      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
-        return bad("shape holds a value that is not a non-negative integer");
-      }
-      uint64_t dim = d.get<uint64_t>();
-      if (dim > (1ull << 40) || (dim != 0 && count > (1ull << 40) / dim)) {
-        return bad("shape is too large");
-      }
-      count *= dim;
-      view.shape.push_back(static_cast<int64_t>(dim));
-    }
-    if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
-        !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
-      return bad("data_offsets must be two non-negative integers");
-    }
-    uint64_t begin = (*offsets_it)[0].get<uint64_t>();
-    uint64_t end = (*offsets_it)[1].get<uint64_t>();
-    if (begin > end || end > data.size()) {
-      return bad(absl::StrCat("data_offsets [", begin, ", ", end, "] lie outside the ",
-                              data.size(), " data bytes"));
-    }
-    if (end - begin != count * DTypeSize(view.dtype)) {
-      return bad(absl::StrCat("data_offsets span ", end - begin, " bytes but the shape needs ",
-                              count * DTypeSize(view.dtype)));
-    }
-    view.data = data.subspan(begin, end - begin);
-    ranges.emplace_back(begin, end);
+    std::pair<uint64_t, uint64_t> range;
+    RETURN_IF_ERROR(ParseEntry(name, tensor, it.value(), data, view, range));
+    ranges.push_back(range);
     file.tensors_.emplace(tensor, std::move(view));
   }
   // Tensors must not overlap (a lying header could alias one tensor's bytes as another's).

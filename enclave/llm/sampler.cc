@@ -160,6 +160,45 @@ uint16_t Bucket(float logit, float max) {
   return position < kBuckets - 1 ? static_cast<uint16_t>(position) : kBuckets - 1;
 }
 
+// NaN logits become -infinity and +infinity the largest float.
+void SanitizeLogits(std::span<float> logits) {
+  for (float& logit : logits) {
+    logit =
+        std::isnan(logit) ? kNegativeInfinity : std::min(logit, std::numeric_limits<float>::max());
+  }
+}
+
+// The ids still in play after top-k: every id below `vocab`, or those in `ids` (in id order).
+struct Candidates {
+  bool all;
+  int32_t vocab;
+  std::span<const int32_t> ids;
+  // Calls visit(id) for each candidate in id order until it returns true.
+  template <typename Visit>
+  void ForEach(Visit&& visit) const {
+    if (all) {
+      for (int32_t id = 0; id < vocab; ++id) {
+        if (visit(id)) return;
+      }
+    } else {
+      for (int32_t id : ids) {
+        if (visit(id)) return;
+      }
+    }
+  }
+};
+
+// Whether a candidate survives the top-k/top-p cutoff (none when negative) and min-p.
+struct KeptFilter {
+  MoreLikely more_likely;
+  int32_t cutoff;
+  double min_weight;
+  const double* weights;
+  bool operator()(int32_t id) const {
+    return (cutoff < 0 || !more_likely(cutoff, id)) && weights[id] >= min_weight;
+  }
+};
+
 }  // namespace
 
 absl::Status ValidateSamplingParams(const SamplingParams& params) {
@@ -277,10 +316,7 @@ SampledToken Sampler::Sample(std::span<float> logits) {
   CLOISTER_CHECK(!logits.empty());
   CLOISTER_CHECK(logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()));
   const int32_t vocab = static_cast<int32_t>(logits.size());
-  for (float& logit : logits) {
-    logit =
-        std::isnan(logit) ? kNegativeInfinity : std::min(logit, std::numeric_limits<float>::max());
-  }
+  SanitizeLogits(logits);
   const bool raw_logprobs = params_.logprobs && params_.logprobs_mode == LogprobsMode::kRaw;
   const int32_t top_count = params_.logprobs ? std::clamp(params_.top_logprobs, 0, vocab) : 0;
   double raw_log_normalizer = 0;
@@ -322,7 +358,6 @@ SampledToken Sampler::Sample(std::span<float> logits) {
 
   // The candidates: every id, or (top-k) the k most likely in id order. weights_[id] is
   // e^(logit - max) = p(id) / p(most likely) for each candidate.
-  const MoreLikely more_likely{logits.data()};
   const int32_t top_k = params_.top_k;
   const bool all_candidates = !(top_k > 0 && top_k < vocab);
   // When >= 0, only ids at least as likely as `cutoff` are kept: top-k and top-p both keep a
@@ -331,100 +366,113 @@ SampledToken Sampler::Sample(std::span<float> logits) {
   if (all_candidates) {
     WeighAll(logits, max, weights_);
   } else {
-    // Count tokens per bucket to find the bucket holding the k-th most likely token, then
-    // select inside that bucket only.
-    ComputeBuckets(logits, max);
-    bucket_count_.assign(kBuckets, 0);
-    for (uint16_t bucket : buckets_) ++bucket_count_[bucket];
-    int crossing = 0;
-    int32_t before = 0;
-    while (before + bucket_count_[crossing] < top_k) before += bucket_count_[crossing++];
-    members_.clear();
-    for (int32_t id = 0; id < vocab; ++id) {
-      if (buckets_[id] == crossing) members_.push_back(id);
-    }
-    const int32_t needed = top_k - before;
-    std::nth_element(members_.begin(), members_.begin() + (needed - 1), members_.end(),
-                     more_likely);
-    cutoff = members_[needed - 1];
-    candidates_.clear();
-    for (int32_t id = 0; id < vocab; ++id) {
-      if (buckets_[id] < crossing || (buckets_[id] == crossing && !more_likely(cutoff, id))) {
-        candidates_.push_back(id);
-      }
-    }
-    weights_.resize(vocab);
-    for (int32_t id : candidates_) {
-      weights_[id] = ExpNonPositive(static_cast<double>(logits[id]) - max);
+    cutoff = SelectTopK(logits, max);
+  }
+  if (params_.top_p < 1.0f) cutoff = TopPCutoff(logits, max, all_candidates, cutoff);
+
+  double kept_total = 0;
+  token.id = Draw(logits, all_candidates, cutoff, kept_total);
+
+  if (raw_logprobs) {
+    FillLogprobs(std::span<const float>(raw_), raw_log_normalizer, top_count, everything, token);
+  } else if (params_.logprobs) {
+    // log(weight / kept_total), with log(weight) = logit - max.
+    const KeptFilter kept{MoreLikely{logits.data()}, cutoff, params_.min_p, weights_.data()};
+    FillLogprobs(logits, static_cast<double>(max) + std::log(kept_total), top_count, kept, token);
+  }
+  Record(token.id);
+  return token;
+}
+
+int32_t Sampler::SelectTopK(std::span<const float> logits, float max) {
+  // Count tokens per bucket to find the bucket holding the k-th most likely token, then
+  // select inside that bucket only.
+  const MoreLikely more_likely{logits.data()};
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  const int32_t top_k = params_.top_k;
+  ComputeBuckets(logits, max);
+  bucket_count_.assign(kBuckets, 0);
+  for (uint16_t bucket : buckets_) ++bucket_count_[bucket];
+  int crossing = 0;
+  int32_t before = 0;
+  while (before + bucket_count_[crossing] < top_k) before += bucket_count_[crossing++];
+  members_.clear();
+  for (int32_t id = 0; id < vocab; ++id) {
+    if (buckets_[id] == crossing) members_.push_back(id);
+  }
+  const int32_t needed = top_k - before;
+  std::nth_element(members_.begin(), members_.begin() + (needed - 1), members_.end(),
+                   more_likely);
+  const int32_t cutoff = members_[needed - 1];
+  candidates_.clear();
+  for (int32_t id = 0; id < vocab; ++id) {
+    if (buckets_[id] < crossing || (buckets_[id] == crossing && !more_likely(cutoff, id))) {
+      candidates_.push_back(id);
     }
   }
-  // Calls visit(id) for each candidate in id order until it returns true.
-  auto for_each_candidate = [&](auto&& visit) {
-    if (all_candidates) {
-      for (int32_t id = 0; id < vocab; ++id) {
-        if (visit(id)) return;
-      }
-    } else {
-      for (int32_t id : candidates_) {
-        if (visit(id)) return;
-      }
-    }
-  };
-
-  if (params_.top_p < 1.0f) {
-    if (all_candidates) ComputeBuckets(logits, max);
-    double total = 0;
-    bucket_mass_.assign(kBuckets, 0.0);
-    for_each_candidate([&](int32_t id) {
-      total += weights_[id];
-      bucket_mass_[buckets_[id]] += weights_[id];
-      return false;
-    });
-    // Tokens are kept, most likely first, while the probability before each is below top_p.
-    // Find the bucket where that stops: every bucket before it is kept whole.
-    const double threshold = static_cast<double>(params_.top_p) * total;
-    double cumulative = 0;
-    int crossing = 0;
-    while (crossing < kBuckets && cumulative + bucket_mass_[crossing] < threshold) {
-      cumulative += bucket_mass_[crossing++];
-    }
-    if (crossing < kBuckets) {  // (not reached only through rounding: then keep everything)
-      members_.clear();
-      for_each_candidate([&](int32_t id) {
-        if (buckets_[id] == crossing) members_.push_back(id);
-        return false;
-      });
-      // Sort a growing prefix of the crossing bucket's tokens until the walk stops.
-      size_t sorted = 0;
-      size_t kept = 0;
-      while (kept < members_.size() && cumulative < threshold) {
-        if (kept == sorted) {
-          const size_t next = std::min(members_.size(), std::max(kFirstSortedPrefix, 2 * sorted));
-          if (next < members_.size()) {
-            std::nth_element(members_.begin() + sorted, members_.begin() + next, members_.end(),
-                             more_likely);
-          }
-          std::sort(members_.begin() + sorted, members_.begin() + next, more_likely);
-          sorted = next;
-        }
-        cumulative += weights_[members_[kept++]];
-      }
-      CLOISTER_CHECK(kept > 0);  // the bucket's mass made the cumulative reach the threshold
-      cutoff = members_[kept - 1];
-    }
+  weights_.resize(vocab);
+  for (int32_t id : candidates_) {
+    weights_[id] = ExpNonPositive(static_cast<double>(logits[id]) - max);
   }
+  return cutoff;
+}
 
+int32_t Sampler::TopPCutoff(std::span<const float> logits, float max, bool all_candidates,
+                            int32_t cutoff) {
+  const MoreLikely more_likely{logits.data()};
+  const Candidates candidates{all_candidates, static_cast<int32_t>(logits.size()), candidates_};
+  if (all_candidates) ComputeBuckets(logits, max);
+  double total = 0;
+  bucket_mass_.assign(kBuckets, 0.0);
+  candidates.ForEach([&](int32_t id) {
+    total += weights_[id];
+    bucket_mass_[buckets_[id]] += weights_[id];
+    return false;
+  });
+  // Tokens are kept, most likely first, while the probability before each is below top_p.
+  // Find the bucket where that stops: every bucket before it is kept whole.
+  const double threshold = static_cast<double>(params_.top_p) * total;
+  double cumulative = 0;
+  int crossing = 0;
+  while (crossing < kBuckets && cumulative + bucket_mass_[crossing] < threshold) {
+    cumulative += bucket_mass_[crossing++];
+  }
+  if (crossing == kBuckets) return cutoff;  // (only through rounding: then keep everything)
+  members_.clear();
+  candidates.ForEach([&](int32_t id) {
+    if (buckets_[id] == crossing) members_.push_back(id);
+    return false;
+  });
+  // Sort a growing prefix of the crossing bucket's tokens until the walk stops.
+  size_t sorted = 0;
+  size_t kept = 0;
+  while (kept < members_.size() && cumulative < threshold) {
+    if (kept == sorted) {
+      const size_t next = std::min(members_.size(), std::max(kFirstSortedPrefix, 2 * sorted));
+      if (next < members_.size()) {
+        std::nth_element(members_.begin() + sorted, members_.begin() + next, members_.end(),
+                         more_likely);
+      }
+      std::sort(members_.begin() + sorted, members_.begin() + next, more_likely);
+      sorted = next;
+    }
+    cumulative += weights_[members_[kept++]];
+  }
+  CLOISTER_CHECK(kept > 0);  // the bucket's mass made the cumulative reach the threshold
+  return members_[kept - 1];
+}
+
+int32_t Sampler::Draw(std::span<const float> logits, bool all_candidates, int32_t cutoff,
+                      double& kept_total) {
+  const Candidates candidates{all_candidates, static_cast<int32_t>(logits.size()), candidates_};
   // min-p: p(id) >= min_p * p(most likely), that is weight >= min_p; the most likely token
   // (weight 1) always stays.
-  const double min_weight = params_.min_p;
-  auto kept = [&](int32_t id) {
-    return (cutoff < 0 || !more_likely(cutoff, id)) && weights_[id] >= min_weight;
-  };
-  double kept_total = 0;
-  if (all_candidates && cutoff < 0 && min_weight == 0.0) {
+  const KeptFilter kept{MoreLikely{logits.data()}, cutoff, params_.min_p, weights_.data()};
+  kept_total = 0;
+  if (all_candidates && cutoff < 0 && kept.min_weight == 0.0) {
     kept_total = SumOf(weights_);
   } else {
-    for_each_candidate([&](int32_t id) {
+    candidates.ForEach([&](int32_t id) {
       if (kept(id)) kept_total += weights_[id];
       return false;
     });
@@ -434,7 +482,7 @@ SampledToken Sampler::Sample(std::span<float> logits) {
   double cumulative = 0;
   int32_t chosen = -1;
   int32_t last_positive = -1;
-  for_each_candidate([&](int32_t id) {
+  candidates.ForEach([&](int32_t id) {
     if (!kept(id) || weights_[id] <= 0.0) return false;
     cumulative += weights_[id];
     last_positive = id;
@@ -444,17 +492,9 @@ SampledToken Sampler::Sample(std::span<float> logits) {
     }
     return false;
   });
-  token.id = chosen >= 0 ? chosen : last_positive;  // rounding at the very end of the range
-  CLOISTER_CHECK(token.id >= 0);                    // the most likely token has weight 1
-
-  if (raw_logprobs) {
-    FillLogprobs(std::span<const float>(raw_), raw_log_normalizer, top_count, everything, token);
-  } else if (params_.logprobs) {
-    // log(weight / kept_total), with log(weight) = logit - max.
-    FillLogprobs(logits, static_cast<double>(max) + std::log(kept_total), top_count, kept, token);
-  }
-  Record(token.id);
-  return token;
+  const int32_t id = chosen >= 0 ? chosen : last_positive;  // rounding at the very end
+  CLOISTER_CHECK(id >= 0);                                  // the most likely token has weight 1
+  return id;
 }
 
 }  // namespace cloister::llm

@@ -121,6 +121,17 @@ class Sampler {
   void Record(int32_t id);
   // buckets_[id]: how far logits[id] is below `max`, in top-k/top-p buckets (see the .cc).
   void ComputeBuckets(std::span<const float> logits, float max);
+  // The sampling steps after temperature, for logits whose maximum `max` is finite.
+  // top-k: fills candidates_ (the k most likely ids, in id order) and their weights_; returns
+  // the k-th most likely id.
+  int32_t SelectTopK(std::span<const float> logits, float max);
+  // top-p over the candidates (weights_ filled): the least likely id to keep, or `cutoff` when
+  // rounding keeps every bucket.
+  int32_t TopPCutoff(std::span<const float> logits, float max, bool all_candidates,
+                     int32_t cutoff);
+  // min-p and the draw among the kept candidates; `kept_total` gets their summed weight.
+  int32_t Draw(std::span<const float> logits, bool all_candidates, int32_t cutoff,
+               double& kept_total);
 
   SamplingParams params_;
   int64_t step_ = 0;

@@ -6,6 +6,7 @@
 #include <queue>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -108,21 +109,19 @@ using tokenizer_internal::Utf8Length;
 // ---------------------------------------------------------------------------------------------
 // BPE.
 
-void Tokenizer::Parts::Bpe(std::string_view piece, std::vector<int32_t>& out) const {
-  if (piece.empty()) return;
-  if (ignore_merges) {
-    auto it = token_to_id.find(piece);
-    if (it != token_to_id.end()) {
-      out.push_back(it->second);
-      return;
-    }
-  }
-  struct Symbol {
-    int32_t id;  // model id, or -1 for a character outside the vocabulary
-    int32_t prev, next;
-    uint32_t begin, end;  // bytes of piece
-  };
-  std::vector<Symbol> symbols;
+namespace {
+
+// A run of bytes of the piece being merged, in a doubly linked list.
+struct BpeSymbol {
+  int32_t id;  // model id, or -1 for a character outside the vocabulary (-2: merged away)
+  int32_t prev, next;
+  uint32_t begin, end;  // bytes of piece
+};
+
+// One symbol per UTF-8 character of `piece` (not empty).
+std::vector<BpeSymbol> SplitCharacters(std::string_view piece,
+                                       const tokenizer_internal::TokenMap& model_vocab) {
+  std::vector<BpeSymbol> symbols;
   symbols.reserve(piece.size());
   for (size_t i = 0; i < piece.size();) {
     size_t begin = i;
@@ -134,7 +133,12 @@ void Tokenizer::Parts::Bpe(std::string_view piece, std::vector<int32_t>& out) co
                        static_cast<uint32_t>(begin), static_cast<uint32_t>(i)});
   }
   symbols.back().next = -1;
+  return symbols;
+}
 
+// Merges adjacent symbols, lowest merge rank first (leftmost among equals), until none applies.
+void MergeSymbols(const std::unordered_map<uint64_t, tokenizer_internal::MergeValue>& merges,
+                  std::vector<BpeSymbol>& symbols) {
   struct Candidate {
     int32_t rank, left, right, left_id, right_id, merged;
     bool operator>(const Candidate& other) const {
@@ -154,10 +158,10 @@ void Tokenizer::Parts::Bpe(std::string_view piece, std::vector<int32_t>& out) co
   while (!queue.empty()) {
     Candidate top = queue.top();
     queue.pop();
-    Symbol& left = symbols[top.left];
+    BpeSymbol& left = symbols[top.left];
     // Stale entries: a side was merged away or changed since this candidate was queued.
     if (left.id != top.left_id || left.next != top.right || symbols[top.right].id != top.right_id) continue;
-    Symbol& right = symbols[top.right];
+    BpeSymbol& right = symbols[top.right];
     left.id = top.merged;
     left.end = right.end;
     left.next = right.next;
@@ -167,36 +171,57 @@ void Tokenizer::Parts::Bpe(std::string_view piece, std::vector<int32_t>& out) co
     consider(left.prev);
     consider(top.left);
   }
+}
 
+// Appends the ids of the merged symbols: overridden ids mapped to their added token, a symbol
+// outside the vocabulary as its byte tokens (byte_fallback) or the unknown token.
+void EmitSymbols(const Tokenizer::Parts& parts, std::string_view piece,
+                 const std::vector<BpeSymbol>& symbols, std::vector<int32_t>& out) {
   const size_t first_output = out.size();
   auto emit_unknown = [&] {
-    if (!unk_id.has_value()) return;  // dropped, as transformers.js does without unk_token
-    if (fuse_unk && out.size() > first_output && out.back() == *unk_id) return;
-    out.push_back(*unk_id);
+    if (!parts.unk_id.has_value()) return;  // dropped, as transformers.js does without unk_token
+    if (parts.fuse_unk && out.size() > first_output && out.back() == *parts.unk_id) return;
+    out.push_back(*parts.unk_id);
   };
   for (int32_t i = 0; i >= 0; i = symbols[i].next) {
-    const Symbol& symbol = symbols[i];
+    const BpeSymbol& symbol = symbols[i];
     if (symbol.id >= 0) {
       // Contents an added token redefined map to the added id, like transformers.js's lookup.
-      if (!overridden_ids.empty()) {
-        auto it = overridden_ids.find(symbol.id);
-        out.push_back(it != overridden_ids.end() ? it->second : symbol.id);
+      if (!parts.overridden_ids.empty()) {
+        auto it = parts.overridden_ids.find(symbol.id);
+        out.push_back(it != parts.overridden_ids.end() ? it->second : symbol.id);
       } else {
         out.push_back(symbol.id);
       }
       continue;
     }
     std::string_view text = piece.substr(symbol.begin, symbol.end - symbol.begin);
-    if (byte_fallback) {
+    if (parts.byte_fallback) {
       bool all = true;
-      for (unsigned char byte : text) all = all && byte_token_ids[byte] >= 0;
+      for (unsigned char byte : text) all = all && parts.byte_token_ids[byte] >= 0;
       if (all) {
-        for (unsigned char byte : text) out.push_back(byte_token_ids[byte]);
+        for (unsigned char byte : text) out.push_back(parts.byte_token_ids[byte]);
         continue;
       }
     }
     emit_unknown();
   }
+}
+
+}  // namespace
+
+void Tokenizer::Parts::Bpe(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  if (ignore_merges) {
+    auto it = token_to_id.find(piece);
+    if (it != token_to_id.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<BpeSymbol> symbols = SplitCharacters(piece, model_vocab);
+  MergeSymbols(merges, symbols);
+  EmitSymbols(*this, piece, symbols, out);
 }
 
 absl::Status Tokenizer::Parts::EncodePlain(std::string text, size_t section_index,

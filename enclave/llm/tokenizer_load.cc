@@ -19,9 +19,8 @@ namespace cloister::llm::tokenizer_internal {
 
 namespace {
 
-absl::Status ParseModel(const Json& model, Tokenizer::Parts& parts) {
-  ASSIGN_OR_RETURN(std::string type, GetType(model, "model"));
-  if (type != "BPE") return Unsupported("model", type);
+// model.vocab: token -> id.
+absl::Status ParseVocab(const Json& model, Tokenizer::Parts& parts) {
   const Json* vocab = Find(model, "vocab");
   if (vocab == nullptr || !vocab->is_object()) {
     return Invalid("tokenizer.json", "model.vocab", "must be an object of token -> id");
@@ -41,6 +40,68 @@ absl::Status ParseModel(const Json& model, Tokenizer::Parts& parts) {
     }
     parts.model_vocab[token] = static_cast<int32_t>(id_json.get<int64_t>());
   }
+  return absl::OkStatus();
+}
+
+// One entry of model.merges: "a b" or ["a", "b"].
+absl::Status ParseMergePair(const Json& merge, const std::string& path, std::string& left,
+                            std::string& right) {
+  if (merge.is_string()) {
+    const std::string& line = merge.get_ref<const std::string&>();
+    size_t space = line.find(' ');
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+      return Invalid("tokenizer.json", path, "must be two tokens separated by one space");
+    }
+    left = line.substr(0, space);
+    right = line.substr(space + 1);
+  } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+             merge[1].is_string()) {
+    left = merge[0].get<std::string>();
+    right = merge[1].get<std::string>();
+  } else {
+    return Invalid("tokenizer.json", path, "must be \"a b\" or [\"a\", \"b\"]");
+  }
+  return absl::OkStatus();
+}
+
+// model.merges, by rank; both sides and the result must be in model.vocab.
+absl::Status ParseMerges(const Json& model, Tokenizer::Parts& parts) {
+  const Json* merges = Find(model, "merges");
+  if (merges == nullptr) return absl::OkStatus();
+  if (!merges->is_array()) return Invalid("tokenizer.json", "model.merges", "must be an array");
+  if (merges->size() > static_cast<size_t>(kMaxVocabularySize)) {
+    return Invalid("tokenizer.json", "model.merges", Cat("has more than ", kMaxVocabularySize, " entries"));
+  }
+  parts.merges.reserve(merges->size());
+  for (size_t rank = 0; rank < merges->size(); ++rank) {
+    const Json& merge = (*merges)[rank];
+    std::string left, right;
+    const std::string path = Cat("model.merges[", rank, "]");
+    RETURN_IF_ERROR(ParseMergePair(merge, path, left, right));
+    auto left_it = parts.model_vocab.find(left);
+    auto right_it = parts.model_vocab.find(right);
+    auto merged_it = parts.model_vocab.find(left + right);
+    for (const auto& [it, name] : {std::pair{left_it, &left}, std::pair{right_it, &right}}) {
+      if (it == parts.model_vocab.end()) {
+        return Invalid("tokenizer.json", path,
+                       Cat("refers to \"", name->substr(0, 64), "\", which is not in model.vocab"));
+      }
+    }
+    if (merged_it == parts.model_vocab.end()) {
+      return Invalid("tokenizer.json", path,
+                     Cat("makes \"", (left + right).substr(0, 64), "\", which is not in model.vocab"));
+    }
+    // The first (lowest-rank) entry for a pair wins.
+    parts.merges.emplace(PairKey(left_it->second, right_it->second),
+                         MergeValue{static_cast<int32_t>(rank), merged_it->second});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseModel(const Json& model, Tokenizer::Parts& parts) {
+  ASSIGN_OR_RETURN(std::string type, GetType(model, "model"));
+  if (type != "BPE") return Unsupported("model", type);
+  RETURN_IF_ERROR(ParseVocab(model, parts));
   for (std::string_view key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const Json* field = Find(model, key);
     if (field != nullptr && !(field->is_string() && field->get<std::string>().empty())) {
@@ -72,50 +133,7 @@ absl::Status ParseModel(const Json& model, Tokenizer::Parts& parts) {
       if (it != parts.model_vocab.end()) parts.byte_token_ids[b] = it->second;
     }
   }
-
-  const Json* merges = Find(model, "merges");
-  if (merges == nullptr) return absl::OkStatus();
-  if (!merges->is_array()) return Invalid("tokenizer.json", "model.merges", "must be an array");
-  if (merges->size() > static_cast<size_t>(kMaxVocabularySize)) {
-    return Invalid("tokenizer.json", "model.merges", Cat("has more than ", kMaxVocabularySize, " entries"));
-  }
-  parts.merges.reserve(merges->size());
-  for (size_t rank = 0; rank < merges->size(); ++rank) {
-    const Json& merge = (*merges)[rank];
-    std::string left, right;
-    const std::string path = Cat("model.merges[", rank, "]");
-    if (merge.is_string()) {
-      const std::string& line = merge.get_ref<const std::string&>();
-      size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        return Invalid("tokenizer.json", path, "must be two tokens separated by one space");
-      }
-      left = line.substr(0, space);
-      right = line.substr(space + 1);
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
-      left = merge[0].get<std::string>();
-      right = merge[1].get<std::string>();
-    } else {
-      return Invalid("tokenizer.json", path, "must be \"a b\" or [\"a\", \"b\"]");
-    }
-    auto left_it = parts.model_vocab.find(left);
-    auto right_it = parts.model_vocab.find(right);
-    auto merged_it = parts.model_vocab.find(left + right);
-    for (const auto& [it, name] : {std::pair{left_it, &left}, std::pair{right_it, &right}}) {
-      if (it == parts.model_vocab.end()) {
-        return Invalid("tokenizer.json", path,
-                       Cat("refers to \"", name->substr(0, 64), "\", which is not in model.vocab"));
-      }
-    }
-    if (merged_it == parts.model_vocab.end()) {
-      return Invalid("tokenizer.json", path,
-                     Cat("makes \"", (left + right).substr(0, 64), "\", which is not in model.vocab"));
-    }
-    // The first (lowest-rank) entry for a pair wins.
-    parts.merges.emplace(PairKey(left_it->second, right_it->second),
-                         MergeValue{static_cast<int32_t>(rank), merged_it->second});
-  }
-  return absl::OkStatus();
+  return ParseMerges(model, parts);
 }
 
 absl::Status ParseAddedTokens(const Json& root, Tokenizer::Parts& parts) {

@@ -235,9 +235,38 @@ class CudaLlmEngine : public core::StepEngine {
   absl::Status Step(std::span<const core::StepSequence> parts, core::StepResult& result) override {
     RETURN_IF_ERROR(scrub_error_);
     RETURN_IF_ERROR(core::CheckStep(parts, config_, num_blocks(), block_size()));
-    const core::ModelConfig& c = config_;
-    // The one upload: ids, positions, table offsets (one each per token), logit rows, argmax
-    // flags (one each per output), the rows the host samples, then the block tables.
+    StepUpload upload;
+    RETURN_IF_ERROR(Upload(parts, upload));
+    RETURN_IF_ERROR(RunLayers(upload));
+    RETURN_IF_ERROR(ProjectOutputs(upload));
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    const int64_t vocab = config_.vocab_size;
+    const int64_t outputs = upload.outputs;
+    const int64_t samples = upload.samples;
+    result.ids.assign(pinned_out_.get<int32_t>(), pinned_out_.get<int32_t>() + outputs);
+    result.logits.resize(samples * vocab);
+    if (samples > 0) {
+      std::memcpy(result.logits.data(), pinned_out_.get<float>() + outputs,
+                  samples * vocab * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // A step's sizes and where each of its inputs lies in the uploaded buffer (device_in).
+  struct StepUpload {
+    int64_t n = 0;        // tokens
+    int64_t outputs = 0;  // rows with logits
+    int64_t samples = 0;  // of those, the rows the host samples
+    int32_t* device_in = nullptr;
+    size_t ids_at = 0, positions_at = 0, offsets_at = 0, rows_at = 0, argmax_at = 0,
+           sampled_at = 0, tables_at = 0;
+  };
+
+  // The one upload: ids, positions, table offsets (one each per token), logit rows, argmax
+  // flags (one each per output), the rows the host samples, then the block tables. Grows the
+  // step buffers to fit.
+  absl::Status Upload(std::span<const core::StepSequence> parts, StepUpload& step) {
     std::vector<int32_t> tables;
     std::vector<int32_t> ids, positions, offsets, logit_rows, argmax, sampled;
     for (const core::StepSequence& part : parts) {
@@ -254,10 +283,11 @@ class CudaLlmEngine : public core::StepEngine {
         argmax.push_back(part.argmax ? 1 : 0);
       }
     }
-    const int64_t n = static_cast<int64_t>(ids.size());
-    const int64_t outputs = static_cast<int64_t>(logit_rows.size());
-    const int64_t samples = static_cast<int64_t>(sampled.size());
-    RETURN_IF_ERROR(Reserve(n, outputs, static_cast<int64_t>(tables.size()), samples));
+    step.n = static_cast<int64_t>(ids.size());
+    step.outputs = static_cast<int64_t>(logit_rows.size());
+    step.samples = static_cast<int64_t>(sampled.size());
+    RETURN_IF_ERROR(
+        Reserve(step.n, step.outputs, static_cast<int64_t>(tables.size()), step.samples));
 
     int32_t* upload = pinned_in_.get<int32_t>();
     size_t at = 0;
@@ -267,15 +297,26 @@ class CudaLlmEngine : public core::StepEngine {
       at += values.size();
       return start;
     };
-    const size_t ids_at = put(ids), positions_at = put(positions), offsets_at = put(offsets),
-                 rows_at = put(logit_rows), argmax_at = put(argmax), sampled_at = put(sampled),
-                 tables_at = put(tables);
-    int32_t* device_in = step_in_.get<int32_t>();
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(device_in, upload, at * sizeof(int32_t),
-                                               cudaMemcpyHostToDevice, stream_),
-                               "cudaMemcpyAsync (step upload)"));
-    StepIndex index{device_in + positions_at, device_in + offsets_at, device_in + tables_at};
+    step.ids_at = put(ids);
+    step.positions_at = put(positions);
+    step.offsets_at = put(offsets);
+    step.rows_at = put(logit_rows);
+    step.argmax_at = put(argmax);
+    step.sampled_at = put(sampled);
+    step.tables_at = put(tables);
+    step.device_in = step_in_.get<int32_t>();
+    return CudaStatus(cudaMemcpyAsync(step.device_in, upload, at * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream_),
+                      "cudaMemcpyAsync (step upload)");
+  }
 
+  // The embeddings and every decoder layer, leaving the residual stream in x_.
+  absl::Status RunLayers(const StepUpload& step) {
+    const core::ModelConfig& c = config_;
+    const int64_t n = step.n;
+    int32_t* device_in = step.device_in;
+    StepIndex index{device_in + step.positions_at, device_in + step.offsets_at,
+                    device_in + step.tables_at};
     const int64_t hidden = c.hidden_size;
     const int64_t ffn = c.intermediate_size;
     const int32_t heads = static_cast<int32_t>(c.num_heads);
@@ -288,8 +329,8 @@ class CudaLlmEngine : public core::StepEngine {
     float* attn = attn_.get<float>();
     float* gate_up = gate_up_.get<float>();
     float* act = act_.get<float>();
-    RETURN_IF_ERROR(Launch(EmbedRows(embed_.data.get(), embed_.type, device_in + ids_at, n, hidden,
-                                     x, stream_),
+    RETURN_IF_ERROR(Launch(EmbedRows(embed_.data.get(), embed_.type, device_in + step.ids_at, n,
+                                     hidden, x, stream_),
                            "EmbedRows"));
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const DeviceLayer& layer = layers_[l];
@@ -311,41 +352,41 @@ class CudaLlmEngine : public core::StepEngine {
       RETURN_IF_ERROR(Launch(SiluMul(gate_up, n, ffn, act, stream_), "SiluMul"));
       RETURN_IF_ERROR(Gemm(layer.down, act, n, x, true));
     }
-
-    // Final norm and vocabulary projection for the output rows only; argmax on the device.
-    const int64_t vocab = c.vocab_size;
-    const size_t out_bytes = (outputs + samples * vocab) * sizeof(float);
-    if (outputs > 0) {
-      float* final_rows = final_.get<float>();
-      float* logits = logits_.get<float>();
-      int32_t* out_ids = step_out_.get<int32_t>();
-      float* out_logits = step_out_.get<float>() + outputs;
-      RETURN_IF_ERROR(Launch(RmsNormRows(x, device_in + rows_at, outputs, hidden,
-                                         final_norm_.get<float>(), eps, final_rows, stream_),
-                             "RmsNormRows"));
-      RETURN_IF_ERROR(Gemm(c.tie_word_embeddings ? embed_ : lm_head_, final_rows, outputs, logits,
-                           false));
-      RETURN_IF_ERROR(Launch(ArgmaxRows(logits, outputs, vocab, device_in + argmax_at, out_ids,
-                                        stream_),
-                             "ArgmaxRows"));
-      RETURN_IF_ERROR(Launch(GatherRows(logits, device_in + sampled_at, samples, vocab, out_logits,
-                                        stream_),
-                             "GatherRows"));
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(pinned_out_.get<void>(), step_out_.get(),
-                                                 out_bytes, cudaMemcpyDeviceToHost, stream_),
-                                 "cudaMemcpyAsync (step download)"));
-    }
-    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-    result.ids.assign(pinned_out_.get<int32_t>(), pinned_out_.get<int32_t>() + outputs);
-    result.logits.resize(samples * vocab);
-    if (samples > 0) {
-      std::memcpy(result.logits.data(), pinned_out_.get<float>() + outputs,
-                  samples * vocab * sizeof(float));
-    }
     return absl::OkStatus();
   }
 
- private:
+  // Final norm and vocabulary projection for the output rows only, argmax on the device, and
+  // the download of the ids and sampled rows into pinned_out_ (complete after a sync).
+  absl::Status ProjectOutputs(const StepUpload& step) {
+    const core::ModelConfig& c = config_;
+    const int64_t outputs = step.outputs;
+    if (outputs == 0) return absl::OkStatus();
+    const int64_t samples = step.samples;
+    const int64_t vocab = c.vocab_size;
+    const size_t out_bytes = (outputs + samples * vocab) * sizeof(float);
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    int32_t* device_in = step.device_in;
+    float* x = x_.get<float>();
+    float* final_rows = final_.get<float>();
+    float* logits = logits_.get<float>();
+    int32_t* out_ids = step_out_.get<int32_t>();
+    float* out_logits = step_out_.get<float>() + outputs;
+    RETURN_IF_ERROR(Launch(RmsNormRows(x, device_in + step.rows_at, outputs, c.hidden_size,
+                                       final_norm_.get<float>(), eps, final_rows, stream_),
+                           "RmsNormRows"));
+    RETURN_IF_ERROR(Gemm(c.tie_word_embeddings ? embed_ : lm_head_, final_rows, outputs, logits,
+                         false));
+    RETURN_IF_ERROR(Launch(ArgmaxRows(logits, outputs, vocab, device_in + step.argmax_at, out_ids,
+                                      stream_),
+                           "ArgmaxRows"));
+    RETURN_IF_ERROR(Launch(GatherRows(logits, device_in + step.sampled_at, samples, vocab,
+                                      out_logits, stream_),
+                           "GatherRows"));
+    return CudaStatus(cudaMemcpyAsync(pinned_out_.get<void>(), step_out_.get(), out_bytes,
+                                      cudaMemcpyDeviceToHost, stream_),
+                      "cudaMemcpyAsync (step download)");
+  }
+
   absl::Status Launch(cudaError_t error, std::string_view kernel) {
     return CudaStatus(error, kernel);
   }
