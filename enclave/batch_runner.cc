@@ -237,8 +237,8 @@ class GroupRunner {
   }
 
   absl::StatusOr<NamedTensors> TimedRun(const NamedTensors& inputs,
-                                        const std::vector<std::string>& wanted, absl::Time deadline,
-                                        GroupOutcome& out) const {
+                                        const std::vector<std::string>& wanted,
+                                        const Deadline& deadline, GroupOutcome& out) const {
     absl::Time start = absl::Now();
     // On a device the outputs stay there, to be gathered and moved back in one transfer.
     auto run = on_device_ ? model_.RunLeavingOutputsOnDevice(inputs, wanted, deadline)
@@ -262,9 +262,9 @@ class GroupRunner {
       merged.emplace_back(first.name,
                           View(layout_.offsets[group.begin][k], first.dtype, shape, size));
     }
-    absl::Time latest = absl::InfinitePast();
-    for (size_t r = group.begin; r < group.end; ++r) {
-      latest = std::max(latest, requests_[r].deadline);
+    Deadline latest = requests_[group.begin].deadline;
+    for (size_t r = group.begin + 1; r < group.end; ++r) {
+      latest = Deadline::Later(latest, requests_[r].deadline);
     }
     auto run = TimedRun(merged, requests_[group.begin].requested_outputs, latest, out);
     if (absl::IsDeadlineExceeded(run.status())) {

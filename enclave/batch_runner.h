@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/bytes.h"
+#include "base/deadline.h"
 #include "base/task_pool.h"
 #include "cloister/api/v1/api.pb.h"
 #include "enclave/pcie/batch_path.h"
@@ -44,7 +45,7 @@ struct BatchRequest {
   std::vector<std::string> requested_outputs;  // empty: all outputs
   // A run still going at the deadline stops (runtime::Model::Run says where) and the request gets
   // DeadlineExceeded. A run shared by several requests stops at the latest of their deadlines.
-  absl::Time deadline = absl::InfiniteFuture();
+  Deadline deadline;  // none by default
 };
 
 struct BatchOutcome {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/task_pool.h"
 #include "enclave/batch_request_for_test.h"
 #include "enclave/pcie/batch_path.h"
@@ -149,17 +150,18 @@ TEST_F(BatchRunnerTest, RequestsThatCannotRunTogetherRunAloneAndFailAlone) {
 // A run past its deadline stops between steps: a request alone, and a coalesced group, whose
 // run stops at the latest of its requests' deadlines and is not run again request by request.
 TEST_F(BatchRunnerTest, RunsPastTheirDeadlineStopWithDeadlineExceeded) {
+  FakeClock clock;  // the deadlines' own clock: nothing here waits for real time
   std::vector<BatchRequest> alone = {Request(1, 2)};
-  alone[0].deadline = absl::Now() - absl::Seconds(1);
+  alone[0].deadline = Deadline::At(clock.Now() - absl::Seconds(1), &clock);
   auto late = RunBatch(*model_, *path_, alone);
   ASSERT_TRUE(late.ok()) << late.status();
   EXPECT_EQ(late->replies[0].status().code(), absl::StatusCode::kDeadlineExceeded)
       << late->replies[0].status();
 
   std::vector<BatchRequest> group = {Request(1, 2), Request(2, 3), Request(3, 1)};
-  group[0].deadline = absl::Now() - absl::Seconds(2);
-  group[1].deadline = absl::Now() - absl::Seconds(1);  // the latest, and past too
-  group[2].deadline = absl::Now() - absl::Seconds(3);
+  group[0].deadline = Deadline::At(clock.Now() - absl::Seconds(2), &clock);
+  group[1].deadline = Deadline::At(clock.Now() - absl::Seconds(1), &clock);  // latest, past too
+  group[2].deadline = Deadline::At(clock.Now() - absl::Seconds(3), &clock);
   auto stopped = RunBatch(*model_, *path_, group);
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ(stopped->model_runs, 1);
@@ -168,7 +170,7 @@ TEST_F(BatchRunnerTest, RunsPastTheirDeadlineStopWithDeadlineExceeded) {
   }
 
   // One deadline still ahead: the shared run goes on for everyone.
-  group[1].deadline = absl::Now() + absl::Hours(1);
+  group[1].deadline = Deadline::At(clock.Now() + absl::Hours(1), &clock);
   auto ran = RunBatch(*model_, *path_, group);
   ASSERT_TRUE(ran.ok()) << ran.status();
   EXPECT_TRUE(ran->coalesced);

@@ -15,6 +15,8 @@
 #include "crypto/receipt.h"
 #include "enclave/batch_runner.h"
 #include "enclave/runtime/executor.h"
+#include "proto/duration.h"
+#include "proto/error_reason.h"
 #include "proto/wipe.h"
 
 namespace cloister::enclave {
@@ -31,8 +33,7 @@ constexpr absl::Duration kEvidenceRefresh = absl::Hours(1);
 constexpr uint64_t kMaxTensorSize = uint64_t{1} << 31;
 
 void SetStatus(EnclaveToHost& reply, const absl::Status& status) {
-  reply.mutable_status()->set_code(static_cast<int>(status.code()));
-  reply.mutable_status()->set_message(std::string(status.message()));
+  proto::SetBoundaryStatus(status, *reply.mutable_status());
 }
 
 // Checks one request tensor: its type, and that its shape needs exactly the bytes sent. The
@@ -70,17 +71,19 @@ absl::StatusOr<BatchInput> CheckInput(const api::v1::Tensor& proto) {
 }
 
 // Reads an opened request's checked tensors and output names into `request`. Its deadline is
-// `time_left_ns` (from the host, like the rest of the item: it can only cut its tenant's
-// request short, which it could do by not sending it) after `start`; 0 means none.
-absl::Status ReadRequest(const api::v1::InferRequestPayload& payload, int64_t time_left_ns,
-                         absl::Time start, BatchRequest& request) {
+// the item's `time_left` (from the host, like the rest of the item: it can only cut its
+// tenant's request short, which it could do by not sending it) after `start` on `clock`;
+// absent means none.
+absl::Status ReadRequest(const api::v1::InferRequestPayload& payload,
+                         const boundary::v1::ForwardedRequest& item, absl::Time start,
+                         const Clock* clock, BatchRequest& request) {
   for (const auto& tensor : payload.inputs()) {
     ASSIGN_OR_RETURN(BatchInput input, CheckInput(tensor));
     request.inputs.push_back(std::move(input));
   }
   request.requested_outputs.assign(payload.outputs().begin(), payload.outputs().end());
-  if (time_left_ns != 0) {
-    request.deadline = start + absl::Nanoseconds(std::max<int64_t>(time_left_ns, 0));
+  if (item.has_time_left()) {
+    request.deadline = Deadline::At(start + proto::FromProtoDuration(item.time_left()), clock);
   }
   return absl::OkStatus();
 }
@@ -349,8 +352,10 @@ bool Enclave::IsKnownEvidence(ByteSpan digest) {
 absl::StatusOr<boundary::v1::OpenSessionResult> Enclave::OpenSession(
     const boundary::v1::OpenSessionCall& call) {
   if (!IsKnownEvidence(AsBytes(call.evidence_digest()))) {
-    return absl::FailedPreconditionError(
-        "open session: evidence digest is not this enclave's current evidence; attest again");
+    return proto::WithReason(
+        absl::FailedPreconditionError(
+            "open session: evidence digest is not this enclave's current evidence; attest again"),
+        api::v1::EVIDENCE_STALE);
   }
   return sessions_->Open(call.tenant_id(), AsBytes(call.hpke_enc()), AsBytes(call.sealed_hello()),
                          AsBytes(call.evidence_digest()));
@@ -459,13 +464,13 @@ struct Enclave::OpenedBatch {
 absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
     boundary::v1::InferBatchCall& call) {
   RETURN_IF_ERROR(CheckBatch(call));
-  const absl::Time start = absl::Now();
+  const absl::Time start = options_.clock->Now();
   OpenedBatch batch(call.items_size());
   for (int i = 0; i < call.items_size(); ++i) OpenBatchItem(call, i, start, batch);
   RETURN_IF_ERROR(RunOpenedBatch(call, batch));
   boundary::v1::InferBatchResult result;
   SealBatchReplies(call, batch, result);
-  result.set_execution_ns(absl::ToInt64Nanoseconds(absl::Now() - start));
+  result.set_execution_ns(absl::ToInt64Nanoseconds(options_.clock->Now() - start));
   RETURN_IF_ERROR(SignBatchUsage(call, batch.usage, result));
   return result;
 }
@@ -498,8 +503,7 @@ void Enclave::OpenBatchItem(boundary::v1::InferBatchCall& call, int index, absl:
     // Not sealed: the session or message did not authenticate, so there is no key to
     // answer under. The host relays this status.
     batch.replies[index].set_request_id(item.request_id());
-    batch.replies[index].mutable_status()->set_code(static_cast<int>(opened.status().code()));
-    batch.replies[index].mutable_status()->set_message(std::string(opened.status().message()));
+    proto::SetBoundaryStatus(opened.status(), *batch.replies[index].mutable_status());
     batch.outcome[index] = opened.status();
     return;
   }
@@ -518,7 +522,7 @@ void Enclave::OpenBatchItem(boundary::v1::InferBatchCall& call, int index, absl:
     batch.outcome[index] = absl::InvalidArgumentError("malformed inference request");
   } else {
     batch.model = *found;
-    batch.outcome[index] = ReadRequest(payload, item.time_left_ns(), start, batch.requests[index]);
+    batch.outcome[index] = ReadRequest(payload, item, start, options_.clock, batch.requests[index]);
   }
   proto::WipeString(*item.mutable_ciphertext());
 }

@@ -20,6 +20,7 @@
 #include "base/secret_bytes.h"
 #include "base/status.h"
 #include "crypto/random.h"
+#include "proto/error_reason.h"
 #include "sdk/client_internal.h"
 
 namespace cloister::sdk {
@@ -142,8 +143,12 @@ void PrepareContext(grpc::ClientContext& context, const ClientOptions& options, 
   }
 }
 
-absl::Status FromGrpc(const grpc::Status& status, absl::string_view rpc, absl::string_view server,
-                      const ClientOptions& options, absl::Duration timeout) {
+namespace {
+
+// FromGrpc's code and message.
+absl::Status FromGrpcCode(const grpc::Status& status, absl::string_view rpc,
+                          absl::string_view server, const ClientOptions& options,
+                          absl::Duration timeout) {
   auto code = static_cast<absl::StatusCode>(status.error_code());
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
@@ -163,6 +168,14 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view rpc, absl::s
     default:
       return absl::Status(code, absl::StrCat(rpc, ": ", status.error_message()));
   }
+}
+
+}  // namespace
+
+absl::Status FromGrpc(const grpc::Status& status, absl::string_view rpc, absl::string_view server,
+                      const ClientOptions& options, absl::Duration timeout) {
+  return proto::WithReason(FromGrpcCode(status, rpc, server, options, timeout),
+                           proto::ReasonFromGrpcDetails(status.error_details()));
 }
 
 std::string NewRequestId() { return HexEncode(crypto::RandomBytes(8)); }

@@ -8,6 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "proto/duration.h"
+#include "proto/error_reason.h"
 #include "sdk/client.h"
 #include "sdk/client_internal.h"
 
@@ -38,7 +40,7 @@ absl::Status OpenReply(crypto::ChannelReceiver& receiver, const crypto::MessageH
     std::string message = envelope.message().empty()
                               ? absl::StrCat("the enclave refused the request (code ", code, ")")
                               : envelope.message();
-    return absl::Status(status_code, message);
+    return proto::WithReason(absl::Status(status_code, message), envelope.reason());
   }
   bool body_parsed = reply.ParseFromString(envelope.body());
   WipeString(*envelope.mutable_body());
@@ -51,9 +53,8 @@ absl::Status OpenReply(crypto::ChannelReceiver& receiver, const crypto::MessageH
 
 bool IsRetryable(const absl::Status& status) {
   if (absl::IsUnavailable(status)) return true;
-  return absl::IsFailedPrecondition(status) &&
-         (absl::StrContains(status.message(), "re-attest") ||
-          absl::StrContains(status.message(), "attest again"));
+  const api::ErrorReason reason = proto::ReasonOf(status);
+  return reason == api::SESSION_LOST || reason == api::EVIDENCE_STALE;
 }
 
 }  // namespace client_internal
@@ -134,7 +135,7 @@ absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::st
   call.set_model_handle(model_handle);
   if (kind == crypto::MessageKind::kInfer) {
     absl::Duration limit = timeout > absl::ZeroDuration() ? timeout : options_.call_timeout;
-    call.set_deadline_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(limit)));
+    *call.mutable_deadline() = proto::ToProtoDuration(limit);
   }
 
   api::Cloister::Stub& stub = *endpoints_[session->endpoint].stub;

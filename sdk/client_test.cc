@@ -288,8 +288,17 @@ TEST_F(ClientTest, RetriesIdempotentCallsThroughANewSessionAfterAWorkerRestart) 
   EXPECT_NE(client->session_id(), first);
   peer_->RefuseNextSealedCalls(2, grpc::StatusCode::FAILED_PRECONDITION,
                                "the enclave worker holding this session restarted; re-attest "
-                               "and open a new session");
+                               "and open a new session",
+                               api::SESSION_LOST);
   EXPECT_TRUE(client->ListModels().ok());
+  EXPECT_EQ(peer_->open_sessions.load(), 4);
+  // The client decides by the reason, not by the words: the same refusal without its reason
+  // is an ordinary FAILED_PRECONDITION, returned as it is.
+  peer_->RefuseNextSealedCalls(1, grpc::StatusCode::FAILED_PRECONDITION,
+                               "the enclave worker holding this session restarted; re-attest "
+                               "and open a new session");
+  absl::StatusOr<std::vector<api::ModelInfo>> listed = client->ListModels();
+  EXPECT_TRUE(absl::IsFailedPrecondition(listed.status())) << listed.status();
   EXPECT_EQ(peer_->open_sessions.load(), 4);
 }
 

@@ -45,6 +45,7 @@
 #include "crypto/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/error_reason.h"
 #include "proto/model_package.h"
 #include "sdk/client.h"
 #include "sdk/npy.h"
@@ -73,10 +74,14 @@ class EnclavePeer final : public api::Cloister::Service {
 
   // The next `count` sealed calls (ListModels, DeleteModel, Infer) are refused with `code` and
   // `message`, as cloisterd refuses calls whose enclave worker died.
-  void RefuseNextSealedCalls(int count, grpc::StatusCode code, std::string message) {
+  // Refuses the next `count` sealed calls as cloisterd would, `reason` in the status details.
+  void RefuseNextSealedCalls(int count, grpc::StatusCode code, std::string message,
+                             api::ErrorReason reason = api::ERROR_REASON_UNSPECIFIED) {
     absl::MutexLock lock(&mu);
     refusals_left_ = count;
-    refusal_ = grpc::Status(code, std::move(message));
+    std::string details = proto::GrpcErrorDetails(
+        proto::WithReason(absl::Status(static_cast<absl::StatusCode>(code), message), reason));
+    refusal_ = grpc::Status(code, std::move(message), std::move(details));
   }
   std::atomic<int> sealed_calls{0};
 

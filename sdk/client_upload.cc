@@ -20,6 +20,7 @@
 #include "crypto/hash.h"
 #include "crypto/model_handle.h"
 #include "crypto/random.h"
+#include "proto/error_reason.h"
 #include "proto/frame.h"
 #include "sdk/client.h"
 #include "sdk/client_internal.h"
@@ -46,8 +47,7 @@ absl::StatusOr<api::ModelInfo> Client::UploadModel(const std::string& path, cons
   for (int attempt = 1;; ++attempt) {
     absl::StatusOr<api::ModelInfo> uploaded = UploadModelOnce(path, name, progress);
     if (uploaded.ok() || attempt >= std::max(1, options_.max_attempts) ||
-        !absl::IsUnavailable(uploaded.status()) ||
-        !absl::StrContains(uploaded.status().message(), "nothing was stored")) {
+        proto::ReasonOf(uploaded.status()) != api::NOTHING_STORED) {
       return uploaded;
     }
     absl::SleepFor(pause);

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/log.h"
 #include "base/secret_bytes.h"
+#include "proto/error_reason.h"
 #include "proto/frame.h"
 
 namespace cloister::enclave {
@@ -99,8 +100,7 @@ absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
       // Without a parsed call id there is no one to answer: report and go on.
       Log(LogLevel::kWarning, "boundary_frame_refused", {{"reason", std::string(call.status().message())}});
       EnclaveToHost error;
-      error.mutable_status()->set_code(static_cast<int>(call.status().code()));
-      error.mutable_status()->set_message(std::string(call.status().message()));
+      proto::SetBoundaryStatus(call.status(), *error.mutable_status());
       reply(error);
       continue;
     }

@@ -20,9 +20,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/deadline.h"
 #include "enclave/runtime/tensor.h"
 #include "onnx/onnx_pb.h"
 
@@ -154,10 +153,10 @@ class KernelContext {
   // recurrent layer over a long sequence, an If branch, a large matrix product: gemm.h
   // GemmInRowBlocks) call CheckDeadline() between pieces of
   // work: DeadlineExceeded once it has passed, so a run does not wait for the step to end.
-  void set_deadline(absl::Time deadline) { deadline_ = deadline; }
-  absl::Time deadline() const { return deadline_; }
+  void set_deadline(const Deadline& deadline) { deadline_ = deadline; }
+  const Deadline& deadline() const { return deadline_; }
   absl::Status CheckDeadline() const {
-    if (deadline_ == absl::InfiniteFuture() || absl::Now() < deadline_) return absl::OkStatus();
+    if (!deadline_.passed()) return absl::OkStatus();
     return absl::DeadlineExceededError("the run reached its deadline inside this step");
   }
 
@@ -166,7 +165,7 @@ class KernelContext {
   std::vector<bool> input_dies_;
   std::vector<Tensor> outputs_;
   BufferPool& pool_;
-  absl::Time deadline_ = absl::InfiniteFuture();
+  Deadline deadline_;
 };
 
 class Kernel {

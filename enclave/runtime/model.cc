@@ -167,19 +167,20 @@ absl::StatusOr<std::vector<Tensor>> Model::OrderInputs(
 
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::Run(
     const std::vector<std::pair<std::string, Tensor>>& inputs,
-    const std::vector<std::string>& requested_outputs, absl::Time deadline) const {
+    const std::vector<std::string>& requested_outputs, const Deadline& deadline) const {
   return RunAndName(inputs, requested_outputs, deadline, /*download=*/true);
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::RunLeavingOutputsOnDevice(
     const std::vector<std::pair<std::string, Tensor>>& inputs,
-    const std::vector<std::string>& requested_outputs, absl::Time deadline) const {
+    const std::vector<std::string>& requested_outputs, const Deadline& deadline) const {
   return RunAndName(inputs, requested_outputs, deadline, /*download=*/false);
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::RunAndName(
     const std::vector<std::pair<std::string, Tensor>>& inputs,
-    const std::vector<std::string>& requested_outputs, absl::Time deadline, bool download) const {
+    const std::vector<std::string>& requested_outputs, const Deadline& deadline,
+    bool download) const {
   ASSIGN_OR_RETURN(std::vector<Tensor> ordered, OrderInputs(inputs));
   std::vector<int> wanted;
   for (const std::string& name : requested_outputs) {
@@ -208,7 +209,8 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Model::RunAndName(
 absl::StatusOr<std::vector<Tensor>> Model::ExecuteOnce(std::vector<Tensor> ordered,
                                                        const std::vector<int>& wanted,
                                                        std::vector<double>* step_seconds,
-                                                       absl::Time deadline, bool download) const {
+                                                       const Deadline& deadline,
+                                                       bool download) const {
   ASSIGN_OR_RETURN(std::unique_ptr<BufferPool> pool, TakePool());
   DeviceRun* device = pool->device();
   if (device == nullptr) {

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/bytes.h"
+#include "base/deadline.h"
 #include "enclave/runtime/row_analysis.h"
 #include "enclave/runtime/tensor.h"
 
@@ -83,7 +84,7 @@ class Model {
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Run(
       const std::vector<std::pair<std::string, Tensor>>& inputs,
       const std::vector<std::string>& requested_outputs = {},
-      absl::Time deadline = absl::InfiniteFuture()) const;
+      const Deadline& deadline = {}) const;
 
   // Like Run, for callers that move a batch's tensors to and from a device themselves
   // (enclave/batch_runner.h): inputs may already be device tensors (they are used in place), and
@@ -94,7 +95,7 @@ class Model {
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> RunLeavingOutputsOnDevice(
       const std::vector<std::pair<std::string, Tensor>>& inputs,
       const std::vector<std::string>& requested_outputs = {},
-      absl::Time deadline = absl::InfiniteFuture()) const;
+      const Deadline& deadline = {}) const;
 
   // Whether the graph computes every row of its outputs from the same rows of its inputs alone,
   // so that requests concatenated along axis 0 may run as one; when not, why (row_analysis.h).
@@ -131,12 +132,13 @@ class Model {
   absl::StatusOr<std::vector<Tensor>> ExecuteOnce(std::vector<Tensor> ordered,
                                                   const std::vector<int>& wanted,
                                                   std::vector<double>* step_seconds,
-                                                  absl::Time deadline = absl::InfiniteFuture(),
+                                                  const Deadline& deadline = {},
                                                   bool download = true) const;
   // Run and RunLeavingOutputsOnDevice.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> RunAndName(
       const std::vector<std::pair<std::string, Tensor>>& inputs,
-      const std::vector<std::string>& requested_outputs, absl::Time deadline, bool download) const;
+      const std::vector<std::string>& requested_outputs, const Deadline& deadline,
+      bool download) const;
 
   const Executor* executor_ = nullptr;
   std::shared_ptr<const Plan> plan_;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
+#include "base/deadline.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/kernel.h"
 #include "enclave/runtime/row_analysis.h"
@@ -77,7 +77,7 @@ class Plan {
                                               const std::vector<int>& wanted_outputs,
                                               BufferPool& pool,
                                               std::vector<double>* step_seconds = nullptr,
-                                              absl::Time deadline = absl::InfiniteFuture()) const;
+                                              const Deadline& deadline = {}) const;
   const Step& step(size_t index) const { return steps_[index]; }
 
   const std::vector<int>& input_slots() const { return input_slots_; }
@@ -91,6 +91,11 @@ class Plan {
 
  private:
   friend class GraphCompiler;
+
+  // Execute's steps: which steps `outputs` need (empty: all), and one step's run over `values`.
+  std::vector<bool> NeededSteps(const std::vector<int>& outputs) const;
+  absl::Status RunStep(size_t s, std::vector<Tensor>& values, BufferPool& pool,
+                       const Deadline& deadline, std::vector<double>* step_seconds) const;
 
   std::vector<ValueInfo> slot_infos_;
   std::vector<std::string> slot_names_;

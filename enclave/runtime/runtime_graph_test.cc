@@ -274,7 +274,7 @@ class DeadlineInsideAStep : public ::testing::Test {
     ASSERT_TRUE(model.Run(inputs).ok());
     const absl::Duration full = absl::Now() - start;
     const absl::Time limited_start = absl::Now();
-    auto stopped = model.Run(inputs, {}, limited_start + full / 8);
+    auto stopped = model.Run(inputs, {}, Deadline::At(limited_start + full / 8, Clock::Real()));
     const absl::Duration taken = absl::Now() - limited_start;
     ASSERT_FALSE(stopped.ok());
     EXPECT_EQ(stopped.status().code(), absl::StatusCode::kDeadlineExceeded) << stopped.status();

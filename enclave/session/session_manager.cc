@@ -5,6 +5,7 @@
 #include "base/status.h"
 #include "crypto/hpke.h"
 #include "crypto/keys.h"
+#include "proto/error_reason.h"
 #include "proto/sealing.h"
 #include "proto/wipe.h"
 
@@ -164,8 +165,7 @@ EnclaveReply SessionManager::SealReply(Session& session, const ForwardedRequest&
   if (!sequence.ok()) {
     proto::WipeString(buffer);
     reply.clear_ciphertext();
-    reply.mutable_status()->set_code(static_cast<int>(sequence.status().code()));
-    reply.mutable_status()->set_message(std::string(sequence.status().message()));
+    proto::SetBoundaryStatus(sequence.status(), *reply.mutable_status());
     return reply;
   }
   reply.set_sequence(*sequence);
@@ -192,6 +192,7 @@ api::v1::ReplyEnvelope MakeEnvelope(const absl::Status& status, google::protobuf
   api::v1::ReplyEnvelope envelope;
   envelope.set_code(static_cast<int>(status.code()));
   envelope.set_message(std::string(status.message()));
+  envelope.set_reason(proto::ReasonOf(status));
   if (body != nullptr) {
     if (status.ok()) body->SerializeToString(envelope.mutable_body());
     proto::WipeMessage(*body);

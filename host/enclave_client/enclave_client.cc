@@ -12,14 +12,8 @@ namespace cloister::host {
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
 
-absl::Status FromBoundaryStatus(const boundary::v1::Status& status) {
-  if (status.code() == 0) return absl::OkStatus();
-  int code = status.code();
-  if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
-    return absl::UnknownError(
-        absl::StrCat("enclave error with unknown code ", code, ": ", status.message()));
-  }
-  return absl::Status(static_cast<absl::StatusCode>(code), status.message());
+absl::Status WorkerExitedError() {
+  return proto::WithReason(absl::UnavailableError("enclave worker exited"), api::v1::WORKER_EXITED);
 }
 
 EnclaveToHost::ResultCase ExpectedResultCase(HostToEnclave::CallCase call_case) {

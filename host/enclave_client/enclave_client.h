@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cloister/boundary/v1/boundary.pb.h"
+#include "proto/error_reason.h"
 
 namespace cloister::host {
 
@@ -36,9 +37,13 @@ class EnclaveClient {
   virtual void Call(boundary::v1::HostToEnclave call, Done done) = 0;
 };
 
-// The status an enclave reported at the boundary as an absl::Status (code 0: OK). Codes outside
-// absl's range become UNKNOWN.
-absl::Status FromBoundaryStatus(const boundary::v1::Status& status);
+// The status an enclave reported at the boundary as an absl::Status with its reason (code 0:
+// OK). Codes outside absl's range become UNKNOWN.
+using proto::FromBoundaryStatus;
+
+// How every client answers a call its worker will never answer: UNAVAILABLE "enclave worker
+// exited", reason WORKER_EXITED.
+absl::Status WorkerExitedError();
 
 // The result kind that answers a call kind, RESULT_NOT_SET for CALL_NOT_SET.
 boundary::v1::EnclaveToHost::ResultCase ExpectedResultCase(

@@ -24,7 +24,6 @@ namespace {
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
 
-constexpr char kWorkerExited[] = "enclave worker exited";
 
 // Runs in the forked child before exec: only async-signal-safe calls from here on.
 [[noreturn]] void ExecWorker(char* const* argv, int socket_fd, int devnull_fd, int error_fd,
@@ -191,7 +190,7 @@ void ProcessEnclaveClient::Call(HostToEnclave call, Done done) {
       return;
     }
   }
-  done(absl::UnavailableError(kWorkerExited));
+  done(WorkerExitedError());
 }
 
 void ProcessEnclaveClient::WriterLoop() {
@@ -273,7 +272,7 @@ void ProcessEnclaveClient::FailAll() {
     failed.swap(pending_);
     outgoing_.clear();
   }
-  for (auto& [call_id, pending] : failed) pending.done(absl::UnavailableError(kWorkerExited));
+  for (auto& [call_id, pending] : failed) pending.done(WorkerExitedError());
 }
 
 bool ProcessEnclaveClient::connected() const {

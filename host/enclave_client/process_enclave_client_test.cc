@@ -95,6 +95,7 @@ TEST_F(ProcessEnclaveClientTest, CallsReachTheWorkerAndComeBack) {
   auto after = CallAndWait(**client, EvidenceCall("late"), absl::Seconds(1));
   EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(after.status().message(), "enclave worker exited");
+  EXPECT_EQ(proto::ReasonOf(after.status()), api::v1::WORKER_EXITED);
 }
 
 TEST_F(ProcessEnclaveClientTest, ConcurrentCallsAreMatchedById) {

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "proto/duration.h"
+#include "proto/error_reason.h"
 
 namespace cloister::host {
 
@@ -81,24 +83,32 @@ absl::Status Scheduler::AdmitLocked(Tenant& tenant, const InferRequest& request,
   }
   uint64_t size = request.item.ciphertext().size();
   if (size > limits.max_payload_size) {
-    return absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant.id, ": payload of ", size,
-                                                     " bytes exceeds the limit of ",
-                                                     limits.max_payload_size, " bytes"));
+    return proto::WithReason(
+        absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant.id, ": payload of ", size,
+                                                  " bytes exceeds the limit of ",
+                                                  limits.max_payload_size, " bytes")),
+        api::v1::TOO_LARGE);
   }
   if (tenant.queued_count >= limits.max_queued_requests) {
-    return absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant.id, ": queue limit of ",
-                                                     limits.max_queued_requests,
-                                                     " requests reached; retry later"));
+    return proto::WithReason(
+        absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant.id, ": queue limit of ",
+                                                  limits.max_queued_requests,
+                                                  " requests reached; retry later")),
+        api::v1::OVERLOADED);
   }
   if (tenant.queued_size + size > limits.max_queued_size) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("tenant ", tenant.id, ": queued-bytes limit of ", limits.max_queued_size,
-                     " bytes reached; retry later"));
+    return proto::WithReason(
+        absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant.id, ": queued-bytes limit of ",
+                                                  limits.max_queued_size,
+                                                  " bytes reached; retry later")),
+        api::v1::OVERLOADED);
   }
   if (!tenant.bucket.TryTake(now)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tenant ", tenant.id, ": rate limit ", FormatRate(limits.rate_per_second),
-        " requests/s exceeded (burst ", FormatRate(tenant.bucket.burst()), "); retry later"));
+    return proto::WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "tenant ", tenant.id, ": rate limit ", FormatRate(limits.rate_per_second),
+            " requests/s exceeded (burst ", FormatRate(tenant.bucket.burst()), "); retry later")),
+        api::v1::OVERLOADED);
   }
   return absl::OkStatus();
 }
@@ -365,8 +375,7 @@ void Scheduler::Dispatch(Batch batch) {
     // The deadline travels as the time left (the enclave's clock is its own), so that the
     // enclave stops a run that outlives it.
     if (queued.deadline != absl::InfiniteFuture()) {
-      const int64_t left = absl::ToInt64Nanoseconds(queued.deadline - now);
-      queued.item.set_time_left_ns(left == 0 ? -1 : left);
+      *queued.item.mutable_time_left() = proto::ToProtoDuration(queued.deadline - now);
     }
     *infer->add_items() = std::move(queued.item);
   }

@@ -16,6 +16,7 @@
 #include "host/scheduler/scheduler.h"
 #include "host/scheduler/scheduler_test_util.h"
 #include "host/testing/fake_enclave_client.h"
+#include "proto/duration.h"
 
 namespace cloister::host::scheduler_test {
 namespace {
@@ -90,9 +91,9 @@ TEST_F(SchedulerTest, QueuedRequestsPastTheirDeadlineAreAnswered) {
   // The enclave learns how long each request may still run: none for "busy", and what is left
   // of its 50 s for "long", sent 10 ms in.
   ASSERT_TRUE(enclave_.WaitForPending(1));
-  EXPECT_EQ(enclave_.History()[0].infer_batch().items(0).time_left_ns(), 0);
-  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items(0).time_left_ns(),
-            absl::ToInt64Nanoseconds(absl::Seconds(50) - absl::Milliseconds(10)));
+  EXPECT_FALSE(enclave_.History()[0].infer_batch().items(0).has_time_left());
+  EXPECT_EQ(proto::FromProtoDuration(enclave_.Pending()[0].infer_batch().items(0).time_left()),
+            absl::Seconds(50) - absl::Milliseconds(10));
   CompleteOldest();
   ASSERT_TRUE(answers_.WaitForTotal(4));
   EXPECT_TRUE(answers_.Of("long")[0].ok());
@@ -136,8 +137,8 @@ TEST_F(SchedulerTest, TenantMaxDeadlineCapsEveryDeadline) {
   Start(/*max_batch_size=*/1, /*max_queue_delay=*/absl::ZeroDuration(), /*max_in_flight=*/1);
   Submit("acme", kModelA, "first", clock_.Now() + absl::Seconds(50));
   ASSERT_TRUE(enclave_.WaitForPending(1));
-  EXPECT_EQ(enclave_.Pending()[0].infer_batch().items(0).time_left_ns(),
-            absl::ToInt64Nanoseconds(absl::Milliseconds(5)));
+  EXPECT_EQ(proto::FromProtoDuration(enclave_.Pending()[0].infer_batch().items(0).time_left()),
+            absl::Milliseconds(5));
   Submit("acme", kModelA, "own", clock_.Now() + absl::Seconds(50));  // waits for the slot
   Submit("acme", kModelA, "default");
   Advance(absl::Milliseconds(6));

@@ -13,6 +13,8 @@
 #include "host/server/infer_reactor.h"
 #include "host/server/sealed_relay.h"
 #include "host/server/upload_reactor.h"
+#include "proto/duration.h"
+#include "proto/error_reason.h"
 
 namespace cloister::host {
 namespace {
@@ -63,7 +65,8 @@ class TrackedUnaryReactor final : public grpc::ServerUnaryReactor {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()),
+                      proto::GrpcErrorDetails(status));
 }
 
 grpc::ServerUnaryReactor* CloisterService::NewUnaryReactor() {
@@ -158,9 +161,12 @@ absl::StatusOr<uint64_t> CloisterService::ReserveModelMemory(const std::string& 
   if (stored_size + uploading + size > quota) {
     uint64_t in_progress = uploading;
     if (uploading == 0) uploading_size_.erase(tenant_id);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tenant ", tenant_id, ": model memory quota of ", quota, " bytes exceeded (", stored_size,
-        " bytes stored, ", in_progress, " being uploaded, this model ", size, " bytes)"));
+    return proto::WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "tenant ", tenant_id, ": model memory quota of ", quota, " bytes exceeded (",
+            stored_size, " bytes stored, ", in_progress, " being uploaded, this model ", size,
+            " bytes)")),
+        api::v1::QUOTA_EXCEEDED);
   }
   uint64_t budget = quota - stored_size - uploading;
   uploading += size;
@@ -249,7 +255,9 @@ absl::StatusOr<int> CloisterService::CheckSealedRequest(const SealedRequest& cal
         absl::StrCat("sealed call of ", call.ciphertext().size(), " bytes exceeds the limit of ",
                      options_.max_sealed_message_size, " bytes (limits.max_sealed_message_bytes)"));
   }
-  if (call.deadline_ms() < 0) return absl::InvalidArgumentError("deadline_ms is negative");
+  if (call.has_deadline() && proto::FromProtoDuration(call.deadline()) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("deadline is negative");
+  }
   ASSIGN_OR_RETURN(int worker, sessions_.WorkerFor(call.session_id(), tenant_id));
   if (worker < 0 || worker >= static_cast<int>(workers_.size())) {
     return absl::NotFoundError("unknown session; open a new session");
@@ -483,9 +491,9 @@ grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* co
     // over the time left rather than the instant.
     infer.deadline = clock_->Now() + (absl::FromChrono(context->deadline()) - absl::Now());
   }
-  if (request->deadline_ms() > 0) {
+  if (request->has_deadline()) {
     infer.deadline =
-        std::min(infer.deadline, clock_->Now() + absl::Milliseconds(request->deadline_ms()));
+        std::min(infer.deadline, clock_->Now() + proto::FromProtoDuration(request->deadline()));
   }
   std::string request_id = request->request_id();
   std::string tenant_id = *tenant;

@@ -157,9 +157,10 @@ TEST_F(CloisterServiceTest, SealedCallsCheckShapeAndSessionOwner) {
   status = Infer(Sealed(acme_session, "r1", kHandle, ""), reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   api::v1::SealedRequest negative = Sealed(acme_session, "r1", kHandle, "x");
-  negative.set_deadline_ms(-1);
+  negative.mutable_deadline()->set_nanos(-1);
   status = Infer(negative, reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "deadline is negative");
 
   // Only the two OpenSession calls reached the enclave.
   EXPECT_EQ(enclave_->History().size(), 2u);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "proto/error_reason.h"
 
 namespace cloister::host {
 
@@ -45,9 +46,11 @@ absl::Status SessionTable::CheckCapacity(absl::string_view tenant_id) {
   SweepLocked(clock_->Now());
   auto it = per_tenant_.find(tenant_id);
   if (it != per_tenant_.end() && it->second >= max_sessions_per_tenant_) {
-    return absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant_id, " already has ",
-                                                     max_sessions_per_tenant_,
-                                                     " open sessions (the limit)"));
+    return proto::WithReason(
+        absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant_id, " already has ",
+                                                  max_sessions_per_tenant_,
+                                                  " open sessions (the limit)")),
+        api::v1::QUOTA_EXCEEDED);
   }
   return absl::OkStatus();
 }

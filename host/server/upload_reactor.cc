@@ -10,6 +10,7 @@
 #include "host/common/ids.h"
 #include "host/server/cloister_service.h"
 #include "host/server/sealed_relay.h"
+#include "proto/error_reason.h"
 
 namespace cloister::host {
 
@@ -253,21 +254,25 @@ void UploadReactor::SendToEnclave(boundary::v1::ForwardedRequest item) {
 
 void UploadReactor::Complete(EnclaveClient::Reply reply) {
   if (!reply.ok()) {
-    if (absl::IsFailedPrecondition(reply.status()) &&
-        absl::StrContains(reply.status().message(), "re-attest")) {
+    if (proto::ReasonOf(reply.status()) == api::v1::SESSION_LOST) {
       // The worker holding the upload's session died while the ciphertext streamed in (the
       // supervisor refuses the dead incarnation's session): the same answer as when it dies
       // while loading the model, and as retryable.
-      Fail(absl::UnavailableError(absl::StrCat(
-          "enclave worker ", worker_,
-          " restarted during the upload; nothing was stored: re-attest and upload again")));
+      Fail(proto::WithReason(
+          absl::UnavailableError(absl::StrCat(
+              "enclave worker ", worker_,
+              " restarted during the upload; nothing was stored: re-attest and upload again")),
+          api::v1::NOTHING_STORED));
       return;
     }
     if (absl::IsUnavailable(reply.status())) {
       // The worker ended while loading: the wrapped key is committed only from its answer.
-      Fail(absl::UnavailableError(absl::StrCat(
-          "enclave worker ", worker_, " ended while loading the model (", reply.status().message(),
-          "); nothing was stored: re-attest and upload again")));
+      Fail(proto::WithReason(
+          absl::UnavailableError(absl::StrCat("enclave worker ", worker_,
+                                              " ended while loading the model (",
+                                              reply.status().message(),
+                                              "); nothing was stored: re-attest and upload again")),
+          api::v1::NOTHING_STORED));
       return;
     }
     Fail(reply.status());

@@ -16,6 +16,7 @@
 #include "host/server/service_test_harness.h"
 #include "host/supervisor/worker_supervisor.h"
 #include "host/testing/fake_enclave.h"
+#include "proto/error_reason.h"
 
 namespace cloister::host {
 namespace {
@@ -50,7 +51,7 @@ TEST_F(CloisterServiceTest, UploadStoresTheModelAndInferUsesIt) {
 
   api::v1::SealedReply reply;
   api::v1::SealedRequest call = Sealed(session, "infer-1", kHandle, "input");
-  call.set_deadline_ms(10000);
+  call.mutable_deadline()->set_seconds(10);
   status = Infer(call, reply);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(reply.ciphertext(), "out:input;batch=1");
@@ -242,7 +243,7 @@ TEST_F(CloisterServiceTest, UploadWhoseWorkerRestartedIsUnavailable) {
     explicit RestartedWorker(EnclaveClient* inner) : inner_(inner) {}
     void Call(boundary::v1::HostToEnclave call, Done done) override {
       if (call.has_load_model()) {
-        done(absl::FailedPreconditionError(kReattestMessage));
+        done(SessionLostError());
         return;
       }
       inner_->Call(std::move(call), std::move(done));
@@ -260,6 +261,8 @@ TEST_F(CloisterServiceTest, UploadWhoseWorkerRestartedIsUnavailable) {
   EXPECT_EQ(status.error_message(),
             "enclave worker 0 restarted during the upload; nothing was stored: re-attest and "
             "upload again");
+  // The SDK decides by the reason in the status details, not by the words.
+  EXPECT_EQ(proto::ReasonFromGrpcDetails(status.error_details()), api::v1::NOTHING_STORED);
   EXPECT_TRUE(ModelFiles("acme").empty());
 }
 

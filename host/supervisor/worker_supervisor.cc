@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "crypto/hash.h"
 #include "crypto/random.h"
+#include "proto/error_reason.h"
 
 namespace cloister::host {
 namespace {
@@ -17,7 +18,6 @@ using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
 
 // What ProcessEnclaveClient answers when its worker is gone.
-constexpr char kProcessExited[] = "enclave worker exited";
 
 // The session a sealed call other than InferBatch names, or nullptr.
 const std::string* SessionOf(const HostToEnclave& call) {
@@ -128,7 +128,7 @@ class WorkerSupervisor::Worker : public EnclaveClient {
             absl::StrCat("enclave worker ", index_, " is restarting; retry"));
       } else if (const std::string* session = SessionOf(call);
                  session != nullptr && stale_sessions.contains(*session)) {
-        refusal = absl::FailedPreconditionError(kReattestMessage);
+        refusal = SessionLostError();
       } else {
         if (call.has_infer_batch()) {
           bool any = false;
@@ -152,10 +152,12 @@ class WorkerSupervisor::Worker : public EnclaveClient {
         std::move(call), [this, generation, call_case, stale_items = std::move(stale_items),
                           done = std::move(done)](Reply reply) mutable {
           if (!reply.ok()) {
-            if (absl::IsUnavailable(reply.status()) && reply.status().message() == kProcessExited) {
-              reply = absl::UnavailableError(
-                  absl::StrCat("enclave worker ", index_,
-                               " exited while holding this call; it is restarting, retry"));
+            if (proto::ReasonOf(reply.status()) == api::v1::WORKER_EXITED) {
+              reply = proto::WithReason(
+                  absl::UnavailableError(
+                      absl::StrCat("enclave worker ", index_,
+                                   " exited while holding this call; it is restarting, retry")),
+                  api::v1::WORKER_EXITED);
             }
             done(std::move(reply));
             return;
@@ -167,9 +169,7 @@ class WorkerSupervisor::Worker : public EnclaveClient {
             for (int i = 0; i < replies->size() && i < static_cast<int>(stale_items.size()); ++i) {
               boundary::v1::EnclaveReply& item = (*replies)[i];
               if (stale_items[i] && item.has_status() && item.status().code() != 0) {
-                item.mutable_status()->set_code(
-                    static_cast<int>(absl::StatusCode::kFailedPrecondition));
-                item.mutable_status()->set_message(kReattestMessage);
+                proto::SetBoundaryStatus(SessionLostError(), *item.mutable_status());
               }
             }
           }

@@ -49,13 +49,18 @@
 #include "host/enclave_client/enclave_client.h"
 #include "host/enclave_client/process_enclave_client.h"
 #include "host/storage/blob_store.h"
+#include "proto/error_reason.h"
 
 namespace cloister::host {
 
-// The refusal of a session whose worker restarted (the SDK looks for "re-attest").
+// The refusal of a session whose worker restarted (FAILED_PRECONDITION, reason SESSION_LOST).
 inline constexpr char kReattestMessage[] =
     "the enclave worker holding this session restarted and the session's keys are gone; "
     "re-attest and open a new session";
+// That refusal as a status: FAILED_PRECONDITION kReattestMessage, reason SESSION_LOST.
+inline absl::Status SessionLostError() {
+  return proto::WithReason(absl::FailedPreconditionError(kReattestMessage), api::v1::SESSION_LOST);
+}
 
 // Hands every model stored in `blobs` to `enclave` (ReloadModelCall). A model whose blob cannot
 // be read, does not match its recorded SHA-256 or is refused by the enclave is logged and

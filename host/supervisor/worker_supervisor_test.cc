@@ -21,6 +21,7 @@
 #include "crypto/hash.h"
 #include "gtest/gtest.h"
 #include "host/storage/file_blob_store.h"
+#include "proto/error_reason.h"
 #include "tests/support/temp_dir.h"
 
 namespace cloister::host {
@@ -243,6 +244,7 @@ TEST_F(WorkerSupervisorTest, RefusesSessionsOfTheDeadWorkerAskingToReattest) {
   auto listed = Send(0, ListCall(*old_session));
   EXPECT_TRUE(absl::IsFailedPrecondition(listed.status())) << listed.status();
   EXPECT_TRUE(absl::StrContains(listed.status().message(), "re-attest")) << listed.status();
+  EXPECT_EQ(proto::ReasonOf(listed.status()), api::v1::SESSION_LOST);
 
   // A new session works, and in a batch mixing both only the old one's item is refused. (The
   // fake numbers sessions from 1 again: the reused id counts as new once opened.)
@@ -262,6 +264,7 @@ TEST_F(WorkerSupervisorTest, RefusesSessionsOfTheDeadWorkerAskingToReattest) {
   EXPECT_EQ(reply->infer_batch().replies(0).status().code(),
             static_cast<int>(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(absl::StrContains(reply->infer_batch().replies(0).status().message(), "re-attest"));
+  EXPECT_EQ(reply->infer_batch().replies(0).status().reason(), api::v1::SESSION_LOST);
   EXPECT_EQ(reply->infer_batch().replies(1).status().code(), 0);
 }
 

@@ -1,5 +1,6 @@
 #include "host/testing/fake_enclave_client.h"
 
+#include <optional>
 #include <utility>
 
 namespace cloister::host::testing {
@@ -7,116 +8,40 @@ namespace cloister::host::testing {
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
 
-namespace {
-
-EnclaveClient::Reply Checked(HostToEnclave::CallCase call_case, EnclaveClient::Reply reply) {
-  if (!reply.ok()) return reply;
-  absl::Status status = CheckReply(call_case, *reply);
-  if (!status.ok()) return status;
-  return reply;
-}
-
-}  // namespace
-
-FakeEnclaveClient::FakeEnclaveClient() = default;
+FakeEnclaveClient::FakeEnclaveClient()
+    : calls_(/*handler=*/nullptr, /*threads=*/0, /*keep_history=*/true) {}
 
 FakeEnclaveClient::FakeEnclaveClient(std::unique_ptr<FakeEnclave> enclave)
-    : enclave_(std::move(enclave)) {
-  auto_thread_ = std::thread([this] { AutoLoop(); });
-}
+    : enclave_(std::move(enclave)),
+      calls_([this](const HostToEnclave& call) { return Handle(call); }, /*threads=*/1,
+             /*keep_history=*/true) {}
 
-FakeEnclaveClient::~FakeEnclaveClient() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  if (auto_thread_.joinable()) auto_thread_.join();
-  FailAll(absl::UnavailableError("enclave worker exited"));
-}
+FakeEnclaveClient::~FakeEnclaveClient() = default;
 
 void FakeEnclaveClient::Call(HostToEnclave call, Done done) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!dead_) {
-      call.set_call_id(next_call_id_++);
-      history_.push_back(call);
-      pending_.push_back(PendingCall{std::move(call), std::move(done)});
-      return;
-    }
-  }
-  done(absl::UnavailableError("enclave worker exited"));
+  calls_.Call(std::move(call), std::move(done));
 }
 
-void FakeEnclaveClient::AutoLoop() {
-  while (true) {
-    PendingCall next;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !pending_.empty() || stopping_;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (pending_.empty()) return;
-      next = std::move(pending_.front());
-      pending_.pop_front();
-    }
-    std::optional<EnclaveToHost> reply = enclave_->Handle(next.call);
-    if (!reply.has_value()) {
-      SetDead();
-      next.done(absl::UnavailableError("enclave worker exited"));
-      FailAll(absl::UnavailableError("enclave worker exited"));
-      continue;
-    }
-    next.done(Checked(next.call.call_case(), *std::move(reply)));
-  }
+absl::StatusOr<EnclaveToHost> FakeEnclaveClient::Handle(const HostToEnclave& call) {
+  std::optional<EnclaveToHost> reply = enclave_->Handle(call);
+  if (!reply.has_value()) return calls_.WorkerExited();
+  return *std::move(reply);
 }
 
 bool FakeEnclaveClient::WaitForPending(size_t count, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto enough = [this, count]()
-                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_.size() >= count; };
-  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  return calls_.WaitForPending(count, timeout);
 }
 
-std::vector<HostToEnclave> FakeEnclaveClient::Pending() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<HostToEnclave> calls;
-  for (const PendingCall& pending : pending_) calls.push_back(pending.call);
-  return calls;
-}
+std::vector<HostToEnclave> FakeEnclaveClient::Pending() const { return calls_.Pending(); }
 
 bool FakeEnclaveClient::Complete(uint64_t call_id, absl::StatusOr<EnclaveToHost> reply) {
-  PendingCall found;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = pending_.begin();
-    while (it != pending_.end() && it->call.call_id() != call_id) ++it;
-    if (it == pending_.end()) return false;
-    found = std::move(*it);
-    pending_.erase(it);
-  }
-  if (reply.ok()) reply->set_call_id(call_id);
-  found.done(Checked(found.call.call_case(), std::move(reply)));
-  return true;
+  return calls_.Complete(call_id, std::move(reply));
 }
 
-void FakeEnclaveClient::FailAll(const absl::Status& status) {
-  std::deque<PendingCall> failed;
-  {
-    absl::MutexLock lock(&mu_);
-    failed.swap(pending_);
-  }
-  for (PendingCall& pending : failed) pending.done(status);
-}
+void FakeEnclaveClient::FailAll(const absl::Status& status) { calls_.FailAll(status); }
 
-std::vector<HostToEnclave> FakeEnclaveClient::History() const {
-  absl::MutexLock lock(&mu_);
-  return history_;
-}
+std::vector<HostToEnclave> FakeEnclaveClient::History() const { return calls_.History(); }
 
-void FakeEnclaveClient::SetDead() {
-  absl::MutexLock lock(&mu_);
-  dead_ = true;
-}
+void FakeEnclaveClient::SetDead() { calls_.SetDead(); }
 
 }  // namespace cloister::host::testing

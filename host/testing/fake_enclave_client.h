@@ -5,20 +5,22 @@
 //   Fail(); WaitForPending() lets a test wait for the code under test to send them.
 // - automatic (with a FakeEnclave): a background thread answers every call in order with the
 //   FakeEnclave, like a worker process would.
+// The bookkeeping is InProcessCalls (host/enclave_client/function_enclave_client.h), as for
+// FunctionEnclaveClient.
 // Threading: thread-safe. Completions run on the thread that calls Complete()/Fail() (manual)
 // or on the background thread (automatic).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "host/enclave_client/enclave_client.h"
+#include "host/enclave_client/function_enclave_client.h"
 #include "host/testing/fake_enclave.h"
 
 namespace cloister::host::testing {
@@ -47,20 +49,11 @@ class FakeEnclaveClient : public EnclaveClient {
   void SetDead();
 
  private:
-  struct PendingCall {
-    boundary::v1::HostToEnclave call;
-    Done done;
-  };
-  void AutoLoop();
+  // The automatic mode's handler: the FakeEnclave's reply; a crash kills the worker.
+  absl::StatusOr<boundary::v1::EnclaveToHost> Handle(const boundary::v1::HostToEnclave& call);
 
-  std::unique_ptr<FakeEnclave> enclave_;
-  mutable absl::Mutex mu_;
-  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::deque<PendingCall> pending_ ABSL_GUARDED_BY(mu_);
-  std::vector<boundary::v1::HostToEnclave> history_ ABSL_GUARDED_BY(mu_);
-  bool dead_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread auto_thread_;
+  std::unique_ptr<FakeEnclave> enclave_;  // null in manual mode; outlives calls_' thread
+  InProcessCalls calls_;
 };
 
 }  // namespace cloister::host::testing

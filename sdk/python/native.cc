@@ -38,6 +38,7 @@
 #include "base/bytes.h"
 #include "base/secret_bytes.h"
 #include "base/status.h"
+#include "proto/error_reason.h"
 #include "sdk/client.h"
 #include "sdk/identity.h"
 #include "sdk/npy.h"
@@ -465,8 +466,10 @@ PYBIND11_MODULE(_native, m) {
       }
       py::object verdict =
           error.verdict.has_value() ? py::object(VerdictTuple(*error.verdict)) : py::none();
-      py::object exception = (*error_factory)(static_cast<int>(error.status.code()),
-                                              Text(error.status.message()), verdict);
+      py::object exception = (*error_factory)(
+          static_cast<int>(error.status.code()), Text(error.status.message()), verdict,
+          Text(std::string(
+              ::cloister::proto::ReasonName(::cloister::proto::ReasonOf(error.status)))));
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
     }
   });

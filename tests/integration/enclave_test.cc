@@ -174,7 +174,7 @@ TEST_F(EnclaveTest, RunsStopAtTheDeadlineTheHostSends) {
   auto client = Client("alpha");
   Upload(*client, "cls");
   ForwardedRequest late = client->InferItem("cls", 0);
-  late.set_time_left_ns(-1);  // already past: the run stops before its first step
+  late.mutable_time_left()->set_seconds(0);  // already past: the run stops before its first step
   EnclaveToHost stopped = InferBatch("alpha", client->Handle("cls"), {late});
   ASSERT_EQ(stopped.status().code(), 0) << stopped.status().message();
   absl::Status status =
@@ -183,8 +183,8 @@ TEST_F(EnclaveTest, RunsStopAtTheDeadlineTheHostSends) {
   EXPECT_NE(status.message().find("deadline"), std::string::npos) << status;
 
   std::vector<ForwardedRequest> items = {client->InferItem("cls", 0), client->InferItem("cls", 1)};
-  items[0].set_time_left_ns(-1);
-  items[1].set_time_left_ns(absl::ToInt64Nanoseconds(absl::Minutes(5)));
+  items[0].mutable_time_left()->set_nanos(-1);
+  items[1].mutable_time_left()->set_seconds(5 * 60);
   EnclaveToHost shared = InferBatch("alpha", client->Handle("cls"), items);
   ASSERT_EQ(shared.status().code(), 0) << shared.status().message();
   for (int set = 0; set < 2; ++set) {

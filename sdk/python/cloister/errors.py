@@ -15,6 +15,12 @@ Several classes also derive from the built-in exception Python code expects for 
 failure (``InvalidArgument`` is a ``ValueError``, ``NotFound`` a ``LookupError``,
 ``DeadlineExceeded`` a ``TimeoutError``, ``Unavailable`` a ``ConnectionError``,
 ``PermissionDenied`` a ``PermissionError``).
+
+Where a program should act on why a call failed, ``error.reason`` names it (``None`` when there
+is no such reason): ``"SESSION_LOST"`` and ``"EVIDENCE_STALE"`` (the client attests again and
+retries idempotent calls on its own), ``"NOTHING_STORED"`` (an upload may be sent again),
+``"OVERLOADED"`` (a rate or queue limit: back off), ``"QUOTA_EXCEEDED"`` and ``"TOO_LARGE"``
+(sending again does not help).
 """
 
 from __future__ import annotations
@@ -51,13 +57,15 @@ class Error(Exception):
     Attributes:
         code: the status code name, e.g. ``"RESOURCE_EXHAUSTED"``.
         message: the reason, one line.
+        reason: the machine-readable reason, e.g. ``"OVERLOADED"``, or ``None``.
     """
 
     code: str = "UNKNOWN"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, reason: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = message
+        self.reason = reason
 
 
 class Cancelled(Error):
@@ -199,10 +207,14 @@ def _make_error(
     code: int,
     message: str,
     verdict: Optional[Tuple[bool, list, dict]] = None,
+    reason: str = "",
 ) -> Error:
     """Builds the exception for a failed native call (called by cloister._native)."""
     if verdict is not None or (code == 9 and message.startswith(_ATTESTATION_PREFIX)):
-        return AttestationError(
+        error: Error = AttestationError(
             message, Verdict._from_native(verdict) if verdict is not None else None
         )
-    return _BY_CODE.get(code, Unknown)(message)
+    else:
+        error = _BY_CODE.get(code, Unknown)(message)
+    error.reason = reason or None
+    return error

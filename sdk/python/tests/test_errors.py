@@ -61,6 +61,7 @@ def test_wrong_token_is_unauthenticated(appliance, key):
         connect(appliance, key, token="not-the-token")
     assert_one_line(caught.value)
     assert "wrong API token" in str(caught.value)
+    assert caught.value.reason is None  # nothing a program could do but fix the token
 
 
 def test_unknown_tenant_is_unauthenticated(appliance, key):
@@ -193,6 +194,8 @@ def test_oversized_payload_is_resource_exhausted(client, cls_model):
         client.infer(cls_model, {"x": big})
     assert_one_line(caught.value)
     assert f"limit of {MAX_PAYLOAD_BYTES} bytes" in str(caught.value)
+    # cloisterd says why in the gRPC status details, for programs to decide by.
+    assert caught.value.reason == "TOO_LARGE"
 
 
 def test_too_short_timeout_is_deadline_exceeded(client, rec_model):
