@@ -239,6 +239,24 @@ class GraphCompiler {
   absl::Status FoldNode(const onnx::NodeProto& node, const Kernel& kernel,
                         const std::vector<int>& input_slots, std::vector<ValueInfo>& outputs);
   void PlanLiveness();
+  // CompileNode's steps: the slots and infos of the node's inputs (implicit ones too, which
+  // also go to `captured`); the check that the kernel set exactly the listed outputs; a slot
+  // per output; the step itself.
+  absl::Status GatherInputs(const onnx::NodeProto& node, std::vector<int>& input_slots,
+                            std::vector<ValueInfo>& input_infos,
+                            std::vector<OuterValue>& captured) const;
+  static absl::Status CheckOutputsSet(const onnx::NodeProto& node, const NodeContext& context);
+  absl::StatusOr<std::vector<int>> NewOutputSlots(const onnx::NodeProto& node,
+                                                  std::vector<ValueInfo>& outputs);
+  void AddStep(const onnx::NodeProto& node, std::unique_ptr<Kernel> kernel,
+               std::vector<int> input_slots, std::vector<int> output_slots);
+  // Compile's steps: slots for the initializers, then for the graph inputs and the declared
+  // infos; the graph outputs bound to their slots.
+  absl::Status AddInitializers(const onnx::GraphProto& graph,
+                               std::unordered_set<std::string>& initializer_names);
+  absl::Status AddInputsAndDeclarations(const onnx::GraphProto& graph, bool is_subgraph,
+                                        const std::unordered_set<std::string>& initializer_names);
+  absl::Status BindOutputs(const onnx::GraphProto& graph);
 
   const CompileOptions& options_;
   std::shared_ptr<Plan> plan_;
@@ -424,27 +442,8 @@ absl::Status GraphCompiler::CompileNode(const onnx::NodeProto& node, bool fused,
 
   std::vector<int> input_slots;
   std::vector<ValueInfo> input_infos;
-  for (const std::string& name : node.input()) {
-    if (name.empty()) {
-      input_slots.push_back(-1);
-      input_infos.push_back(ValueInfo{});
-      continue;
-    }
-    const int slot = scope_.at(name);  // SortNodes checked that it exists
-    input_slots.push_back(slot);
-    input_infos.push_back(plan_->slot_infos_[slot]);
-  }
   std::vector<OuterValue> captured;
-  for (const std::string& name : ImplicitInputs(node)) {
-    auto it = scope_.find(name);
-    if (it == scope_.end()) {
-      return NodeError(node, absl::InvalidArgumentError(absl::StrCat("subgraph reads '", name,
-                                                                     "', which is not defined")));
-    }
-    input_slots.push_back(it->second);
-    input_infos.push_back(plan_->slot_infos_[it->second]);
-    captured.push_back(OuterValue{name, plan_->slot_infos_[it->second]});
-  }
+  RETURN_IF_ERROR(GatherInputs(node, input_slots, input_infos, captured));
   const CompileOptions& options = options_;
   NodeContext context(node, match->since_version, std::move(input_infos), node.input_size(),
                       [&options, captured](const onnx::GraphProto& graph) {
@@ -455,16 +454,7 @@ absl::Status GraphCompiler::CompileNode(const onnx::NodeProto& node, bool fused,
   }
   auto kernel = (*match->factory)(context);
   if (!kernel.ok()) return NodeError(node, kernel.status());
-  if (context.sets_unlisted_output()) {
-    return NodeError(node, absl::InvalidArgumentError(absl::StrCat(
-        "the node lists ", node.output_size(), " outputs, fewer than the operator writes")));
-  }
-  for (int i = 0; i < node.output_size(); ++i) {
-    if (!context.outputs_set()[i]) {
-      return NodeError(node, absl::InvalidArgumentError(absl::StrCat(
-          "the operator has no output ", i, " ('", node.output(i), "')")));
-    }
-  }
+  RETURN_IF_ERROR(CheckOutputsSet(node, context));
 
   std::vector<ValueInfo>& outputs = context.outputs();
   bool all_constant = true;
@@ -485,6 +475,56 @@ absl::Status GraphCompiler::CompileNode(const onnx::NodeProto& node, bool fused,
     if (!fused_into_producer.ok()) return NodeError(node, fused_into_producer.status());
     if (*fused_into_producer) return absl::OkStatus();
   }
+  ASSIGN_OR_RETURN(std::vector<int> output_slots, NewOutputSlots(node, outputs));
+  if (all_constant) return absl::OkStatus();
+  AddStep(node, std::move(kernel).value(), std::move(input_slots), std::move(output_slots));
+  return absl::OkStatus();
+}
+
+absl::Status GraphCompiler::GatherInputs(const onnx::NodeProto& node,
+                                         std::vector<int>& input_slots,
+                                         std::vector<ValueInfo>& input_infos,
+                                         std::vector<OuterValue>& captured) const {
+  for (const std::string& name : node.input()) {
+    if (name.empty()) {
+      input_slots.push_back(-1);
+      input_infos.push_back(ValueInfo{});
+      continue;
+    }
+    const int slot = scope_.at(name);  // SortNodes checked that it exists
+    input_slots.push_back(slot);
+    input_infos.push_back(plan_->slot_infos_[slot]);
+  }
+  for (const std::string& name : ImplicitInputs(node)) {
+    auto it = scope_.find(name);
+    if (it == scope_.end()) {
+      return NodeError(node, absl::InvalidArgumentError(absl::StrCat("subgraph reads '", name,
+                                                                     "', which is not defined")));
+    }
+    input_slots.push_back(it->second);
+    input_infos.push_back(plan_->slot_infos_[it->second]);
+    captured.push_back(OuterValue{name, plan_->slot_infos_[it->second]});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GraphCompiler::CheckOutputsSet(const onnx::NodeProto& node,
+                                            const NodeContext& context) {
+  if (context.sets_unlisted_output()) {
+    return NodeError(node, absl::InvalidArgumentError(absl::StrCat(
+        "the node lists ", node.output_size(), " outputs, fewer than the operator writes")));
+  }
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (!context.outputs_set()[i]) {
+      return NodeError(node, absl::InvalidArgumentError(absl::StrCat(
+          "the operator has no output ", i, " ('", node.output(i), "')")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int>> GraphCompiler::NewOutputSlots(const onnx::NodeProto& node,
+                                                               std::vector<ValueInfo>& outputs) {
   std::vector<int> output_slots;
   for (int i = 0; i < node.output_size(); ++i) {
     const std::string& name = node.output(i);
@@ -503,20 +543,22 @@ absl::Status GraphCompiler::CompileNode(const onnx::NodeProto& node, bool fused,
     if (!slot.ok()) return NodeError(node, slot.status());
     output_slots.push_back(*slot);
   }
-  if (all_constant) return absl::OkStatus();
+  return output_slots;
+}
 
+void GraphCompiler::AddStep(const onnx::NodeProto& node, std::unique_ptr<Kernel> kernel,
+                            std::vector<int> input_slots, std::vector<int> output_slots) {
   const int step_index = static_cast<int>(plan_->steps_.size());
   for (int slot : output_slots) {
     if (slot >= 0) plan_->producer_step_[slot] = step_index;
   }
-  plan_->kernels_.push_back(std::move(kernel).value());
+  plan_->kernels_.push_back(std::move(kernel));
   plan_->steps_.push_back(Step{plan_->kernels_.back().get(),
                                node.name(),
                                node.op_type(),
                                std::move(input_slots),
                                std::move(output_slots),
                                {}});
-  return absl::OkStatus();
 }
 
 void GraphCompiler::PlanLiveness() {
@@ -566,6 +608,27 @@ absl::StatusOr<std::shared_ptr<const Plan>> GraphCompiler::Compile(
     plan_->input_names_.push_back(value.name);
   }
   std::unordered_set<std::string> initializer_names;
+  RETURN_IF_ERROR(AddInitializers(graph, initializer_names));
+  RETURN_IF_ERROR(AddInputsAndDeclarations(graph, is_subgraph, initializer_names));
+
+  ASSIGN_OR_RETURN(std::vector<int> order, SortNodes(graph));
+  for (int index : order) RETURN_IF_ERROR(CompileIndexed(graph, index));
+
+  if (graph.output_size() == 0) return absl::InvalidArgumentError("the graph has no outputs");
+  RETURN_IF_ERROR(BindOutputs(graph));
+  if (!is_subgraph) {
+    plan_->rows_ = AnalyzeRowIndependence(
+        graph, order, options_.opset, [&](const std::string& name) -> const ValueInfo* {
+          auto it = scope_.find(name);
+          return it == scope_.end() ? nullptr : &plan_->slot_infos_[it->second];
+        });
+  }
+  PlanLiveness();
+  return std::shared_ptr<const Plan>(std::move(plan_));
+}
+
+absl::Status GraphCompiler::AddInitializers(const onnx::GraphProto& graph,
+                                            std::unordered_set<std::string>& initializer_names) {
   for (const onnx::TensorProto& initializer : graph.initializer()) {
     auto tensor = TensorFromProto(initializer);
     if (!tensor.ok()) {
@@ -581,6 +644,12 @@ absl::StatusOr<std::shared_ptr<const Plan>> GraphCompiler::Compile(
     RETURN_IF_ERROR(NewSlot(initializer.name(), std::move(info)).status());
     initializer_names.insert(initializer.name());
   }
+  return absl::OkStatus();
+}
+
+absl::Status GraphCompiler::AddInputsAndDeclarations(
+    const onnx::GraphProto& graph, bool is_subgraph,
+    const std::unordered_set<std::string>& initializer_names) {
   for (const onnx::ValueInfoProto& input : graph.input()) {
     // Inputs with an initializer are frozen to it (treated as constants), which lets them fold.
     if (initializer_names.count(input.name())) continue;
@@ -603,11 +672,10 @@ absl::StatusOr<std::shared_ptr<const Plan>> GraphCompiler::Compile(
       declared_[output.name()] = std::move(info);
     }
   }
+  return absl::OkStatus();
+}
 
-  ASSIGN_OR_RETURN(std::vector<int> order, SortNodes(graph));
-  for (int index : order) RETURN_IF_ERROR(CompileIndexed(graph, index));
-
-  if (graph.output_size() == 0) return absl::InvalidArgumentError("the graph has no outputs");
+absl::Status GraphCompiler::BindOutputs(const onnx::GraphProto& graph) {
   for (const onnx::ValueInfoProto& output : graph.output()) {
     auto it = scope_.find(output.name());
     if (it == scope_.end()) {
@@ -623,15 +691,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> GraphCompiler::Compile(
     plan_->output_slots_.push_back(it->second);
     plan_->output_names_.push_back(output.name());
   }
-  if (!is_subgraph) {
-    plan_->rows_ = AnalyzeRowIndependence(
-        graph, order, options_.opset, [&](const std::string& name) -> const ValueInfo* {
-          auto it = scope_.find(name);
-          return it == scope_.end() ? nullptr : &plan_->slot_infos_[it->second];
-        });
-  }
-  PlanLiveness();
-  return std::shared_ptr<const Plan>(std::move(plan_));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const Plan>> CompileGraph(const onnx::GraphProto& graph,
