@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,12 +22,52 @@ absl::StatusOr<int> ParseInt(const std::string& flag, const std::string& text, i
   return number;
 }
 
+absl::Status MissingValue(const std::string& flag, const FlagSyntax& syntax) {
+  return absl::InvalidArgumentError(syntax.needs_value ? syntax.needs_value(flag)
+                                                       : flag + " needs a value");
+}
+
+// Stores `text`, given to `flag`, in the target of `spec` (any kind but a switch).
+absl::Status StoreValue(const FlagSpec& spec, const std::string& flag, std::string text,
+                        const FlagSyntax& syntax) {
+  if (const auto* target = std::get_if<IntFlag>(&spec.target)) {
+    ASSIGN_OR_RETURN(*target->value, ParseInt(flag, text, target->minimum));
+  } else if (const auto* target = std::get_if<IntListFlag>(&spec.target)) {
+    std::vector<int> numbers;
+    for (absl::string_view part : absl::StrSplit(text, ',')) {
+      ASSIGN_OR_RETURN(int number, ParseInt(flag, std::string(part), target->minimum));
+      numbers.push_back(number);
+    }
+    *target->values = std::move(numbers);
+  } else if (const auto* target = std::get_if<DoubleFlag>(&spec.target)) {
+    if (!absl::SimpleAtod(text, target->value)) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " needs a number, got \"", text, "\""));
+    }
+  } else if (const auto* target = std::get_if<StringFlag>(&spec.target)) {
+    if (!target->choices.empty() &&
+        std::find(target->choices.begin(), target->choices.end(), text) == target->choices.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " must be one of ", absl::StrJoin(target->choices, ", "), ", not \"", text, "\""));
+    }
+    if (target->non_empty && text.empty()) return MissingValue(flag, syntax);
+    *target->value = std::move(text);
+  } else if (const auto* target = std::get_if<OptionalStringFlag>(&spec.target)) {
+    if (target->non_empty && text.empty()) return MissingValue(flag, syntax);
+    *target->value = std::move(text);
+  } else if (const auto* target = std::get_if<StringListFlag>(&spec.target)) {
+    target->values->push_back(std::move(text));
+  } else if (const auto* target = std::get_if<CustomFlag>(&spec.target)) {
+    return target->parse(text);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseFlags(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs,
                         const FlagSyntax& syntax) {
   for (size_t i = 0; i < args.size(); ++i) {
-    if (syntax.positional != nullptr && (args[i].empty() || args[i][0] != '-')) {
+    if (syntax.positional != nullptr && !absl::StartsWith(args[i], syntax.flag_prefix)) {
       syntax.positional->push_back(args[i]);
       continue;
     }
@@ -45,53 +86,18 @@ absl::Status ParseFlags(const std::vector<std::string>& args, const std::vector<
                                             ? syntax.unknown_flag(flag)
                                             : absl::StrCat("unknown flag \"", flag, "\""));
     }
-    const auto missing = [&] {
-      return absl::InvalidArgumentError(syntax.needs_value ? syntax.needs_value(flag)
-                                                           : flag + " needs a value");
-    };
-    auto value = [&]() -> absl::StatusOr<std::string> {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= args.size()) return missing();
-      return args[++i];
-    };
     if (const auto* target = std::get_if<SwitchFlag>(&spec->target)) {
-      if (inline_value) return absl::InvalidArgumentError(flag + " takes no value");
+      if (inline_value) {
+        return absl::InvalidArgumentError(syntax.takes_no_value ? syntax.takes_no_value(flag)
+                                                                : flag + " takes no value");
+      }
       *target->value = true;
-    } else if (const auto* target = std::get_if<IntFlag>(&spec->target)) {
-      ASSIGN_OR_RETURN(std::string text, value());
-      ASSIGN_OR_RETURN(*target->value, ParseInt(flag, text, target->minimum));
-    } else if (const auto* target = std::get_if<IntListFlag>(&spec->target)) {
-      ASSIGN_OR_RETURN(std::string text, value());
-      std::vector<int> numbers;
-      for (absl::string_view part : absl::StrSplit(text, ',')) {
-        ASSIGN_OR_RETURN(int number, ParseInt(flag, std::string(part), target->minimum));
-        numbers.push_back(number);
-      }
-      *target->values = std::move(numbers);
-    } else if (const auto* target = std::get_if<DoubleFlag>(&spec->target)) {
-      ASSIGN_OR_RETURN(std::string text, value());
-      if (!absl::SimpleAtod(text, target->value)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, " needs a number, got \"", text, "\""));
-      }
-    } else if (const auto* target = std::get_if<StringFlag>(&spec->target)) {
-      ASSIGN_OR_RETURN(std::string text, value());
-      if (!target->choices.empty() && std::find(target->choices.begin(), target->choices.end(),
-                                                text) == target->choices.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(flag, " must be one of ",
-                                                       absl::StrJoin(target->choices, ", "),
-                                                       ", not \"", text, "\""));
-      }
-      if (target->non_empty && text.empty()) return missing();
-      *target->value = text;
-    } else if (const auto* target = std::get_if<OptionalStringFlag>(&spec->target)) {
-      ASSIGN_OR_RETURN(std::string text, value());
-      if (target->non_empty && text.empty()) return missing();
-      *target->value = std::move(text);
-    } else if (const auto* target = std::get_if<StringListFlag>(&spec->target)) {
-      ASSIGN_OR_RETURN(std::string text, value());
-      target->values->push_back(std::move(text));
+      if (target->stop) break;
+      continue;
     }
+    if (!inline_value && i + 1 >= args.size()) return MissingValue(flag, syntax);
+    RETURN_IF_ERROR(
+        StoreValue(*spec, flag, inline_value ? *std::move(inline_value) : args[++i], syntax));
   }
   return absl::OkStatus();
 }

@@ -92,5 +92,53 @@ TEST(FlagsTest, OptionalFlagsStayUnsetUntilGivenAndMissingValuesCanBeReworded) {
   EXPECT_EQ(listen, "127.0.0.1:0");
 }
 
+TEST(FlagsTest, CustomFlagsCheckTheirOwnValuesInOrder) {
+  std::vector<std::string> seen;
+  const std::vector<FlagSpec> specs = {
+      {"--port", CustomFlag{[&](const std::string& value) -> absl::Status {
+         if (value.empty()) return absl::InvalidArgumentError("--port needs a port number");
+         seen.push_back(value);
+         return absl::OkStatus();
+       }}}};
+  ASSERT_TRUE(ParseFlags({"--port", "80", "--port=443"}, specs).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"80", "443"}));
+  // The first error wins: the bad value before the unknown flag.
+  EXPECT_EQ(ParseFlags({"--port=", "--other"}, specs).message(), "--port needs a port number");
+  EXPECT_EQ(ParseFlags({"--port"}, specs).message(), "--port needs a value");
+}
+
+TEST(FlagsTest, AStoppingSwitchEndsTheParse) {
+  bool help = false;
+  int count = 0;
+  const std::vector<FlagSpec> specs = {{"--help", SwitchFlag{&help, /*stop=*/true}},
+                                       {"--count", IntFlag{&count, 1}}};
+  ASSERT_TRUE(ParseFlags({"--count", "2", "--help", "--bogus", "--count", "0"}, specs).ok());
+  EXPECT_TRUE(help);
+  EXPECT_EQ(count, 2);
+  help = false;
+  EXPECT_EQ(ParseFlags({"--bogus", "--help"}, specs).message(), "unknown flag \"--bogus\"");
+  EXPECT_FALSE(help);
+}
+
+TEST(FlagsTest, FlagPrefixAndSwitchValueWording) {
+  std::vector<std::string> files;
+  bool json = false;
+  const std::vector<FlagSpec> specs = {{"--json", SwitchFlag{&json}}};
+  const FlagSyntax syntax{
+      .positional = &files, .flag_prefix = "--", .takes_no_value = [](const std::string& flag) {
+        return "flag " + flag + " takes no value";
+      }};
+  ASSERT_TRUE(ParseFlags({"-h", "--json", "-", "a"}, specs, syntax).ok());
+  EXPECT_TRUE(json);
+  EXPECT_EQ(files, (std::vector<std::string>{"-h", "-", "a"}));
+  EXPECT_EQ(ParseFlags({"--json=yes"}, specs, syntax).message(), "flag --json takes no value");
+  EXPECT_EQ(ParseFlags({"--"}, specs, syntax).message(), "unknown flag \"--\"");
+  // The default prefix: a single dash marks a flag.
+  files.clear();
+  EXPECT_EQ(ParseFlags({"a", "-h"}, specs, {.positional = &files}).message(),
+            "unknown flag \"-h\"");
+  EXPECT_EQ(files, (std::vector<std::string>{"a"}));
+}
+
 }  // namespace
 }  // namespace cloister

@@ -4,15 +4,17 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
-#include <cstdlib>
+#include <optional>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "attest/collectors/hardware_collector.h"
 #include "attest/measurement.h"
+#include "base/flags.h"
 #include "base/log.h"
 #include "base/malloc_tuning.h"
 #include "enclave/batch_runner.h"
@@ -21,6 +23,7 @@
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/model.h"
 
+namespace cloister::enclave {
 namespace {
 
 void Usage() {
@@ -49,8 +52,7 @@ void Usage() {
       "             side (default: the hardware threads, up to 8; 1: one run per batch)\n");
 }
 
-bool ParseTee(const std::string& text, cloister::enclave::TeeMode* tee) {
-  using cloister::enclave::TeeMode;
+bool ParseTee(const std::string& text, TeeMode* tee) {
   if (text == "sim")
     *tee = TeeMode::kSim;
   else if (text == "sev-snp")
@@ -62,8 +64,7 @@ bool ParseTee(const std::string& text, cloister::enclave::TeeMode* tee) {
   return true;
 }
 
-bool ParseGpu(const std::string& text, cloister::enclave::GpuMode* gpu) {
-  using cloister::enclave::GpuMode;
+bool ParseGpu(const std::string& text, GpuMode* gpu) {
   if (text == "sim")
     *gpu = GpuMode::kSim;
   else if (text == "nvidia-cc")
@@ -75,106 +76,113 @@ bool ParseGpu(const std::string& text, cloister::enclave::GpuMode* gpu) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace cloister;
-  SetLogComponent("enclave");
-  KeepFreedBuffersForReuse();
+// The command line: the enclave's options and what decides the rest of them.
+struct CommandLine {
+  EnclaveOptions options;
   int fd = -1;
   int threads = 2;
   int run_threads = 0;  // 0: the CPU executor's default
-  enclave::EnclaveOptions options;
-  bool gpu_given = false;
   std::string executor_name = "auto";
+  bool gpu_given = false;
   bool pcie_mode_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "cloister-enclave: %s needs a value\n", name);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (arg == "--fd") {
-      if (!absl::SimpleAtoi(value("--fd"), &fd) || fd < 0) {
-        std::fprintf(stderr, "cloister-enclave: --fd needs a file descriptor number\n");
-        return 2;
-      }
-    } else if (arg == "--tee") {
-      std::string text = value("--tee");
-      if (!ParseTee(text, &options.tee)) {
-        std::fprintf(stderr, "cloister-enclave: --tee must be sim, sev-snp or tdx, not '%s'\n",
-                     text.c_str());
-        return 2;
-      }
-    } else if (arg == "--gpu") {
-      std::string text = value("--gpu");
-      if (!ParseGpu(text, &options.gpu)) {
-        std::fprintf(stderr, "cloister-enclave: --gpu must be sim, nvidia-cc or none, not '%s'\n",
-                     text.c_str());
-        return 2;
-      }
-      gpu_given = true;
-    } else if (arg == "--tsm-root") {
-      options.tsm_root = value("--tsm-root");
-    } else if (arg == "--sev-guest") {
-      options.sev_guest_device = value("--sev-guest");
-    } else if (arg == "--nvml-library") {
-      options.nvml_library = value("--nvml-library");
-    } else if (arg == "--executor") {
-      executor_name = value("--executor");
-      if (executor_name != "auto" && executor_name != "cpu" && executor_name != "cuda") {
-        std::fprintf(stderr, "cloister-enclave: --executor must be auto, cpu or cuda, not '%s'\n",
-                     executor_name.c_str());
-        return 2;
-      }
-    } else if (arg == "--pcie-mode") {
-      std::string text = value("--pcie-mode");
-      auto mode = enclave::pcie::ParsePcieMode(text);
-      if (!mode.ok()) {
-        std::fprintf(stderr, "cloister-enclave: --pcie-mode must be driver, emulated or off, not '%s'\n",
-                     text.c_str());
-        return 2;
-      }
-      options.pcie_mode = *mode;
-      pcie_mode_given = true;
-    } else if (arg == "--sim-dir") {
-      options.sim_dir = value("--sim-dir");
-    } else if (arg == "--dev-policy-out") {
-      options.dev_policy_out = value("--dev-policy-out");
-    } else if (arg == "--data-dir") {
-      value(
-          "--data-dir");  // Accepted for symmetry with cloisterd; the enclave keeps no files there.
-    } else if (arg == "--run-threads") {
-      if (!absl::SimpleAtoi(value("--run-threads"), &run_threads) || run_threads < 1 ||
-          run_threads > 64) {
-        std::fprintf(stderr, "cloister-enclave: --run-threads needs a number from 1 to 64\n");
-        return 2;
-      }
-    } else if (arg == "--threads") {
-      if (!absl::SimpleAtoi(value("--threads"), &threads) || threads < 1 || threads > 64) {
-        std::fprintf(stderr, "cloister-enclave: --threads needs a number from 1 to 64\n");
-        return 2;
-      }
-    } else if (arg == "--help" || arg == "-h") {
-      Usage();
-      return 0;
-    } else {
-      std::fprintf(stderr, "cloister-enclave: unknown flag %s\n", arg.c_str());
-      Usage();
-      return 2;
-    }
+  bool help = false;
+};
+
+// An integer flag from `minimum` to `maximum`, refused with `error` otherwise.
+FlagSpec RangeFlag(std::string name, int* value, int minimum, int maximum, std::string error) {
+  return {std::move(name), CustomFlag{[=](const std::string& text) {
+            if (!absl::SimpleAtoi(text, value) || *value < minimum || *value > maximum) {
+              return absl::InvalidArgumentError(error);
+            }
+            return absl::OkStatus();
+          }}};
+}
+
+// The flags, filling `line`.
+std::vector<FlagSpec> Specs(CommandLine& line) {
+  EnclaveOptions& options = line.options;
+  return {
+      RangeFlag("--fd", &line.fd, 0, INT_MAX, "--fd needs a file descriptor number"),
+      {"--tee", CustomFlag{[&](const std::string& text) {
+         if (ParseTee(text, &options.tee)) return absl::OkStatus();
+         return absl::InvalidArgumentError(
+             absl::StrCat("--tee must be sim, sev-snp or tdx, not '", text, "'"));
+       }}},
+      {"--gpu", CustomFlag{[&](const std::string& text) {
+         if (!ParseGpu(text, &options.gpu)) {
+           return absl::InvalidArgumentError(
+               absl::StrCat("--gpu must be sim, nvidia-cc or none, not '", text, "'"));
+         }
+         line.gpu_given = true;
+         return absl::OkStatus();
+       }}},
+      {"--tsm-root", StringFlag{&options.tsm_root}},
+      {"--sev-guest", StringFlag{&options.sev_guest_device}},
+      {"--nvml-library", StringFlag{&options.nvml_library}},
+      {"--executor", CustomFlag{[&](const std::string& text) {
+         if (text != "auto" && text != "cpu" && text != "cuda") {
+           return absl::InvalidArgumentError(
+               absl::StrCat("--executor must be auto, cpu or cuda, not '", text, "'"));
+         }
+         line.executor_name = text;
+         return absl::OkStatus();
+       }}},
+      {"--pcie-mode", CustomFlag{[&](const std::string& text) {
+         absl::StatusOr<pcie::PcieMode> mode = pcie::ParsePcieMode(text);
+         if (!mode.ok()) {
+           return absl::InvalidArgumentError(
+               absl::StrCat("--pcie-mode must be driver, emulated or off, not '", text, "'"));
+         }
+         options.pcie_mode = *mode;
+         line.pcie_mode_given = true;
+         return absl::OkStatus();
+       }}},
+      {"--sim-dir", StringFlag{&options.sim_dir}},
+      {"--dev-policy-out", StringFlag{&options.dev_policy_out}},
+      // Accepted for symmetry with cloisterd; the enclave keeps no files there.
+      {"--data-dir", CustomFlag{[](const std::string&) { return absl::OkStatus(); }}},
+      RangeFlag("--run-threads", &line.run_threads, 1, 64,
+                "--run-threads needs a number from 1 to 64"),
+      RangeFlag("--threads", &line.threads, 1, 64, "--threads needs a number from 1 to 64"),
+      {"--help", SwitchFlag{&line.help, /*stop=*/true}},
+      {"-h", SwitchFlag{&line.help, /*stop=*/true}},
+  };
+}
+
+// Reads argv into `line`. The exit status when the program ends here: --help, or bad usage
+// (one line on stderr; the usage too after an unknown flag).
+std::optional<int> ParseCommandLine(int argc, char** argv, CommandLine& line) {
+  bool unknown_flag = false;
+  const FlagSyntax syntax{.inline_values = false, .unknown_flag = [&](const std::string& arg) {
+                            unknown_flag = true;
+                            return "unknown flag " + arg;
+                          }};
+  absl::Status parsed =
+      ParseFlags(std::vector<std::string>(argv + 1, argv + argc), Specs(line), syntax);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "cloister-enclave: %s\n", std::string(parsed.message()).c_str());
+    if (unknown_flag) Usage();
+    return 2;
   }
-  const bool sim_tee = options.tee == enclave::TeeMode::kSim;
-  if (!gpu_given) options.gpu = sim_tee ? enclave::GpuMode::kSim : enclave::GpuMode::kNone;
-  if (!pcie_mode_given) {
-    options.pcie_mode = options.gpu == enclave::GpuMode::kNvidiaCc ? enclave::pcie::PcieMode::kDriver
-                                                                  : enclave::pcie::PcieMode::kOff;
+  if (line.help) {
+    Usage();
+    return 0;
+  }
+  return std::nullopt;
+}
+
+// Fills the defaults that depend on other flags and refuses combinations that cannot work;
+// the exit status when it refuses.
+std::optional<int> CheckOptions(CommandLine& line) {
+  EnclaveOptions& options = line.options;
+  const bool sim_tee = options.tee == TeeMode::kSim;
+  if (!line.gpu_given) options.gpu = sim_tee ? GpuMode::kSim : GpuMode::kNone;
+  if (!line.pcie_mode_given) {
+    options.pcie_mode =
+        options.gpu == GpuMode::kNvidiaCc ? pcie::PcieMode::kDriver : pcie::PcieMode::kOff;
   }
   // Refuse at once, before anything else, when the GPUs asked for cannot give evidence.
-  if (options.gpu == enclave::GpuMode::kNvidiaCc) {
+  if (options.gpu == GpuMode::kNvidiaCc) {
     attest::HardwareOptions gpu_check;
     gpu_check.gpu = attest::HardwareGpu::kNvidiaCc;
     gpu_check.nvml_library = options.nvml_library;
@@ -185,11 +193,11 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (sim_tee && options.gpu == enclave::GpuMode::kNvidiaCc) {
+  if (sim_tee && options.gpu == GpuMode::kNvidiaCc) {
     std::fprintf(stderr, "cloister-enclave: --gpu nvidia-cc needs --tee sev-snp or tdx\n");
     return 2;
   }
-  if (!sim_tee && options.gpu == enclave::GpuMode::kSim) {
+  if (!sim_tee && options.gpu == GpuMode::kSim) {
     std::fprintf(stderr, "cloister-enclave: --gpu sim needs --tee sim\n");
     return 2;
   }
@@ -197,18 +205,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cloister-enclave: --dev-policy-out needs --tee sim\n");
     return 2;
   }
-  if (fd < 0 || (sim_tee && options.sim_dir.empty())) {
+  if (line.fd < 0 || (sim_tee && options.sim_dir.empty())) {
     Usage();
     return 2;
   }
-  ::signal(SIGPIPE, SIG_IGN);
+  return std::nullopt;
+}
 
+// Finds the executor the models run on and sizes the CPU threads for it; exit status 1 when
+// there is none.
+std::optional<int> ChooseExecutor(CommandLine& line) {
+  EnclaveOptions& options = line.options;
   // A confidential GPU is there to run the models: with --gpu nvidia-cc the CUDA executor is
   // required, not merely preferred.
-  if (executor_name == "auto" && options.gpu == enclave::GpuMode::kNvidiaCc) executor_name = "cuda";
-  auto executor = runtime::FindExecutor(executor_name);
+  if (line.executor_name == "auto" && options.gpu == GpuMode::kNvidiaCc) {
+    line.executor_name = "cuda";
+  }
+  absl::StatusOr<const runtime::Executor*> executor = runtime::FindExecutor(line.executor_name);
   if (!executor.ok()) {
-    std::fprintf(stderr, "cloister-enclave: --executor %s: %s\n", executor_name.c_str(),
+    std::fprintf(stderr, "cloister-enclave: --executor %s: %s\n", line.executor_name.c_str(),
                  std::string(executor.status().message()).c_str());
     return 1;
   }
@@ -216,8 +231,8 @@ int main(int argc, char** argv) {
   // Each boundary thread runs one batch at a time, which on the CPU may split into run_threads
   // single-threaded runs side by side; they all share the cores. A device runs a batch at once.
   if ((*executor)->name() == "cpu") {
-    options.run_threads = run_threads > 0 ? run_threads : enclave::DefaultRunThreads();
-    options.load_options.threads = runtime::BlasThreadsFor(threads * options.run_threads);
+    options.run_threads = line.run_threads > 0 ? line.run_threads : DefaultRunThreads();
+    options.load_options.threads = runtime::BlasThreadsFor(line.threads * options.run_threads);
   }
   Log(LogLevel::kInfo, "executor",
       {{"name", std::string((*executor)->name())},
@@ -225,32 +240,53 @@ int main(int argc, char** argv) {
        {"run_threads", options.run_threads}});
   // The operator's statistics show the device's memory when models run on one.
   if (!absl::IsUnimplemented((*executor)->DeviceMemoryUsage().status())) {
-    options.device_memory = [chosen = *executor]() -> absl::StatusOr<enclave::DeviceMemoryInfo> {
+    options.device_memory = [chosen = *executor]() -> absl::StatusOr<DeviceMemoryInfo> {
       absl::StatusOr<runtime::Executor::DeviceMemory> usage = chosen->DeviceMemoryUsage();
       if (!usage.ok()) return usage.status();
-      return enclave::DeviceMemoryInfo{usage->total_size, usage->used_size};
+      return DeviceMemoryInfo{usage->total_size, usage->used_size};
     };
   }
+  return std::nullopt;
+}
 
-  auto measurement = attest::MeasureFile("/proc/self/exe");
+// Measures this binary, makes the enclave and serves the boundary protocol until the host
+// closes the socket; the exit status.
+int Serve(CommandLine& line) {
+  EnclaveOptions& options = line.options;
+  absl::StatusOr<Bytes> measurement = attest::MeasureFile("/proc/self/exe");
   if (!measurement.ok()) {
     std::fprintf(stderr, "cloister-enclave: cannot measure own binary: %s\n",
                  std::string(measurement.status().message()).c_str());
     return 1;
   }
   options.measurement = *measurement;
-  auto worker = enclave::Enclave::Create(std::move(options));
+  auto worker = Enclave::Create(std::move(options));
   if (!worker.ok()) {
     std::fprintf(stderr, "cloister-enclave: %s\n", std::string(worker.status().message()).c_str());
     return 1;
   }
-  absl::Status status = enclave::ServeBoundary(
-      fd, [&](boundary::v1::HostToEnclave call) { return (*worker)->Handle(std::move(call)); },
-      threads);
+  absl::Status status = ServeBoundary(
+      line.fd, [&](boundary::v1::HostToEnclave call) { return (*worker)->Handle(std::move(call)); },
+      line.threads);
   if (!status.ok()) {
     Log(LogLevel::kError, "boundary_failed", {{"reason", std::string(status.message())}});
     return 1;
   }
   Log(LogLevel::kInfo, "enclave_stopped");
   return 0;
+}
+
+}  // namespace
+}  // namespace cloister::enclave
+
+int main(int argc, char** argv) {
+  using namespace cloister::enclave;
+  cloister::SetLogComponent("enclave");
+  cloister::KeepFreedBuffersForReuse();
+  CommandLine line;
+  if (std::optional<int> done = ParseCommandLine(argc, argv, line)) return *done;
+  if (std::optional<int> refused = CheckOptions(line)) return *refused;
+  ::signal(SIGPIPE, SIG_IGN);
+  if (std::optional<int> failed = ChooseExecutor(line)) return *failed;
+  return Serve(line);
 }

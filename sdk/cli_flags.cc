@@ -1,16 +1,19 @@
 // The `cloister` command line (cli.h): parsing the flags of a subcommand, and the settings
 // (flag, else environment variable) that make up the connection options.
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "attest/policy.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "base/status.h"
 #include "sdk/cli_internal.h"
 #include "sdk/client.h"
@@ -27,64 +30,65 @@ constexpr FlagSpec kConnectionFlags[] = {
     {"client-key", FlagKind::kValue}, {"tls-server-name", FlagKind::kValue},
 };
 
-std::optional<FlagSpec> FindFlag(const Subcommand& sub, absl::string_view name) {
-  for (const FlagSpec& spec : kConnectionFlags) {
-    if (spec.name == name) return spec;
+std::string UnknownFlag(const Subcommand& sub, absl::string_view flag) {
+  return absl::StrCat("unknown flag ", flag, " for `cloister ", sub.name, "` (see cloister ",
+                      sub.name, " --help)");
+}
+
+// The error for an argument that is no flag of `sub`: a stray argument unless it looks like a
+// flag.
+std::string UnknownArgument(const Subcommand& sub, absl::string_view arg) {
+  if (arg.size() < 3 || !absl::StartsWith(arg, "--")) {
+    return absl::StrCat("unexpected argument '", arg, "' for `cloister ", sub.name, "`");
   }
-  for (const FlagSpec& spec : sub.flags) {
-    if (spec.name == name) return spec;
+  return UnknownFlag(sub, arg);
+}
+
+// `spec` as base/flags has it, filling `flags`; a switch sets its entry of `switches`.
+::cloister::FlagSpec BaseFlag(const FlagSpec& spec, Flags& flags,
+                              std::map<std::string, bool>& switches) {
+  std::string name(spec.name);
+  if (spec.kind == FlagKind::kBool) return {"--" + name, SwitchFlag{&switches[name]}};
+  if (spec.kind == FlagKind::kRepeated) {
+    return {"--" + name, CustomFlag{[&flags, name](const std::string& value) {
+              flags.repeated[name].push_back(value);
+              return absl::OkStatus();
+            }}};
   }
-  return std::nullopt;
+  return {
+      "--" + name, CustomFlag{[&flags, name](const std::string& value) {
+        if (!flags.values.emplace(name, value).second) {
+          return absl::InvalidArgumentError(absl::StrCat("flag --", name, " given more than once"));
+        }
+        return absl::OkStatus();
+      }}};
 }
 
 }  // namespace
 
 absl::StatusOr<Flags> ParseFlags(const Subcommand& sub, const std::vector<std::string>& args) {
   Flags flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    absl::string_view arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      flags.help = true;
-      continue;
-    }
-    if (arg.size() < 3 || arg.substr(0, 2) != "--") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument '", arg, "' for `cloister ", sub.name, "`"));
-    }
-    absl::string_view body = arg.substr(2);
-    std::optional<std::string> inline_value;
-    if (size_t eq = body.find('='); eq != absl::string_view::npos) {
-      inline_value = std::string(body.substr(eq + 1));
-      body = body.substr(0, eq);
-    }
-    std::optional<FlagSpec> spec = FindFlag(sub, body);
-    if (!spec.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", body, " for `cloister ",
-                                                     sub.name, "` (see cloister ", sub.name,
-                                                     " --help)"));
-    }
-    std::string name(body);
-    if (spec->kind == FlagKind::kBool) {
-      if (inline_value.has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " takes no value"));
-      }
-      flags.bools.insert(name);
-      continue;
-    }
-    std::string value;
-    if (inline_value.has_value()) {
-      value = *inline_value;
-    } else {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
-      }
-      value = args[++i];
-    }
-    if (spec->kind == FlagKind::kRepeated) {
-      flags.repeated[name].push_back(std::move(value));
-    } else if (!flags.values.emplace(name, std::move(value)).second) {
-      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " given more than once"));
-    }
+  std::map<std::string, bool> switches;
+  // "--" alone is a stray argument, but "--=x" an unknown flag "--" and "--help=x" an unknown
+  // flag "--help": "--" is a switch that ends the parse, and neither switch takes a value.
+  bool bare_dashes = false;
+  std::vector<::cloister::FlagSpec> specs = {{"--help", SwitchFlag{&flags.help}},
+                                             {"-h", SwitchFlag{&flags.help}},
+                                             {"--", SwitchFlag{&bare_dashes, /*stop=*/true}}};
+  for (const FlagSpec& spec : kConnectionFlags) specs.push_back(BaseFlag(spec, flags, switches));
+  for (const FlagSpec& spec : sub.flags) specs.push_back(BaseFlag(spec, flags, switches));
+  const FlagSyntax syntax{
+      .unknown_flag = [&](const std::string& arg) { return UnknownArgument(sub, arg); },
+      .needs_value = [](const std::string& flag) { return "flag " + flag + " needs a value"; },
+      .takes_no_value =
+          [&](const std::string& flag) {
+            return flag == "--help" || flag == "--" ? UnknownFlag(sub, flag)
+                                                    : "flag " + flag + " takes no value";
+          }};
+  RETURN_IF_ERROR(::cloister::ParseFlags(args, specs, syntax));
+  if (bare_dashes) return absl::InvalidArgumentError(UnknownArgument(sub, "--"));
+  for (const auto& [name, given] : switches) {
+    if (given) flags.bools.insert(name);
   }
   return flags;
 }

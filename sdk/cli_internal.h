@@ -70,7 +70,9 @@ struct Subcommand {
   std::vector<FlagSpec> flags;  // besides the connection flags and --help
 };
 
-// Parses `--flag value`, `--flag=value`, boolean `--flag`, and `--help`/`-h`.
+// Parses `--flag value`, `--flag=value`, boolean `--flag`, and `--help`/`-h` (with base/flags).
+// InvalidArgument for an unknown flag or a stray argument, a missing value, a value given to a
+// boolean flag, or a single-valued flag given twice.
 absl::StatusOr<Flags> ParseFlags(const Subcommand& sub, const std::vector<std::string>& args);
 
 // A flag, else its environment variable, else `fallback`.

@@ -21,6 +21,7 @@
 #include "attest/tdx/tdx_collateral.h"
 #include "attest/tdx/tdx_verifier.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "base/status.h"
 
 namespace cloister::attest {
@@ -68,6 +69,29 @@ struct Options {
   bool help = false;
 };
 
+// The flags of a subcommand taking the values `names`: each at most once, except the
+// repeatable --collateral and --ocsp; --json and --help take none.
+std::vector<FlagSpec> SubcommandFlags(const std::set<std::string>& names, Options& options) {
+  std::vector<FlagSpec> specs = {{"--json", SwitchFlag{&options.json}},
+                                 {"--help", SwitchFlag{&options.help}}};
+  for (const std::string& name : names) {
+    if (name == "collateral") {
+      specs.push_back({"--collateral", StringListFlag{&options.collateral}});
+    } else if (name == "ocsp") {
+      specs.push_back({"--ocsp", StringListFlag{&options.ocsp}});
+    } else {
+      specs.push_back({"--" + name, CustomFlag{[&options, name](const std::string& value) {
+                         if (!options.flags.emplace(name, value).second) {
+                           return absl::InvalidArgumentError(
+                               absl::StrCat("--", name, " is given twice"));
+                         }
+                         return absl::OkStatus();
+                       }}});
+    }
+  }
+  return specs;
+}
+
 absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
   Options options;
   if (args.empty()) return absl::InvalidArgumentError("missing subcommand");
@@ -81,44 +105,14 @@ absl::StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", options.subcommand,
                                                    "' (sev-snp, tdx, nvidia-gpu, bundle)"));
   }
-  for (size_t i = 1; i < args.size(); ++i) {
-    absl::string_view arg = args[i];
-    if (!absl::StartsWith(arg, "--")) {
-      options.positional.push_back(std::string(arg));
-      continue;
-    }
-    arg.remove_prefix(2);
-    std::string name(arg);
-    std::optional<std::string> value;
-    if (size_t eq = arg.find('='); eq != absl::string_view::npos) {
-      name = std::string(arg.substr(0, eq));
-      value = std::string(arg.substr(eq + 1));
-    }
-    if (name == "json" || name == "help") {
-      if (value.has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
-      }
-      (name == "json" ? options.json : options.help) = true;
-      continue;
-    }
-    if (!known->second.count(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, " for ", options.subcommand));
-    }
-    if (!value.has_value()) {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      }
-      value = args[++i];
-    }
-    if (name == "collateral") {
-      options.collateral.push_back(*value);
-    } else if (name == "ocsp") {
-      options.ocsp.push_back(*value);
-    } else if (!options.flags.emplace(name, *value).second) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, " is given twice"));
-    }
-  }
+  // Whatever does not start with "--" is positional, a lone "-x" too.
+  const FlagSyntax syntax{.positional = &options.positional,
+                          .flag_prefix = "--",
+                          .unknown_flag = [&](const std::string& flag) {
+                            return absl::StrCat("unknown flag ", flag, " for ", options.subcommand);
+                          }};
+  RETURN_IF_ERROR(ParseFlags(std::vector<std::string>(args.begin() + 1, args.end()),
+                             SubcommandFlags(known->second, options), syntax));
   if (options.subcommand == "bundle") {
     if (options.positional.size() != 1 && !options.help) {
       return absl::InvalidArgumentError("bundle takes exactly one evidence file");

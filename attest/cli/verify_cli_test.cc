@@ -513,5 +513,23 @@ TEST(VerifyCliUnitTest, InProcessRunMatchesTheContract) {
   EXPECT_EQ(err.str(), "");
 }
 
+// Each bad command line gets its own one-line usage error.
+TEST(VerifyCliUnitTest, FlagErrorsAreWordedExactly) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"sev-snp", "--bogus"}, "unknown flag --bogus for sev-snp"},
+      {{"sev-snp", "--report"}, "--report needs a value"},
+      {{"sev-snp", "--report", "a", "--report=b"}, "--report is given twice"},
+      {{"sev-snp", "--json=yes"}, "--json takes no value"},
+      {{"sev-snp", "-h"}, "unexpected argument '-h' (flags take the form --name VALUE)"},
+      {{"bundle", "a", "b"}, "bundle takes exactly one evidence file"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::ostringstream out, err;
+    EXPECT_EQ(RunVerifyCli(args, out, err), kExitUsage);
+    EXPECT_EQ(err.str(),
+              "cloister-verify: " + message + " (cloister-verify --help for usage)\n");
+  }
+}
+
 }  // namespace
 }  // namespace cloister::attest

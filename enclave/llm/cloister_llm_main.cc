@@ -24,8 +24,9 @@
 // file it cannot read.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "base/status.h"
 #include "enclave/llm/chat_template.h"
 #include "enclave/llm/engine.h"
@@ -77,6 +79,111 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
+// A line on stderr; returns `exit_code`.
+int Fail(int exit_code, absl::string_view message) {
+  std::cerr << "cloister-llm: " << message << "\n";
+  return exit_code;
+}
+
+absl::Status ParseNumber(const std::string& flag, const std::string& text, double& out) {
+  if (!absl::SimpleAtod(text, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " must be a number, got \"", text, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseNumber(const std::string& flag, const std::string& text, uint64_t& out) {
+  if (!absl::SimpleAtoi(text, &out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be a non-negative integer, got \"", text, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseNumber(const std::string& flag, const std::string& text, int64_t& out) {
+  if (!absl::SimpleAtoi(text, &out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be an integer, got \"", text, "\""));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status ParseNumber(const std::string& flag, const std::string& text, std::optional<T>& out) {
+  T number;
+  RETURN_IF_ERROR(ParseNumber(flag, text, number));
+  out = number;
+  return absl::OkStatus();
+}
+
+// A flag holding a number of `out`'s type (an optional one stays unset until given); `out` is
+// left as it was when the value is not such a number.
+template <typename T>
+FlagSpec NumberFlag(const std::string& name, T* out) {
+  return {name, CustomFlag{[name, out](const std::string& text) {
+            T number = *out;
+            RETURN_IF_ERROR(ParseNumber(name, text, number));
+            *out = number;
+            return absl::OkStatus();
+          }}};
+}
+
+// The flags of `o.command`, filling `o`.
+std::vector<FlagSpec> CommandFlags(Options& o) {
+  std::vector<FlagSpec> flags = {{"--model", StringFlag{&o.model}},
+                                 {"--chat", OptionalStringFlag{&o.chat}},
+                                 {"--json", SwitchFlag{&o.json}}};
+  if (o.command == "tokenize") {
+    flags.push_back({"--text", OptionalStringFlag{&o.prompt}});
+    return flags;
+  }
+  flags.insert(flags.end(),
+               {{"--prompt", OptionalStringFlag{&o.prompt}},
+                {"--prompt-ids", OptionalStringFlag{&o.prompt_ids}},
+                NumberFlag("--max-tokens", &o.max_tokens),
+                NumberFlag("--temperature", &o.temperature),
+                NumberFlag("--top-p", &o.top_p),
+                NumberFlag("--top-k", &o.top_k),
+                NumberFlag("--min-p", &o.min_p),
+                NumberFlag("--repetition-penalty", &o.repetition_penalty),
+                NumberFlag("--presence-penalty", &o.presence_penalty),
+                NumberFlag("--frequency-penalty", &o.frequency_penalty),
+                NumberFlag("--seed", &o.seed),
+                {"--stop", StringListFlag{&o.stop}},
+                NumberFlag("--top-logprobs", &o.top_logprobs),
+                {"--ignore-eos", SwitchFlag{&o.ignore_eos}},
+                {"--threads", CustomFlag{[&o](const std::string& text) {
+                   RETURN_IF_ERROR(ParseNumber("--threads", text, o.threads));
+                   if (o.threads < 1 || o.threads > 1024) {
+                     return absl::InvalidArgumentError("--threads must be in [1, 1024]");
+                   }
+                   return absl::OkStatus();
+                 }}},
+                {"--weights", CustomFlag{[&o](const std::string& text) {
+                   if (text != "as-stored" && text != "f32") {
+                     return absl::InvalidArgumentError("--weights must be as-stored or f32");
+                   }
+                   o.weights = text;
+                   return absl::OkStatus();
+                 }}},
+                {"--executor", CustomFlag{[&o](const std::string& text) {
+                   if (text != "auto" && text != "cpu" && text != "cuda") {
+                     return absl::InvalidArgumentError("--executor must be auto, cpu or cuda");
+                   }
+                   o.executor = text;
+                   return absl::OkStatus();
+                 }}},
+                {"--precision", CustomFlag{[&o](const std::string& text) {
+                   absl::StatusOr<Precision> precision = ParsePrecision(text);
+                   if (!precision.ok()) {
+                     return absl::InvalidArgumentError("--precision must be f32 or bf16");
+                   }
+                   o.precision = *precision;
+                   return absl::OkStatus();
+                 }}}});
+  return flags;
+}
+
 absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
   Options o;
   if (argc < 2) return absl::InvalidArgumentError("missing command (run or tokenize)");
@@ -84,105 +191,21 @@ absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
   if (o.command != "run" && o.command != "tokenize") {
     return absl::InvalidArgumentError(absl::StrCat("unknown command \"", o.command, "\""));
   }
-  for (int i = 2; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> absl::StatusOr<std::string> {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
-      return std::string(argv[++i]);
-    };
-    auto number = [&](auto& out) -> absl::Status {
-      ASSIGN_OR_RETURN(std::string text, value());
-      using T = std::remove_reference_t<decltype(out)>;
-      if constexpr (std::is_same_v<T, std::optional<double>> || std::is_same_v<T, double>) {
-        double d;
-        if (!absl::SimpleAtod(text, &d)) {
-          return absl::InvalidArgumentError(absl::StrCat(flag, " must be a number, got \"", text, "\""));
-        }
-        out = d;
-      } else if constexpr (std::is_same_v<T, uint64_t>) {
-        uint64_t u;
-        if (!absl::SimpleAtoi(text, &u)) {
-          return absl::InvalidArgumentError(absl::StrCat(flag, " must be a non-negative integer, got \"", text, "\""));
-        }
-        out = u;
-      } else {
-        int64_t n;
-        if (!absl::SimpleAtoi(text, &n)) {
-          return absl::InvalidArgumentError(absl::StrCat(flag, " must be an integer, got \"", text, "\""));
-        }
-        out = n;
-      }
-      return absl::OkStatus();
-    };
-    if (flag == "--model") {
-      ASSIGN_OR_RETURN(o.model, value());
-    } else if (flag == "--prompt" || flag == "--text") {
-      if ((flag == "--prompt") != (o.command == "run")) {
-        return absl::InvalidArgumentError(absl::StrCat(flag, " is not an option of ", o.command));
-      }
-      ASSIGN_OR_RETURN(o.prompt, value());
-    } else if (flag == "--prompt-ids" && o.command == "run") {
-      ASSIGN_OR_RETURN(o.prompt_ids, value());
-    } else if (flag == "--chat") {
-      ASSIGN_OR_RETURN(o.chat, value());
-    } else if (flag == "--json") {
-      o.json = true;
-    } else if (o.command == "tokenize") {
-      return absl::InvalidArgumentError(absl::StrCat("unknown option ", flag, " for tokenize"));
-    } else if (flag == "--max-tokens") {
-      RETURN_IF_ERROR(number(o.max_tokens));
-    } else if (flag == "--temperature") {
-      RETURN_IF_ERROR(number(o.temperature));
-    } else if (flag == "--top-p") {
-      RETURN_IF_ERROR(number(o.top_p));
-    } else if (flag == "--top-k") {
-      RETURN_IF_ERROR(number(o.top_k));
-    } else if (flag == "--min-p") {
-      RETURN_IF_ERROR(number(o.min_p));
-    } else if (flag == "--repetition-penalty") {
-      RETURN_IF_ERROR(number(o.repetition_penalty));
-    } else if (flag == "--presence-penalty") {
-      RETURN_IF_ERROR(number(o.presence_penalty));
-    } else if (flag == "--frequency-penalty") {
-      RETURN_IF_ERROR(number(o.frequency_penalty));
-    } else if (flag == "--seed") {
-      RETURN_IF_ERROR(number(o.seed));
-    } else if (flag == "--stop") {
-      ASSIGN_OR_RETURN(std::string stop, value());
-      o.stop.push_back(stop);
-    } else if (flag == "--top-logprobs") {
-      RETURN_IF_ERROR(number(o.top_logprobs));
-    } else if (flag == "--ignore-eos") {
-      o.ignore_eos = true;
-    } else if (flag == "--threads") {
-      RETURN_IF_ERROR(number(o.threads));
-      if (o.threads < 1 || o.threads > 1024) {
-        return absl::InvalidArgumentError("--threads must be in [1, 1024]");
-      }
-    } else if (flag == "--weights") {
-      ASSIGN_OR_RETURN(o.weights, value());
-      if (o.weights != "as-stored" && o.weights != "f32") {
-        return absl::InvalidArgumentError("--weights must be as-stored or f32");
-      }
-    } else if (flag == "--executor") {
-      ASSIGN_OR_RETURN(o.executor, value());
-      if (o.executor != "auto" && o.executor != "cpu" && o.executor != "cuda") {
-        return absl::InvalidArgumentError("--executor must be auto, cpu or cuda");
-      }
-    } else if (flag == "--precision") {
-      ASSIGN_OR_RETURN(std::string name, value());
-      absl::StatusOr<Precision> precision = ParsePrecision(name);
-      if (!precision.ok()) return absl::InvalidArgumentError("--precision must be f32 or bf16");
-      o.precision = *precision;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown option ", flag));
-    }
-  }
+  // The other command's prompt flag is named as such; the rest are unknown options.
+  const bool run = o.command == "run";
+  const FlagSyntax syntax{.inline_values = false, .unknown_flag = [run](const std::string& arg) {
+                            if (arg == (run ? "--text" : "--prompt")) {
+                              return absl::StrCat(arg, " is not an option of ",
+                                                  run ? "run" : "tokenize");
+                            }
+                            return absl::StrCat("unknown option ", arg, run ? "" : " for tokenize");
+                          }};
+  RETURN_IF_ERROR(
+      ParseFlags(std::vector<std::string>(argv + 2, argv + argc), CommandFlags(o), syntax));
   if (o.model.empty()) return absl::InvalidArgumentError("--model DIR is required");
   int inputs = o.prompt.has_value() + o.prompt_ids.has_value() + o.chat.has_value();
   if (inputs != 1) {
-    return absl::InvalidArgumentError(o.command == "run"
-                                          ? "give exactly one of --prompt, --prompt-ids, --chat"
+    return absl::InvalidArgumentError(run ? "give exactly one of --prompt, --prompt-ids, --chat"
                                           : "give exactly one of --text, --chat");
   }
   return o;
@@ -195,8 +218,8 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const Options& o, const Model& mo
     for (absl::string_view piece : absl::StrSplit(*o.prompt_ids, ',', absl::SkipWhitespace())) {
       int32_t id;
       if (!absl::SimpleAtoi(piece, &id)) {
-        return absl::InvalidArgumentError(absl::StrCat("--prompt-ids: \"", std::string(piece),
-                                                       "\" is not a token id"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--prompt-ids: \"", std::string(piece), "\" is not a token id"));
       }
       ids.push_back(id);
     }
@@ -225,55 +248,52 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const Options& o, const Model& mo
   return model.tokenizer().Encode(rendered, /*add_special_tokens=*/false);
 }
 
-int Main(int argc, char** argv) {
-  absl::StatusOr<Options> parsed = ParseArgs(argc, argv);
-  if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
-  const Options& o = *parsed;
-  absl::StatusOr<std::string> executor = ResolveExecutor(o.executor);
-  if (!executor.ok()) {
-    std::cerr << "cloister-llm: " << executor.status().message() << "\n";
-    return 1;
-  }
-
+// A checkpoint folder's files and the model loaded from them; `files` views `storage`.
+struct LoadedModel {
   std::vector<std::string> storage;
-  absl::StatusOr<CheckpointFiles> files = ReadCheckpointDir(o.model, storage);
-  if (!files.ok()) {
-    std::cerr << "cloister-llm: " << files.status().message() << "\n";
-    return 2;
-  }
+  CheckpointFiles files;
+  std::unique_ptr<Model> model;
+};
+
+// Reads `o.model` into `loaded`, with host weights only where the CPU engine runs them. Errors
+// are bad input (exit 2).
+absl::Status LoadModel(const Options& o, const std::string& executor, LoadedModel& loaded) {
+  ASSIGN_OR_RETURN(loaded.files, ReadCheckpointDir(o.model, loaded.storage));
   LoadOptions load;
   load.weights = o.weights == "f32" ? WeightFormat::kF32 : WeightFormat::kAsStored;
   // A device engine holds the weights itself, read from the files when it is made.
-  if (*executor != "cpu" || o.command == "tokenize") load.weights = WeightFormat::kNone;
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(*files, load);
+  if (executor != "cpu" || o.command == "tokenize") load.weights = WeightFormat::kNone;
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(loaded.files, load);
   if (!model.ok()) {
-    std::cerr << "cloister-llm: " << o.model << ": " << model.status().message() << "\n";
-    return 2;
+    return absl::Status(model.status().code(),
+                        absl::StrCat(o.model, ": ", model.status().message()));
   }
-  absl::StatusOr<std::vector<int32_t>> ids = PromptIds(o, **model);
-  if (!ids.ok()) {
-    std::cerr << "cloister-llm: " << ids.status().message() << "\n";
-    return 2;
-  }
+  loaded.model = *std::move(model);
+  return absl::OkStatus();
+}
 
-  if (o.command == "tokenize") {
-    if (o.json) {
-      std::cout << nlohmann::json({{"ids", *ids}}).dump() << "\n";
-    } else {
-      for (size_t i = 0; i < ids->size(); ++i) std::cout << (i ? " " : "") << (*ids)[i];
-      std::cout << "\n";
-    }
-    return 0;
+void PrintIds(const std::vector<int32_t>& ids, bool json) {
+  if (json) {
+    std::cout << nlohmann::json({{"ids", ids}}).dump() << "\n";
+    return;
   }
+  for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+  std::cout << "\n";
+}
 
-  const ModelConfig& config = (*model)->config();
+// The request for `ids`: sampling from the flags, else the model's generation defaults (greedy
+// unless they sample), and a token budget that fits the context.
+GenerationRequest MakeRequest(const Options& o, const ModelConfig& config,
+                              const std::vector<int32_t>& ids) {
   GenerationRequest request;
-  request.prompt_ids = *ids;
+  request.prompt_ids = ids;
   SamplingParams& s = request.sampling;
   s.temperature = static_cast<float>(
       o.temperature.value_or(config.default_do_sample ? config.default_temperature : 0.0));
-  s.top_p = static_cast<float>(o.top_p.value_or(config.default_do_sample ? config.default_top_p : 1.0));
-  s.top_k = static_cast<int32_t>(o.top_k.value_or(config.default_do_sample ? config.default_top_k : 0));
+  s.top_p =
+      static_cast<float>(o.top_p.value_or(config.default_do_sample ? config.default_top_p : 1.0));
+  s.top_k =
+      static_cast<int32_t>(o.top_k.value_or(config.default_do_sample ? config.default_top_k : 0));
   s.min_p = static_cast<float>(o.min_p.value_or(0.0));
   s.repetition_penalty =
       static_cast<float>(o.repetition_penalty.value_or(config.default_repetition_penalty));
@@ -282,98 +302,135 @@ int Main(int argc, char** argv) {
   s.seed = o.seed;
   s.logprobs = o.top_logprobs > 0;
   s.top_logprobs = static_cast<int32_t>(o.top_logprobs);
-  const int64_t room = config.max_position_embeddings - static_cast<int64_t>(ids->size());
-  request.max_tokens =
-      o.max_tokens.value_or(std::min<int64_t>(config.default_max_new_tokens.value_or(256), std::max<int64_t>(room, 1)));
+  const int64_t room = config.max_position_embeddings - static_cast<int64_t>(ids.size());
+  request.max_tokens = o.max_tokens.value_or(
+      std::min<int64_t>(config.default_max_new_tokens.value_or(256), std::max<int64_t>(room, 1)));
   request.stop = o.stop;
   request.ignore_eos = o.ignore_eos;
+  return request;
+}
 
+// A generator for the one `request`, with a KV cache that holds it, on `executor`. Frees the
+// checkpoint's bytes once the engine holds the weights. Errors are refusals (exit 1).
+absl::StatusOr<std::unique_ptr<Generator>> MakeGenerator(const Options& o,
+                                                         const std::string& executor,
+                                                         const GenerationRequest& request,
+                                                         LoadedModel& loaded) {
+  const ModelConfig& config = loaded.model->config();
   GeneratorOptions options;
   options.threads = static_cast<int32_t>(o.threads);
   options.max_sequences = 1;
   options.max_step_tokens = 2048;
-  const int64_t tokens_needed = static_cast<int64_t>(ids->size()) + std::max<int64_t>(request.max_tokens, 1);
-  options.kv_blocks = static_cast<int32_t>((std::min(tokens_needed, config.max_position_embeddings) + 15) / 16);
-  absl::StatusOr<int32_t> blocks = KvBlocksFor(config, options);
-  if (!blocks.ok()) {
-    std::cerr << "cloister-llm: " << blocks.status().message() << "\n";
-    return 1;
-  }
+  const int64_t tokens_needed =
+      static_cast<int64_t>(request.prompt_ids.size()) + std::max<int64_t>(request.max_tokens, 1);
+  options.kv_blocks =
+      static_cast<int32_t>((std::min(tokens_needed, config.max_position_embeddings) + 15) / 16);
+  ASSIGN_OR_RETURN(int32_t blocks, KvBlocksFor(config, options));
   EngineOptions engine_options;
-  engine_options.executor = *executor;
+  engine_options.executor = executor;
   engine_options.threads = options.threads;
-  engine_options.num_blocks = *blocks;
+  engine_options.num_blocks = blocks;
   engine_options.block_size = options.block_size;
   engine_options.precision = o.precision;
-  absl::StatusOr<std::unique_ptr<StepEngine>> engine = CreateEngine(**model, *files, engine_options);
-  if (!engine.ok()) {
-    std::cerr << "cloister-llm: " << engine.status().message() << "\n";
-    return 1;
-  }
-  storage.clear();  // the weights were copied; the file bytes are no longer needed
-  absl::StatusOr<std::unique_ptr<Generator>> generator =
-      Generator::Create(**model, options, std::move(*engine));
-  if (!generator.ok()) {
-    std::cerr << "cloister-llm: " << generator.status().message() << "\n";
-    return 1;
-  }
-  absl::StatusOr<uint64_t> sequence = (*generator)->Add(request);
-  if (!sequence.ok()) {
-    std::cerr << "cloister-llm: " << sequence.status().message() << "\n";
-    return 1;
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
+                   CreateEngine(*loaded.model, loaded.files, engine_options));
+  loaded.storage.clear();  // the weights were copied; the file bytes are no longer needed
+  return Generator::Create(*loaded.model, options, std::move(engine));
+}
 
-  using Clock = std::chrono::steady_clock;
-  std::vector<int32_t> out_ids;
+// What a generation made, and how long its first step (the prefill) and the rest took.
+struct Generation {
+  std::vector<int32_t> ids;
   std::string text;
   nlohmann::json logprobs = nlohmann::json::array();
   FinishReason finish = FinishReason::kNone;
   double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// Steps `generator` until it is idle, writing the text to stdout as it comes unless --json.
+absl::StatusOr<Generation> Generate(Generator& generator, const Options& o, bool logprobs) {
+  using Clock = std::chrono::steady_clock;
+  Generation out;
   bool first = true;
-  while (!(*generator)->idle()) {
+  while (!generator.idle()) {
     auto start = Clock::now();
-    absl::StatusOr<std::vector<TokenEvent>> events = (*generator)->Step();
+    absl::StatusOr<std::vector<TokenEvent>> events = generator.Step();
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (!events.ok()) {
-      std::cerr << "cloister-llm: " << events.status().message() << "\n";
-      return 1;
-    }
+    if (!events.ok()) return events.status();
     if (events->empty()) continue;
-    (first ? prefill_seconds : decode_seconds) += seconds;
+    (first ? out.prefill_seconds : out.decode_seconds) += seconds;
     first = false;
     for (const TokenEvent& event : *events) {
-      out_ids.push_back(event.token.id);
-      text += event.text;
+      out.ids.push_back(event.token.id);
+      out.text += event.text;
       if (!o.json && !event.text.empty()) std::cout << event.text << std::flush;  // as it comes
-      if (s.logprobs) {
+      if (logprobs) {
         nlohmann::json top = nlohmann::json::array();
-        for (const TokenLogprob& t : event.token.top) top.push_back({{"id", t.id}, {"logprob", t.logprob}});
-        logprobs.push_back({{"id", event.token.id}, {"logprob", event.token.logprob}, {"top", top}});
+        for (const TokenLogprob& t : event.token.top)
+          top.push_back({{"id", t.id}, {"logprob", t.logprob}});
+        out.logprobs.push_back(
+            {{"id", event.token.id}, {"logprob", event.token.logprob}, {"top", top}});
       }
-      if (event.finish != FinishReason::kNone) finish = event.finish;
+      if (event.finish != FinishReason::kNone) out.finish = event.finish;
     }
   }
-  const double prefill_rate = prefill_seconds > 0 ? static_cast<double>(ids->size()) / prefill_seconds : 0;
-  const double decode_rate =
-      decode_seconds > 0 && out_ids.size() > 1 ? static_cast<double>(out_ids.size() - 1) / decode_seconds : 0;
+  return out;
+}
+
+// The JSON document, or the end of the streamed text and a summary line on stderr.
+void PrintGeneration(const Options& o, const std::vector<int32_t>& prompt_ids, const Generation& g,
+                     const std::string& executor, bool logprobs) {
+  const double prefill_rate =
+      g.prefill_seconds > 0 ? static_cast<double>(prompt_ids.size()) / g.prefill_seconds : 0;
+  const double decode_rate = g.decode_seconds > 0 && g.ids.size() > 1
+                                 ? static_cast<double>(g.ids.size() - 1) / g.decode_seconds
+                                 : 0;
   if (o.json) {
-    nlohmann::ordered_json doc = {{"prompt_ids", *ids},
-                          {"ids", out_ids},
-                          {"text", text},
-                          {"finish_reason", std::string(FinishReasonName(finish))},
-                          {"prefill_tokens_per_s", prefill_rate},
-                          {"decode_tokens_per_s", decode_rate},
-                          {"executor", *executor}};
-    if (s.logprobs) doc["logprobs"] = logprobs;
+    nlohmann::ordered_json doc = {{"prompt_ids", prompt_ids},
+                                  {"ids", g.ids},
+                                  {"text", g.text},
+                                  {"finish_reason", std::string(FinishReasonName(g.finish))},
+                                  {"prefill_tokens_per_s", prefill_rate},
+                                  {"decode_tokens_per_s", decode_rate},
+                                  {"executor", executor}};
+    if (logprobs) doc["logprobs"] = g.logprobs;
     std::cout << doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
     std::cout << "\n";
     std::fprintf(stderr,
                  "[%zu prompt tokens, %zu generated, finish %s; prefill %.1f tokens/s, decode "
                  "%.1f tokens/s]\n",
-                 ids->size(), out_ids.size(), std::string(FinishReasonName(finish)).c_str(),
+                 prompt_ids.size(), g.ids.size(), std::string(FinishReasonName(g.finish)).c_str(),
                  prefill_rate, decode_rate);
   }
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<Options> parsed = ParseArgs(argc, argv);
+  if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
+  const Options& o = *parsed;
+  absl::StatusOr<std::string> executor = ResolveExecutor(o.executor);
+  if (!executor.ok()) return Fail(1, executor.status().message());
+  LoadedModel loaded;
+  if (absl::Status status = LoadModel(o, *executor, loaded); !status.ok()) {
+    return Fail(2, status.message());
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = PromptIds(o, *loaded.model);
+  if (!ids.ok()) return Fail(2, ids.status().message());
+  if (o.command == "tokenize") {
+    PrintIds(*ids, o.json);
+    return 0;
+  }
+
+  const GenerationRequest request = MakeRequest(o, loaded.model->config(), *ids);
+  absl::StatusOr<std::unique_ptr<Generator>> generator =
+      MakeGenerator(o, *executor, request, loaded);
+  if (!generator.ok()) return Fail(1, generator.status().message());
+  absl::StatusOr<uint64_t> sequence = (*generator)->Add(request);
+  if (!sequence.ok()) return Fail(1, sequence.status().message());
+  absl::StatusOr<Generation> generation = Generate(**generator, o, request.sampling.logprobs);
+  if (!generation.ok()) return Fail(1, generation.status().message());
+  PrintGeneration(o, *ids, *generation, *executor, request.sampling.logprobs);
   return 0;
 }
 
