@@ -66,6 +66,9 @@ struct Step {
   std::vector<int> release;  // slots whose last use is this step
 };
 
+// Whether a kernel's output has the type and the known dimensions load-time inference promised.
+bool MatchesInfo(const Tensor& tensor, const ValueInfo& info);
+
 class Plan {
  public:
   // Runs the plan. `inputs` follow input_slots(); the result follows output_slots(), or only
