@@ -43,7 +43,7 @@ class FakeEnclaveClient : public EnclaveClient {
   // Answers every pending call with `status`.
   void FailAll(const absl::Status& status);
 
-  // Every call ever made, in order (both modes).
+  // Every call the worker accepted, in order (both modes); calls refused as dead are not kept.
   std::vector<boundary::v1::HostToEnclave> History() const;
   // After this, calls fail at once with UNAVAILABLE "enclave worker exited".
   void SetDead();
