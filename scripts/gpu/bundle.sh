@@ -5,11 +5,27 @@
 # CUDA's, the shared models, the ONNX node tests the GPU test lists, and a manifest of the paths
 # the programs were built with (scripts/gpu/check.sh recreates them there).
 #
-#   scripts/gpu/bundle.sh BUILD_DIR OUT_DIR
+#   scripts/gpu/bundle.sh BUILD_DIR OUT_DIR [STEP ...]
+#
+# With STEPs (check.sh's names), only the data those steps read is packed: `info llm llmbench`
+# needs no ONNX model or node test, which keeps the bundle under the device's 64 MiB carry.
+# The GGUF twin of tiny-llama is never packed (no GPU check runs llama.cpp).
 set -euo pipefail
 
-build=${1:?usage: bundle.sh BUILD_DIR OUT_DIR}
-out=${2:?usage: bundle.sh BUILD_DIR OUT_DIR}
+build=${1:?usage: bundle.sh BUILD_DIR OUT_DIR [STEP ...]}
+out=${2:?usage: bundle.sh BUILD_DIR OUT_DIR [STEP ...]}
+shift 2
+onnx_data=true
+if [ $# -gt 0 ]; then
+  onnx_data=false
+  for step in "$@"; do
+    case "$step" in
+      info|llm|llmbench) ;;
+      executor|transfer|sanitizer|batch|appliance|cctax|coalescing) onnx_data=true ;;
+      *) echo "bundle.sh: unknown step '$step'" >&2; exit 2 ;;
+    esac
+  done
+fi
 cache="$build/CMakeCache.txt"
 [ -f "$cache" ] || { echo "bundle.sh: no CMakeCache.txt in $build" >&2; exit 2; }
 cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$cache"; }
@@ -40,18 +56,22 @@ done | sort -u | while read -r library; do
   esac
 done
 
-for model in ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx ocr/ch_PP-OCRv4_rec_infer.onnx \
-             ocr/ppocr_keys_v1.txt vad/silero_vad_op18_ifless.onnx \
-             bert_mini/bert_mini_l4_h256.onnx; do
-  mkdir -p "$out/shared/models/$(dirname "$model")"
-  cp "$shared_dir/models/$model" "$out/shared/models/$model"
+if $onnx_data; then
+  for model in ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx ocr/ch_PP-OCRv4_rec_infer.onnx \
+               ocr/ppocr_keys_v1.txt vad/silero_vad_op18_ifless.onnx \
+               bert_mini/bert_mini_l4_h256.onnx; do
+    mkdir -p "$out/shared/models/$(dirname "$model")"
+    cp "$shared_dir/models/$model" "$out/shared/models/$model"
+  done
+  cp -r "$shared_dir/models/testdata" "$shared_dir/models/samples" "$out/shared/models/"
+  while read -r name; do
+    case "$name" in test_*) [ -d "$node_tests/$name" ] && cp -r "$node_tests/$name" "$out/node/" ;; esac
+  done <"$source_dir/enclave/runtime/node_tests.txt"
+fi
+mkdir -p "$out/shared/models/llm/tiny-llama"
+for file in "$shared_dir/models/llm/tiny-llama"/*; do
+  case "$(basename "$file")" in *.gguf) ;; *) cp -r "$file" "$out/shared/models/llm/tiny-llama/" ;; esac
 done
-cp -r "$shared_dir/models/testdata" "$shared_dir/models/samples" "$out/shared/models/"
-mkdir -p "$out/shared/models/llm"
-cp -r "$shared_dir/models/llm/tiny-llama" "$out/shared/models/llm/"
-while read -r name; do
-  case "$name" in test_*) [ -d "$node_tests/$name" ] && cp -r "$node_tests/$name" "$out/node/" ;; esac
-done <"$source_dir/enclave/runtime/node_tests.txt"
 
 cat >"$out/manifest" <<EOF
 source_dir=$source_dir

@@ -15,6 +15,11 @@
 #   scripts/gpu/check.sh BUNDLE_DIR LOG_DIR [STEP ...]
 # STEPs (default all): info executor transfer sanitizer batch appliance cctax coalescing llm
 # llmbench
+#
+# From a session with a device (the carry is at most 64 MiB, so bundle only the steps' data):
+#   here:       scripts/gpu/bundle.sh build build-gpu/b info llm llmbench   (about 36 MB packed)
+#   on device:  scripts/gpu/check.sh build-gpu "$OUT/logs" info llm llmbench   (carry: build-gpu)
+# Never run it on a development machine: it replaces BUILD_DIR/bin with the bundle's.
 set -uo pipefail
 
 bundle=${1:?usage: check.sh BUNDLE_DIR LOG_DIR [STEP ...]}
