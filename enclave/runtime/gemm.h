@@ -1,12 +1,14 @@
 // Row-major matrix multiply for the kernels: C = alpha * op(A) * op(B) + beta * C.
 // float and double go to BLAS (OpenBLAS sgemm/dgemm); integer types use a plain triple loop.
-// Threading: BLAS's own threads; the function itself is reentrant.
+// Threading: BLAS's own threads; the functions are reentrant. GemmInRowParts also splits a
+// product over a run's workers (then BLAS is single-threaded: LoadOptions::threads).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "base/task_pool.h"
 #include "enclave/runtime/dispatch.h"
 #include "enclave/runtime/tensor.h"
 
@@ -46,6 +48,33 @@ absl::Status GemmInRowBlocks(bool transpose_a, bool transpose_b, int64_t m, int6
             beta, c + first * ldc, ldc);
   }
   return absl::OkStatus();
+}
+
+// Multiply-adds below which a product is not worth splitting over workers (a part's hand-off to
+// another thread costs some microseconds).
+inline constexpr int64_t kMinPartMultiplyAdds = int64_t{1} << 18;
+
+// GemmInRowBlocks with the rows of C split into contiguous parts that run side by side on
+// `workers` (at most one part per worker, each of at least kMinPartMultiplyAdds); with no
+// workers, or a product too small to split, it is GemmInRowBlocks. `between` must be
+// thread-safe. On an error the parts that had not finished leave their later rows as they were.
+template <typename T, typename Between>
+absl::Status GemmInRowParts(TaskPool* workers, bool transpose_a, bool transpose_b, int64_t m,
+                            int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+                            int64_t ldb, T beta, T* c, int64_t ldc, Between&& between) {
+  int64_t parts = workers != nullptr ? std::min<int64_t>(workers->size(), m) : 1;
+  parts = std::min(parts, std::max<int64_t>(1, m * n * k / kMinPartMultiplyAdds));
+  if (parts <= 1) {
+    return GemmInRowBlocks<T>(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                              ldc, between);
+  }
+  return workers->Run(static_cast<size_t>(parts), [&](size_t task, int) {
+    const int64_t p = static_cast<int64_t>(task);
+    const int64_t first = m * p / parts, last = m * (p + 1) / parts;
+    const T* rows = transpose_a ? a + first : a + first * lda;
+    return GemmInRowBlocks<T>(transpose_a, transpose_b, last - first, n, k, alpha, rows, lda, b,
+                              ldb, beta, c + first * ldc, ldc, between);
+  });
 }
 
 // The element types Gemm has (see dispatch.h for the other type sets).

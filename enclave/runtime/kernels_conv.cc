@@ -294,43 +294,76 @@ class ConvKernel : public Kernel {
     const bool pointwise = g.kernel_count() == 1 && g.stride == std::array<int64_t, 3>{1, 1, 1} &&
                            g.pad_begin == std::array<int64_t, 3>{0, 0, 0} &&
                            g.pad_end == std::array<int64_t, 3>{0, 0, 0};
-    std::shared_ptr<Buffer> columns;
-    if (depthwise) {
-      ASSIGN_OR_RETURN(columns, context.Scratch(sizeof(float) * PaddedWidth(g) * PaddedHeight(g)));
-    } else if (!pointwise) {
-      ASSIGN_OR_RETURN(columns, context.Scratch(sizeof(float) * k * out_plane));
-    }
-    for (int64_t n = 0; n < batch; ++n) {
-      if (n > 0) RETURN_IF_ERROR(context.CheckDeadline());  // one image at a time
-      for (int64_t grp = 0; grp < group_; ++grp) {
-        const float* xg = xd + (n * channels + grp * cg) * in_plane;
-        const float* wg = wd + grp * mg * k;
-        float* yg = yd + (n * maps + grp * mg) * out_plane;
-        if (depthwise) {
-          DepthwiseChannel(xg, wg, bd ? bd[grp] : 0.0f, g, static_cast<float*>(columns->data()),
-                           yg);
-          Epilogue(yg, grp, 1, out_plane);
-          continue;
-        }
-        const float* col = xg;
-        if (!pointwise) {
-          Im2Col(xg, cg, g, static_cast<float*>(columns->data()));
-          col = static_cast<const float*>(columns->data());
-        }
-        float beta = 0.0f;
-        if (bd != nullptr) {
-          for (int64_t m = 0; m < mg; ++m) {
-            std::fill(yg + m * out_plane, yg + (m + 1) * out_plane, bd[grp * mg + m]);
-          }
-          beta = 1.0f;
-        }
-        Gemm<float>(false, false, mg, out_plane, k, 1.0f, wg, k, col, out_plane, beta, yg,
-                    out_plane);
-        Epilogue(yg, grp * mg, mg, out_plane);
+    // One unit of work: image n, group grp, with `columns` as its scratch; its matrix product
+    // split over `gemm_workers` when the units themselves run one after another.
+    auto unit = [&](int64_t u, float* columns, TaskPool* gemm_workers) {
+      const int64_t n = u / group_, grp = u % group_;
+      const float* xg = xd + (n * channels + grp * cg) * in_plane;
+      const float* wg = wd + grp * mg * k;
+      float* yg = yd + (n * maps + grp * mg) * out_plane;
+      if (depthwise) {
+        DepthwiseChannel(xg, wg, bd ? bd[grp] : 0.0f, g, columns, yg);
+        Epilogue(yg, grp, 1, out_plane);
+        return;
       }
+      const float* col = xg;
+      if (!pointwise) {
+        Im2Col(xg, cg, g, columns);
+        col = columns;
+      }
+      float beta = 0.0f;
+      if (bd != nullptr) {
+        for (int64_t m = 0; m < mg; ++m) {
+          std::fill(yg + m * out_plane, yg + (m + 1) * out_plane, bd[grp * mg + m]);
+        }
+        beta = 1.0f;
+      }
+      GemmInRowParts<float>(gemm_workers, false, false, mg, out_plane, k, 1.0f, wg, k, col,
+                            out_plane, beta, yg, out_plane, [] { return absl::OkStatus(); })
+          .IgnoreError();  // nothing between the parts can fail
+      Epilogue(yg, grp * mg, mg, out_plane);
+    };
+    const size_t scratch_size = depthwise   ? sizeof(float) * PaddedWidth(g) * PaddedHeight(g)
+                                : pointwise ? 0
+                                            : sizeof(float) * k * out_plane;
+    return RunUnits(context, batch * group_, scratch_size, unit);
+  }
+
+  // Runs units [0, count) of a convolution (image-major), each with scratch of `scratch_size`
+  // bytes, checking the deadline between images: in order on this thread, or split into
+  // contiguous ranges over the run's workers (one scratch buffer per worker thread).
+  template <typename Unit>
+  absl::Status RunUnits(KernelContext& context, int64_t count, size_t scratch_size,
+                        const Unit& unit) const {
+    TaskPool* workers = context.pool().workers();
+    const int64_t parts = workers != nullptr ? std::min<int64_t>(workers->size(), count) : 1;
+    const int slots = parts > 1 ? workers->size() : 1;
+    std::vector<std::shared_ptr<Buffer>> scratch(scratch_size > 0 ? slots : 0);
+    for (auto& buffer : scratch) {
+      ASSIGN_OR_RETURN(buffer, context.Scratch(scratch_size));
     }
-    if (columns) context.pool().Release(std::move(columns));
-    return absl::OkStatus();
+    auto columns = [&scratch](int slot) {
+      return scratch.empty() ? nullptr : static_cast<float*>(scratch[slot]->data());
+    };
+    auto range = [&](int64_t begin, int64_t end, float* scratch_columns,
+                     TaskPool* inner) -> absl::Status {
+      for (int64_t u = begin; u < end; ++u) {
+        if (u > begin && u % group_ == 0) RETURN_IF_ERROR(context.CheckDeadline());
+        unit(u, scratch_columns, inner);
+      }
+      return absl::OkStatus();
+    };
+    absl::Status status;
+    if (parts <= 1) {
+      status = range(0, count, columns(0), workers);  // one unit: its product is split
+    } else {
+      status = workers->Run(static_cast<size_t>(parts), [&](size_t task, int slot) {
+        const int64_t p = static_cast<int64_t>(task);
+        return range(count * p / parts, count * (p + 1) / parts, columns(slot), nullptr);
+      });
+    }
+    for (auto& buffer : scratch) context.pool().Release(std::move(buffer));
+    return status;
   }
 
  private:

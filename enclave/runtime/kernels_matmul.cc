@@ -10,6 +10,7 @@
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/gemm.h"
 #include "enclave/runtime/kernel_util.h"
+#include "enclave/runtime/plan.h"
 
 namespace cloister::runtime {
 namespace {
@@ -146,8 +147,8 @@ class MatMulKernel : public Kernel {
       const T beta = has_bias ? T(1) : T(0);
       if (b_batches == 1) {
         // Weights shared by every batch (then the batch dims are A's): one tall multiply.
-        status = GemmInRowBlocks<T>(false, false, a_batches * m, n, k, T(1), ad, k, bd, n, beta, yd,
-                                    n, deadline);
+        status = GemmInRowParts<T>(context.pool().workers(), false, false, a_batches * m, n, k,
+                                   T(1), ad, k, bd, n, beta, yd, n, deadline);
         return;
       }
       status = MultiplyBroadcastBatches<T>(dims, ad, bd, beta, yd, deadline);
@@ -243,9 +244,10 @@ class GemmKernel : public Kernel {
         }
         beta = static_cast<T>(beta_);
       }
-      status = GemmInRowBlocks<T>(trans_a_, trans_b_, m, n, k, static_cast<T>(alpha_), a.data<T>(),
-                                  a.dim(1), b.data<T>(), b.dim(1), beta, yd, n,
-                                  [&context] { return context.CheckDeadline(); });
+      status = GemmInRowParts<T>(context.pool().workers(), trans_a_, trans_b_, m, n, k,
+                                 static_cast<T>(alpha_), a.data<T>(), a.dim(1), b.data<T>(),
+                                 b.dim(1), beta, yd, n,
+                                 [&context] { return context.CheckDeadline(); });
     };
     if (!GemmTypes::Dispatch(a.dtype(), run)) {
       return absl::InternalError("Gemm dispatched on an unchecked type");

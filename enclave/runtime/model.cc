@@ -94,15 +94,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(ByteSpan onnx_bytes,
   }
   if (!proto.has_graph()) return absl::InvalidArgumentError("model has no graph");
   if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
-  if (options.threads > 0) openblas_set_num_threads(options.threads);
+  const Executor* executor = options.executor != nullptr ? options.executor : &CpuExecutor();
+  // More than one thread on the CPU executor: the kernels split their work over the model's
+  // own threads, and BLAS runs single-threaded inside each part.
+  const bool intra_op = options.threads > 1 && executor == &CpuExecutor();
+  if (options.threads > 0) openblas_set_num_threads(intra_op ? 1 : options.threads);
   WarnAboutGenericBlasKernels();
 
-  const Executor* executor = options.executor != nullptr ? options.executor : &CpuExecutor();
   CompileOptions compile{executor, opset};
   ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, CompileGraph(proto.graph(), compile, {}));
 
   std::unique_ptr<Model> model(new Model());
   model->executor_ = executor;
+  if (intra_op) model->workers_ = std::make_unique<TaskPool>(options.threads);
   for (size_t i = 0; i < plan->input_slots().size(); ++i) {
     model->inputs_.push_back(
         SpecFor(plan->input_names()[i], plan->slot_info(plan->input_slots()[i])));
@@ -252,6 +256,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> Model::TakePool() const {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<DeviceRun> device, executor_->NewDeviceRun());
   auto pool = std::make_unique<BufferPool>(std::move(device));
+  pool->set_workers(workers_.get());
   pool->BeginRun();
   return pool;
 }

@@ -9,8 +9,8 @@
 // third-party inference engine.
 //
 // Threading: Model::Load may run on any thread. A loaded Model is immutable; Run() is const and
-// may be called from many threads at once (each run has its own buffers). BLAS threading is
-// process-wide (see LoadOptions::threads).
+// may be called from many threads at once (each run has its own buffers, and they share the
+// model's intra-op threads). BLAS threading is process-wide (see LoadOptions::threads).
 // Ownership: Load returns a unique_ptr; the model does not keep the bytes it was loaded from.
 #pragma once
 
@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "base/bytes.h"
 #include "base/deadline.h"
+#include "base/task_pool.h"
 #include "enclave/runtime/row_analysis.h"
 #include "enclave/runtime/tensor.h"
 
@@ -44,8 +45,12 @@ struct TensorSpec {
 
 struct LoadOptions {
   uint64_t max_model_size = uint64_t{1} << 30;
-  // BLAS threads; 0 leaves the library default (all hardware threads). OpenBLAS keeps one
-  // process-wide setting, so the last model loaded with a non-zero value decides.
+  // Threads one run may use; 0 leaves BLAS at the library default (all hardware threads).
+  // Above 1 (CPU executor), the model keeps that many threads of its own (the caller's among
+  // them) and its kernels split their work over them (the images and groups of a convolution,
+  // the rows of a matrix product), calling BLAS single-threaded inside each part; OpenBLAS is
+  // then set to one thread. OpenBLAS keeps one process-wide setting, so the last model loaded
+  // with a non-zero value decides it.
   int threads = 0;
   // The executor whose kernels run the model (see FindExecutor); nullptr: the CPU executor.
   // It must outlive the model (executors from FindExecutor live for the whole process).
@@ -143,6 +148,7 @@ class Model {
   const Executor* executor_ = nullptr;
   std::shared_ptr<const Plan> plan_;
   // Buffer pools of finished runs, reused by later ones (bounded by kMaxIdlePools).
+  std::unique_ptr<TaskPool> workers_;  // intra-op threads; null when runs are single-threaded
   mutable absl::Mutex pools_mutex_;
   mutable std::vector<std::unique_ptr<BufferPool>> idle_pools_ ABSL_GUARDED_BY(pools_mutex_);
   std::vector<TensorSpec> inputs_;

@@ -214,5 +214,47 @@ TEST(VadTest, FindsSpeechFromAbout1_06To6_82Seconds) {
   EXPECT_NEAR(speech_end, 6.82, 2 * kChunkSeconds);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Intra-op threads: a model loaded with two threads splits its convolutions and matrix products
+// over them (LoadOptions::threads) and must give what one thread gives.
+
+void ExpectSameWithTwoThreads(const std::string& relative_path, std::vector<int64_t> shape) {
+  auto bytes = ReadFile(kModels + "/" + relative_path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  LoadOptions one, two;
+  one.threads = 1;
+  two.threads = 2;
+  auto single = Model::Load(AsBytes(*bytes), one);
+  auto split = Model::Load(AsBytes(*bytes), two);
+  ASSERT_TRUE(single.ok() && split.ok()) << single.status() << split.status();
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  std::vector<float> values(count);
+  for (int64_t i = 0; i < count; ++i) values[i] = static_cast<float>((i * 7919) % 1000) / 500 - 1;
+  auto x = Tensor::FromVector(shape, values);
+  ASSERT_TRUE(x.ok()) << x.status();
+  const std::string& name = (*single)->inputs()[0].name;
+  auto want = (*single)->Run({{name, *x}});
+  auto got = (*split)->Run({{name, *x}});
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  ASSERT_EQ(want->size(), got->size());
+  for (size_t o = 0; o < want->size(); ++o) {
+    const Tensor& a = (*want)[o].second;
+    const Tensor& b = (*got)[o].second;
+    ASSERT_EQ(a.shape(), b.shape());
+    float worst = 0;
+    for (int64_t i = 0; i < a.count(); ++i) {
+      worst = std::max(worst, std::abs(a.data<float>()[i] - b.data<float>()[i]));
+    }
+    EXPECT_LE(worst, 1e-5f) << relative_path << " output " << (*want)[o].first;
+  }
+}
+
+TEST(IntraOpThreadsTest, TwoThreadsGiveWhatOneGives) {
+  ExpectSameWithTwoThreads("ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx", {4, 3, 48, 192});
+  ExpectSameWithTwoThreads("ocr/ch_PP-OCRv4_rec_infer.onnx", {2, 3, 48, 320});
+  ExpectSameWithTwoThreads("ocr/ch_PP-OCRv4_rec_infer.onnx", {1, 3, 48, 320});  // one image
+}
+
 }  // namespace
 }  // namespace cloister::runtime

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/deadline.h"
+#include "base/task_pool.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/kernel.h"
 #include "enclave/runtime/row_analysis.h"
@@ -32,6 +33,10 @@ class BufferPool {
   explicit BufferPool(std::unique_ptr<DeviceRun> device) : device_(std::move(device)) {}
   // The device executor's run state (stream, device memory); nullptr on the CPU executor.
   DeviceRun* device() const { return device_.get(); }
+  // The threads a kernel may split its work over (intra-op parallelism), with the calling
+  // thread among them; nullptr: the run is single-threaded. Borrowed from the model.
+  TaskPool* workers() const { return workers_; }
+  void set_workers(TaskPool* workers) { workers_ = workers; }
 
   // A buffer of at least `size` bytes, reused when a free one fits without much waste. A reused
   // buffer holds stale data from an earlier value of this model (the same tenant). nullptr when
@@ -55,6 +60,7 @@ class BufferPool {
   size_t free_size_ = 0;
   uint64_t run_ = 0;
   std::unique_ptr<DeviceRun> device_;
+  TaskPool* workers_ = nullptr;
 };
 
 struct Step {
