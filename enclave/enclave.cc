@@ -122,18 +122,6 @@ attest::HardwareOptions HardwareOptionsOf(const EnclaveOptions& opts) {
   };
 }
 
-// Fresh HPKE and signing keys for this enclave's lifetime.
-EnclaveKeys GenerateKeys() {
-  crypto::X25519KeyPair hpke = crypto::GenerateX25519();
-  crypto::Ed25519KeyPair signing = crypto::GenerateEd25519();
-  EnclaveKeys keys;
-  keys.hpke_private_key = std::move(hpke.private_key);
-  keys.hpke_public_key = hpke.public_key;
-  keys.signing_seed = std::move(signing.seed);
-  keys.signing_public_key = signing.public_key;
-  return keys;
-}
-
 absl::StatusOr<std::unique_ptr<attest::EvidenceCollector>> MakeCollector(
     const EnclaveOptions& opts, const attest::HardwareOptions& hardware) {
   if (opts.tee != TeeMode::kSim) return attest::MakeHardwareCollector(hardware);
@@ -177,7 +165,7 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
     ASSIGN_OR_RETURN(sealing_key, attest::HardwareSealingKey(hardware, sealing_label));
   }
 
-  enclave->keys_ = GenerateKeys();
+  enclave->keys_ = EnclaveKeys::Generate();
   ASSIGN_OR_RETURN(enclave->collector_, MakeCollector(opts, hardware));
   ASSIGN_OR_RETURN(auto evidence, enclave->CurrentEvidence());
 

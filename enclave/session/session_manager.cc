@@ -11,6 +11,17 @@
 
 namespace cloister::enclave {
 
+EnclaveKeys EnclaveKeys::Generate() {
+  crypto::X25519KeyPair hpke = crypto::GenerateX25519();
+  crypto::Ed25519KeyPair signing = crypto::GenerateEd25519();
+  EnclaveKeys keys;
+  keys.hpke_private_key = std::move(hpke.private_key);
+  keys.hpke_public_key = hpke.public_key;
+  keys.signing_seed = std::move(signing.seed);
+  keys.signing_public_key = signing.public_key;
+  return keys;
+}
+
 using boundary::v1::ForwardedRequest;
 using boundary::v1::EnclaveReply;
 

@@ -68,6 +68,9 @@ struct EnclaveKeys {
   Bytes hpke_public_key;
   SecretBytes signing_seed;
   Bytes signing_public_key;
+
+  // Fresh HPKE and signing keys, for one enclave lifetime.
+  static EnclaveKeys Generate();
 };
 
 class SessionManager {

@@ -20,17 +20,6 @@ namespace {
 
 using boundary::v1::ForwardedRequest;
 
-EnclaveKeys MakeKeys() {
-  crypto::X25519KeyPair hpke = crypto::GenerateX25519();
-  crypto::Ed25519KeyPair signing = crypto::GenerateEd25519();
-  EnclaveKeys keys;
-  keys.hpke_private_key = std::move(hpke.private_key);
-  keys.hpke_public_key = hpke.public_key;
-  keys.signing_seed = std::move(signing.seed);
-  keys.signing_public_key = signing.public_key;
-  return keys;
-}
-
 // One tenant's end of a session: its OpenSession inputs, then its channel once opened.
 struct Client {
   std::string tenant;
@@ -44,7 +33,7 @@ struct Client {
 
 class SessionManagerTest : public ::testing::Test {
  protected:
-  SessionManagerTest() : keys_(MakeKeys()), digest_(crypto::RandomBytes(32)) { Reset({}); }
+  SessionManagerTest() : keys_(EnclaveKeys::Generate()), digest_(crypto::RandomBytes(32)) { Reset({}); }
 
   void Reset(SessionLimits limits) {
     sessions_ = std::make_unique<SessionManager>(&keys_, &clock_, limits);
