@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "enclave/runtime/activation.h"
@@ -338,7 +339,8 @@ class ConvKernel : public Kernel {
     TaskPool* workers = context.pool().workers();
     const int64_t parts = workers != nullptr ? std::min<int64_t>(workers->size(), count) : 1;
     const int slots = parts > 1 ? workers->size() : 1;
-    std::vector<std::shared_ptr<Buffer>> scratch(scratch_size > 0 ? slots : 0);
+    // Inline for the usual few threads: a step allocates nothing of its own beyond the pool.
+    absl::InlinedVector<std::shared_ptr<Buffer>, 4> scratch(scratch_size > 0 ? slots : 0);
     for (auto& buffer : scratch) {
       ASSIGN_OR_RETURN(buffer, context.Scratch(scratch_size));
     }
