@@ -6,8 +6,6 @@
 // clock, which must outlive every copy.
 #pragma once
 
-#include <algorithm>
-
 #include "absl/time/time.h"
 #include "base/clock.h"
 
@@ -18,10 +16,6 @@ class Deadline {
   // No deadline: passed() is always false.
   Deadline() = default;
   static Deadline At(absl::Time when, const Clock* clock) { return Deadline(when, clock); }
-  // `left` from now on `clock`; zero or negative: already passed.
-  static Deadline After(absl::Duration left, const Clock* clock) {
-    return Deadline(clock->Now() + left, clock);
-  }
   // The later of two deadlines (a run shared by several requests lasts until the last of them
   // gives up): none when either is none.
   static Deadline Later(const Deadline& a, const Deadline& b) {
@@ -30,8 +24,6 @@ class Deadline {
   }
 
   bool is_set() const { return clock_ != nullptr; }
-  // The instant; InfiniteFuture when none.
-  absl::Time when() const { return when_; }
   bool passed() const { return clock_ != nullptr && clock_->Now() >= when_; }
 
  private:

@@ -5,7 +5,6 @@
 #include <span>
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "proto/duration.h"
