@@ -81,6 +81,24 @@ int64_t PaddedHeight(const WindowGeometry& g) {
                   (g.output[1] - 1) * g.stride[1] + (g.kernel[1] - 1) * g.dilation[1] + 1);
 }
 
+// `V` output vectors of one row side by side: independent sums, so that their multiply-adds
+// overlap instead of waiting on one another (one sum over 25 taps is latency-bound).
+template <int V>
+inline void DepthwiseVectors(const float* base, const float* w, int64_t KH, int64_t KW,
+                             int64_t PW, int64_t dh, int64_t dw, float bias, float* out) {
+  simd::Vec acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = simd::Splat(bias);
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    const float* row = base + kh * dh * PW;
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const simd::Vec tap = simd::Splat(w[kh * KW + kw]);
+      const float* p = row + kw * dw;
+      for (int v = 0; v < V; ++v) acc[v] += tap * simd::Load(p + v * simd::kWidth);
+    }
+  }
+  for (int v = 0; v < V; ++v) simd::Store(out + v * simd::kWidth, acc[v]);
+}
+
 void DepthwiseChannel(const float* x, const float* w, float bias, const WindowGeometry& g,
                       float* padded, float* y) {
   const int64_t H = g.input[1], W = g.input[2];
@@ -93,19 +111,17 @@ void DepthwiseChannel(const float* x, const float* w, float bias, const WindowGe
   std::memset(padded, 0, sizeof(float) * PW * PH);
   for (int64_t h = 0; h < H; ++h)
     std::memcpy(padded + (h + ph) * PW + pw, x + h * W, sizeof(float) * W);
+  constexpr int64_t kBlock = 4 * simd::kWidth;
   for (int64_t oh = 0; oh < OH; ++oh) {
     float* out = y + oh * OW;
     const float* base = padded + oh * sh * PW;
     int64_t ow = 0;
     if (sw == 1) {
+      for (; ow + kBlock <= OW; ow += kBlock) {
+        DepthwiseVectors<4>(base + ow, w, KH, KW, PW, dh, dw, bias, out + ow);
+      }
       for (; ow + simd::kWidth <= OW; ow += simd::kWidth) {
-        simd::Vec acc = simd::Splat(bias);
-        for (int64_t kh = 0; kh < KH; ++kh) {
-          const float* row = base + kh * dh * PW + ow;
-          const float* taps = w + kh * KW;
-          for (int64_t kw = 0; kw < KW; ++kw) acc += taps[kw] * simd::Load(row + kw * dw);
-        }
-        simd::Store(out + ow, acc);
+        DepthwiseVectors<1>(base + ow, w, KH, KW, PW, dh, dw, bias, out + ow);
       }
     }
     for (; ow < OW; ++ow) {
@@ -243,13 +259,10 @@ class ConvKernel : public Kernel {
   // Activation and post-activation affine map on `count` channels starting at `first`.
   void Epilogue(float* y, int64_t first, int64_t count, int64_t plane) const {
     if (activation_.kind == Activation::Kind::kNone && post_scale_.empty()) return;
+    const bool affine = !post_scale_.empty();
     for (int64_t m = first; m < first + count; ++m) {
-      float* out = y + (m - first) * plane;
-      activation_.Apply(out, plane);
-      if (!post_scale_.empty()) {
-        const float a = post_scale_[m], b = post_shift_[m];
-        for (int64_t i = 0; i < plane; ++i) out[i] = out[i] * a + b;
-      }
+      activation_.Apply(y + (m - first) * plane, plane, affine, affine ? post_scale_[m] : 1.0f,
+                        affine ? post_shift_[m] : 0.0f);
     }
   }
 

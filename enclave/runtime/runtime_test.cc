@@ -281,6 +281,10 @@ TEST(ConvTest, MatchesReferenceForGroupsPadsStridesDilations) {
        false},
       {"grouped", {1, 6, 6, 7}, 4, {3, 2}, 2, {1, 2}, {1, 0, 0, 1}, {1, 1}, true},
       {"depthwise_multiplier", {1, 3, 6, 6}, 6, {3, 3}, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},
+      // Rows wide enough for the depthwise kernel's blocks of four vectors, and their tails.
+      {"depthwise_wide_5x5", {2, 5, 6, 77}, 5, {5, 5}, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}, true},
+      {"depthwise_wide_stride_h2", {1, 4, 7, 70}, 4, {3, 3}, 4, {2, 1}, {1, 1, 1, 1}, {1, 1}, true},
+      {"depthwise_wide_dilated", {1, 3, 9, 40}, 3, {3, 3}, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, false},
       {"conv1d_stride", {2, 3, 20}, 5, {4}, 1, {3}, {1, 2}, {1}, true},
       {"same_upper", {1, 2, 7, 8}, 3, {3, 3}, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, false, "SAME_UPPER"},
   };
