@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace cloister::runtime {
@@ -59,20 +60,38 @@ BroadcastLayout<N> MakeBroadcastLayout(
   return BroadcastLayout<N>{std::move(dims), std::move(strides)};
 }
 
-// Calls row(out_offset, length, offsets, inner_strides) for each innermost row of the output.
+// The innermost rows of the output: the product of all dims but the last.
+template <size_t N>
+int64_t BroadcastRows(const BroadcastLayout<N>& layout) {
+  int64_t rows = 1;
+  for (size_t axis = 0; axis + 1 < layout.dims.size(); ++axis) rows *= layout.dims[axis];
+  return rows;
+}
+
+// Calls row(out_offset, length, offsets, inner_strides) for innermost rows [first, last) of the
+// output, in order (so that ranges of rows can go to different threads).
 template <size_t N, typename Row>
-void ForEachBroadcastRow(const BroadcastLayout<N>& layout, Row&& row) {
+void ForEachBroadcastRowIn(const BroadcastLayout<N>& layout, int64_t first, int64_t last,
+                           Row&& row) {
   const size_t rank = layout.dims.size();
   const int64_t length = layout.dims[rank - 1];
   for (int64_t d : layout.dims) {
     if (d == 0) return;
   }
+  if (first >= last) return;
   std::array<int64_t, N> inner;
   for (size_t k = 0; k < N; ++k) inner[k] = layout.strides[k][rank - 1];
+  // The outer index of row `first` (all axes but the last, the last of them fastest).
   std::vector<int64_t> index(rank, 0);
   std::array<int64_t, N> offsets{};
-  int64_t out_offset = 0;
-  while (true) {
+  int64_t rest = first;
+  for (size_t axis = rank - 1; axis-- > 0;) {
+    index[axis] = rest % layout.dims[axis];
+    rest /= layout.dims[axis];
+    for (size_t k = 0; k < N; ++k) offsets[k] += index[axis] * layout.strides[k][axis];
+  }
+  int64_t out_offset = first * length;
+  for (int64_t r = first; r < last; ++r) {
     row(out_offset, length, offsets, inner);
     out_offset += length;
     // Advance the outer index (all axes but the last).
@@ -83,10 +102,14 @@ void ForEachBroadcastRow(const BroadcastLayout<N>& layout, Row&& row) {
       if (index[axis] < layout.dims[axis]) break;
       for (size_t k = 0; k < N; ++k) offsets[k] -= layout.strides[k][axis] * layout.dims[axis];
       index[axis] = 0;
-      if (axis == 0) return;
     }
-    if (rank == 1) return;
   }
+}
+
+// Calls row(out_offset, length, offsets, inner_strides) for each innermost row of the output.
+template <size_t N, typename Row>
+void ForEachBroadcastRow(const BroadcastLayout<N>& layout, Row&& row) {
+  ForEachBroadcastRowIn(layout, 0, BroadcastRows(layout), std::forward<Row>(row));
 }
 
 }  // namespace cloister::runtime

@@ -12,6 +12,7 @@
 #include "enclave/runtime/dispatch.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/kernel_util.h"
+#include "enclave/runtime/parallel.h"
 
 namespace cloister::runtime {
 namespace {
@@ -19,19 +20,29 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Binary kernels with broadcasting.
 
+// Writes out = op(a, b) with broadcasting; with a `context`, ranges of the output go to the
+// run's workers (each range reads and writes only its own elements, so `out` may be `a` or `b`).
 template <typename T, typename O, typename Op>
-void RunBinary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
+void RunBinary(KernelContext* context, const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   const T* pa = static_cast<const T*>(a.raw_data());
   const T* pb = static_cast<const T*>(b.raw_data());
   O* po = static_cast<O*>(out.raw_data());
+  auto split = [context](int64_t count, int64_t cost, auto&& fn) {
+    if (context != nullptr) {
+      ForRanges(*context, count, cost, fn);
+    } else if (count > 0) {
+      fn(int64_t{0}, count);
+    }
+  };
   if (a.shape() == b.shape()) {
-    const int64_t count = out.count();
-    for (int64_t i = 0; i < count; ++i) po[i] = op(pa[i], pb[i]);
+    split(out.count(), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) po[i] = op(pa[i], pb[i]);
+    });
     return;
   }
   auto layout = MakeBroadcastLayout<2>(out.shape(), {&a.shape(), &b.shape()});
-  ForEachBroadcastRow(layout, [&](int64_t o, int64_t n, const std::array<int64_t, 2>& offsets,
-                                  const std::array<int64_t, 2>& inner) {
+  auto row = [&](int64_t o, int64_t n, const std::array<int64_t, 2>& offsets,
+                 const std::array<int64_t, 2>& inner) {
     const T* ra = pa + offsets[0];
     const T* rb = pb + offsets[1];
     O* ro = po + o;
@@ -47,7 +58,9 @@ void RunBinary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
       const O value = op(*ra, *rb);
       for (int64_t i = 0; i < n; ++i) ro[i] = value;
     }
-  });
+  };
+  split(BroadcastRows(layout), layout.dims.back(),
+        [&](int64_t first, int64_t last) { ForEachBroadcastRowIn(layout, first, last, row); });
 }
 
 struct AddOp {
@@ -175,7 +188,7 @@ class ArithmeticKernel : public Kernel {
           return;
         }
       }
-      RunBinary<T, T>(a, b, *out, Op{});
+      RunBinary<T, T>(&context, a, b, *out, Op{});
     });
     return status;
   }
@@ -269,7 +282,7 @@ class CompareKernel : public Kernel {
     ASSIGN_OR_RETURN(Tensor * out, context.Output(0, DataType::kBool, shape));
     auto run = [&](auto tag) {
       using T = decltype(tag);
-      RunBinary<T, bool>(a, b, *out, Op{});
+      RunBinary<T, bool>(&context, a, b, *out, Op{});
     };
     if (kAllowBool && a.dtype() == DataType::kBool) {
       run(bool{});
@@ -402,13 +415,38 @@ class WhereKernel : public Kernel {
       const T* px = static_cast<const T*>(x.raw_data());
       const T* py = static_cast<const T*>(y.raw_data());
       T* po = static_cast<T*>(out->raw_data());
-      ForEachBroadcastRow(layout, [&](int64_t o, int64_t n, const std::array<int64_t, 3>& off,
-                                      const std::array<int64_t, 3>& inner) {
-        for (int64_t i = 0; i < n; ++i) {
-          po[o + i] =
-              pc[off[0] + i * inner[0]] ? px[off[1] + i * inner[1]] : py[off[2] + i * inner[2]];
+      // Each input's inner stride is 0 (broadcast) or 1; the usual cases get loops of their own.
+      auto row = [&](int64_t o, int64_t n, const std::array<int64_t, 3>& off,
+                     const std::array<int64_t, 3>& inner) {
+        const bool* c = pc + off[0];
+        const T* rx = px + off[1];
+        const T* ry = py + off[2];
+        T* ro = po + o;
+        if (inner[0] == 1 && inner[1] == 1 && inner[2] == 1) {
+          for (int64_t i = 0; i < n; ++i) ro[i] = c[i] ? rx[i] : ry[i];
+        } else if (inner[0] == 0 && inner[1] == 0 && inner[2] == 1) {
+          const T vx = *rx;
+          if (*c) {
+            std::fill(ro, ro + n, vx);
+          } else {
+            std::copy(ry, ry + n, ro);
+          }
+        } else if (inner[0] == 1 && inner[1] == 0 && inner[2] == 1) {
+          const T vx = *rx;
+          for (int64_t i = 0; i < n; ++i) ro[i] = c[i] ? vx : ry[i];
+        } else if (inner[0] == 1 && inner[1] == 1 && inner[2] == 0) {
+          const T vy = *ry;
+          for (int64_t i = 0; i < n; ++i) ro[i] = c[i] ? rx[i] : vy;
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            ro[i] = c[i * inner[0]] ? rx[i * inner[1]] : ry[i * inner[2]];
+          }
         }
-      });
+      };
+      ForRanges(context, BroadcastRows(layout), layout.dims.back(),
+                [&](int64_t first, int64_t last) {
+                  ForEachBroadcastRowIn(layout, first, last, row);
+                });
     });
     return absl::OkStatus();
   }
@@ -459,14 +497,14 @@ class VariadicKernel : public Kernel {
       for (int i = 1; i < context.input_count(); ++i) {
         switch (kind_) {
           case Variadic::kMax:
-            RunBinary<T, T>(*out, context.input(i), *out, MaxOp{});
+            RunBinary<T, T>(nullptr, *out, context.input(i), *out, MaxOp{});
             break;
           case Variadic::kMin:
-            RunBinary<T, T>(*out, context.input(i), *out, MinOp{});
+            RunBinary<T, T>(nullptr, *out, context.input(i), *out, MinOp{});
             break;
           case Variadic::kSum:
           case Variadic::kMean:
-            RunBinary<T, T>(*out, context.input(i), *out, AddOp{});
+            RunBinary<T, T>(nullptr, *out, context.input(i), *out, AddOp{});
             break;
         }
       }

@@ -2,6 +2,7 @@
 // following bias add and activation at load) and Gemm.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -55,44 +56,52 @@ absl::StatusOr<MatMulDims> MatMulDimsOf(std::vector<int64_t> as, std::vector<int
   return dims;
 }
 
-// Multiplies the batch items one by one, walking the output batch index (general broadcast
-// over the batch dims); checks `deadline` between items once they add up to a row block's work.
-template <typename T, typename Deadline>
-absl::Status MultiplyBroadcastBatches(const MatMulDims& dims, const T* ad, const T* bd, T beta,
-                                      T* yd, Deadline& deadline) {
-  const int64_t m = dims.m, k = dims.k, n = dims.n;
-  const std::vector<int64_t>& batch_a = dims.batch_a;
-  const std::vector<int64_t>& batch_b = dims.batch_b;
+// Offsets (in matrices) into A and B of output batch item `i` (general broadcast over the
+// batch dims).
+void BatchOffsets(const MatMulDims& dims, int64_t i, int64_t& ai, int64_t& bi) {
   const size_t rank = dims.batch.size();
-  const int64_t batches = Product(dims.batch, 0, rank);
-  std::vector<int64_t> index(rank, 0);
-  int64_t unchecked = 0;  // multiply-adds since the last deadline check
-  for (int64_t i = 0; i < batches; ++i) {
-    if (unchecked >= kRowBlockMultiplyAdds) {
-      RETURN_IF_ERROR(deadline());
-      unchecked = 0;
+  ai = bi = 0;
+  int64_t a_stride = 1, b_stride = 1;
+  for (size_t d = rank; d-- > 0;) {
+    const int64_t index = i % dims.batch[d];
+    i /= dims.batch[d];
+    if (d >= rank - dims.batch_a.size()) {
+      const int64_t extent = dims.batch_a[d + dims.batch_a.size() - rank];
+      if (extent != 1) ai += index * a_stride;
+      a_stride *= extent;
     }
-    unchecked += m * n * k;
-    int64_t ai = 0, bi = 0, a_stride = 1, b_stride = 1;
-    for (size_t d = rank; d-- > 0;) {
-      const size_t da = d + batch_a.size() - rank, db = d + batch_b.size() - rank;
-      if (d >= rank - batch_a.size()) {
-        if (batch_a[da] != 1) ai += index[d] * a_stride;
-        a_stride *= batch_a[da];
-      }
-      if (d >= rank - batch_b.size()) {
-        if (batch_b[db] != 1) bi += index[d] * b_stride;
-        b_stride *= batch_b[db];
-      }
-    }
-    RETURN_IF_ERROR(GemmInRowBlocks<T>(false, false, m, n, k, T(1), ad + ai * m * k, k,
-                                       bd + bi * k * n, n, beta, yd + i * m * n, n, deadline));
-    for (size_t d = rank; d-- > 0;) {
-      if (++index[d] < dims.batch[d]) break;
-      index[d] = 0;
+    if (d >= rank - dims.batch_b.size()) {
+      const int64_t extent = dims.batch_b[d + dims.batch_b.size() - rank];
+      if (extent != 1) bi += index * b_stride;
+      b_stride *= extent;
     }
   }
-  return absl::OkStatus();
+}
+
+// Multiplies the batch items, ranges of them side by side on `workers` (when there are and the
+// items add up to enough work); checks `deadline` (thread-safe) between items once they add up
+// to a row block's work.
+template <typename T, typename Deadline>
+absl::Status MultiplyBroadcastBatches(TaskPool* workers, const MatMulDims& dims, const T* ad,
+                                      const T* bd, T beta, T* yd, Deadline& deadline) {
+  const int64_t m = dims.m, k = dims.k, n = dims.n;
+  const int64_t batches = Product(dims.batch, 0, dims.batch.size());
+  const int64_t parts = RowParts(workers, batches, m * n, k);
+  return RunRowParts(workers, batches, parts, [&](int64_t first, int64_t last) -> absl::Status {
+    int64_t unchecked = 0;  // multiply-adds since the last deadline check
+    for (int64_t i = first; i < last; ++i) {
+      if (unchecked >= kRowBlockMultiplyAdds) {
+        RETURN_IF_ERROR(deadline());
+        unchecked = 0;
+      }
+      unchecked += m * n * k;
+      int64_t ai = 0, bi = 0;
+      BatchOffsets(dims, i, ai, bi);
+      RETURN_IF_ERROR(GemmInRowBlocks<T>(false, false, m, n, k, T(1), ad + ai * m * k, k,
+                                         bd + bi * k * n, n, beta, yd + i * m * n, n, deadline));
+    }
+    return absl::OkStatus();
+  });
 }
 
 class MatMulKernel : public Kernel {
@@ -130,7 +139,9 @@ class MatMulKernel : public Kernel {
     ASSIGN_OR_RETURN(std::vector<int64_t> out_shape, MatMulShape(a.shape(), b.shape()));
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, a.dtype(), out_shape));
     const bool has_bias = !bias_.empty();
-    if (has_bias) RETURN_IF_ERROR(FillBias(out_shape, y));
+    if (has_bias && (out_shape.empty() || out_shape.back() != static_cast<int64_t>(bias_.size()))) {
+      return absl::InternalError("fused bias does not match the output");
+    }
     ASSIGN_OR_RETURN(MatMulDims dims, MatMulDimsOf(a.shape(), b.shape()));
     const int64_t m = dims.m, k = dims.k, n = dims.n;
     const int64_t a_batches = Product(dims.batch_a, 0, dims.batch_a.size());
@@ -145,36 +156,48 @@ class MatMulKernel : public Kernel {
       const T* bd = b.data<T>();
       T* yd = y->data<T>();
       const T beta = has_bias ? T(1) : T(0);
+      TaskPool* workers = context.pool().workers();
       if (b_batches == 1) {
-        // Weights shared by every batch (then the batch dims are A's): one tall multiply.
-        status = GemmInRowParts<T>(context.pool().workers(), false, false, a_batches * m, n, k,
-                                   T(1), ad, k, bd, n, beta, yd, n, deadline);
+        // Weights shared by every batch (then the batch dims are A's): one tall multiply, its
+        // rows in parts that each start at the bias and end with the activation while the rows
+        // are still in cache.
+        const int64_t rows = a_batches * m;
+        status = RunRowParts(workers, rows, RowParts(workers, rows, n, k),
+                             [&](int64_t first, int64_t last) -> absl::Status {
+                               if (has_bias) FillBias(yd, first, last);
+                               RETURN_IF_ERROR(GemmInRowBlocks<T>(
+                                   false, false, last - first, n, k, T(1), ad + first * k, k, bd,
+                                   n, beta, yd + first * n, n, deadline));
+                               if constexpr (std::is_same_v<T, float>) {
+                                 activation_.Apply(yd + first * n, (last - first) * n);
+                               }
+                               return absl::OkStatus();
+                             });
         return;
       }
-      status = MultiplyBroadcastBatches<T>(dims, ad, bd, beta, yd, deadline);
+      if (has_bias) FillBias(yd, 0, y->count() / std::max<int64_t>(n, 1));
+      status = MultiplyBroadcastBatches<T>(workers, dims, ad, bd, beta, yd, deadline);
+      if constexpr (std::is_same_v<T, float>) {
+        if (status.ok()) activation_.Apply(yd, y->count());
+      }
     };
     if (!GemmTypes::Dispatch(a.dtype(), run)) {
       return absl::InternalError("MatMul dispatched on an unchecked type");
     }
-    RETURN_IF_ERROR(status);
-    if (activation_.kind != Activation::Kind::kNone) {
-      activation_.Apply(y->data<float>(), y->count());
-    }
-    return absl::OkStatus();
+    return status;
   }
 
  private:
-  // Starts every output row at the fused bias (the Gemm then adds to it).
-  absl::Status FillBias(const std::vector<int64_t>& out_shape, Tensor* y) const {
-    if (out_shape.empty() || out_shape.back() != static_cast<int64_t>(bias_.size())) {
-      return absl::InternalError("fused bias does not match the output");
+  // Starts output rows [first, last) at the fused bias (the Gemm then adds to it); a float
+  // output only (the fusion takes float MatMuls only).
+  template <typename T>
+  void FillBias(T* yd, int64_t first, int64_t last) const {
+    if constexpr (std::is_same_v<T, float>) {
+      const int64_t n = static_cast<int64_t>(bias_.size());
+      for (int64_t row = first; row < last; ++row) {
+        std::memcpy(yd + row * n, bias_.data(), sizeof(float) * n);
+      }
     }
-    float* yd = y->data<float>();
-    const int64_t n = out_shape.back();
-    for (int64_t row = 0; row < y->count() / std::max<int64_t>(n, 1); ++row) {
-      std::memcpy(yd + row * n, bias_.data(), sizeof(float) * n);
-    }
-    return absl::OkStatus();
   }
 
   int64_t columns_;

@@ -10,6 +10,7 @@
 #include "enclave/runtime/dispatch.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/kernel_util.h"
+#include "enclave/runtime/parallel.h"
 #include "enclave/runtime/simd.h"
 #include "enclave/runtime/window.h"
 
@@ -250,25 +251,57 @@ class LayerNormKernel : public Kernel {
     }
     const float* s = scale.data<float>();
     const float* b = bias ? bias->data<float>() : nullptr;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* in = x.data<float>() + r * width;
-      float* out = y->data<float>() + r * width;
-      const float mean = simd::Sum(in, width) / static_cast<float>(width);
-      for (int64_t i = 0; i < width; ++i) out[i] = (in[i] - mean) * (in[i] - mean);
-      const float variance = simd::Sum(out, width) / static_cast<float>(width);
-      const float inv = 1.0f / std::sqrt(variance + epsilon_);
-      const bool full_scale = scale.count() != 1, full_bias = b && bias->count() != 1;
-      for (int64_t i = 0; i < width; ++i) {
-        const float normal = (in[i] - mean) * inv;
-        out[i] = normal * s[full_scale ? i : 0] + (b ? b[full_bias ? i : 0] : 0.0f);
+    const bool full_scale = scale.count() != 1, full_bias = b && bias->count() != 1;
+    // Rows are independent: ranges of them go to the run's workers.
+    ForRanges(context, rows, width * 3, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        const float* in = x.data<float>() + r * width;
+        float* out = y->data<float>() + r * width;
+        const float mean = simd::Sum(in, width) / static_cast<float>(width);
+        const float inv =
+            1.0f / std::sqrt(SquaredDeviation(in, width, mean) / static_cast<float>(width) +
+                             epsilon_);
+        if (full_scale && (b == nullptr || full_bias)) {
+          NormalizeRow(in, width, mean, inv, s, b, out);
+        } else {
+          for (int64_t i = 0; i < width; ++i) {
+            const float normal = (in[i] - mean) * inv;
+            out[i] = normal * s[full_scale ? i : 0] + (b ? b[full_bias ? i : 0] : 0.0f);
+          }
+        }
+        if (mean_out) mean_out->data<float>()[r] = static_cast<float>(mean);
+        if (inv_out) inv_out->data<float>()[r] = static_cast<float>(inv);
       }
-      if (mean_out) mean_out->data<float>()[r] = static_cast<float>(mean);
-      if (inv_out) inv_out->data<float>()[r] = static_cast<float>(inv);
-    }
+    });
     return absl::OkStatus();
   }
 
  private:
+  // The sum of (in[i] - mean)^2 over a row.
+  static float SquaredDeviation(const float* in, int64_t width, float mean) {
+    simd::Vec acc = simd::Splat(0.0f);
+    int64_t i = 0;
+    for (; i + simd::kWidth <= width; i += simd::kWidth) {
+      const simd::Vec d = simd::Load(in + i) - mean;
+      acc += d * d;
+    }
+    float total = simd::HorizontalSum(acc);
+    for (; i < width; ++i) total += (in[i] - mean) * (in[i] - mean);
+    return total;
+  }
+
+  // out = (in - mean) * inv * scale + bias (bias may be null), scale and bias of the row's width.
+  static void NormalizeRow(const float* in, int64_t width, float mean, float inv,
+                           const float* scale, const float* bias, float* out) {
+    int64_t i = 0;
+    for (; i + simd::kWidth <= width; i += simd::kWidth) {
+      simd::Vec v = (simd::Load(in + i) - mean) * inv * simd::Load(scale + i);
+      if (bias != nullptr) v += simd::Load(bias + i);
+      simd::Store(out + i, v);
+    }
+    for (; i < width; ++i) out[i] = (in[i] - mean) * inv * scale[i] + (bias ? bias[i] : 0.0f);
+  }
+
   int64_t axis_;
   float epsilon_;
 };
@@ -348,14 +381,19 @@ class PoolKernel : public Kernel {
     const int64_t in_plane = g.input_count(), out_plane = g.output_count();
     const float* xd = x.data<float>();
     float* yd = y->data<float>();
+    // Planes are independent: ranges of them go to the run's workers.
+    const int64_t plane_cost = out_plane * g.kernel_count();
     if (indices == nullptr && g.dilation == std::array<int64_t, 3>{1, 1, 1}) {
-      DenseWindows(g, xd, planes, yd);
+      ForRanges(context, planes, plane_cost,
+                [&](int64_t first, int64_t last) { DenseWindows(g, xd, first, last, yd); });
       return absl::OkStatus();
     }
-    for (int64_t p = 0; p < planes; ++p) {
-      TestedWindows(g, xd + p * in_plane, yd + p * out_plane,
-                    indices != nullptr ? indices + p * out_plane : nullptr, p * in_plane);
-    }
+    ForRanges(context, planes, plane_cost, [&](int64_t first, int64_t last) {
+      for (int64_t p = first; p < last; ++p) {
+        TestedWindows(g, xd + p * in_plane, yd + p * out_plane,
+                      indices != nullptr ? indices + p * out_plane : nullptr, p * in_plane);
+      }
+    });
     return absl::OkStatus();
   }
 
@@ -413,10 +451,12 @@ class PoolKernel : public Kernel {
     }
   }
 
-  // Undilated windows: clip each window to the input once instead of testing every tap.
-  void DenseWindows(const WindowGeometry& g, const float* xd, int64_t planes, float* yd) const {
+  // Undilated windows of planes [first, last): clip each window to the input once instead of
+  // testing every tap.
+  void DenseWindows(const WindowGeometry& g, const float* xd, int64_t first, int64_t last,
+                    float* yd) const {
     const int64_t in_plane = g.input_count(), out_plane = g.output_count();
-    for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t p = first; p < last; ++p) {
       const float* in = xd + p * in_plane;
       float* out = yd + p * out_plane;
       int64_t o = 0;
@@ -524,14 +564,16 @@ class GlobalPoolKernel : public Kernel {
     const int64_t plane = Product(x.shape(), 2, x.rank());
     const float* in = x.data<float>();
     float* out = y->data<float>();
-    for (int64_t p = 0; p < planes; ++p) {
-      const float* row = in + p * plane;
-      if (kind_ == PoolKind::kAverage) {
-        out[p] = plane > 0 ? simd::Sum(row, plane) / static_cast<float>(plane) : 0.0f;
-      } else {
-        out[p] = simd::MaxOf(row, plane);
+    ForRanges(context, planes, plane, [&](int64_t first, int64_t last) {
+      for (int64_t p = first; p < last; ++p) {
+        const float* row = in + p * plane;
+        if (kind_ == PoolKind::kAverage) {
+          out[p] = plane > 0 ? simd::Sum(row, plane) / static_cast<float>(plane) : 0.0f;
+        } else {
+          out[p] = simd::MaxOf(row, plane);
+        }
       }
-    }
+    });
     return absl::OkStatus();
   }
 
@@ -582,20 +624,23 @@ class SoftmaxKernel : public Kernel {
     if (x.dtype() == DataType::kFloat && inner == 1) {
       const float* in = x.data<float>();
       float* out = y->data<float>();
-      for (int64_t o = 0; o < outer; ++o) {
-        const float* src = in + o * width;
-        float* dst = out + o * width;
-        const simd::Vec max_value = simd::Splat(simd::MaxOf(src, width));
-        if (log_) {
-          simd::Map(src, dst, width, [&](simd::Vec v) { return simd::Exp(v - max_value); });
-          const float log_sum = std::log(simd::Sum(dst, width));
-          for (int64_t j = 0; j < width; ++j) dst[j] = src[j] - max_value[0] - log_sum;
-        } else {
-          simd::Map(src, dst, width, [&](simd::Vec v) { return simd::Exp(v - max_value); });
-          const float scale = 1.0f / simd::Sum(dst, width);
-          for (int64_t j = 0; j < width; ++j) dst[j] *= scale;
+      // Rows are independent (a row is read before it is written): ranges go to the workers.
+      ForRanges(context, outer, width * 4, [&](int64_t first, int64_t last) {
+        for (int64_t o = first; o < last; ++o) {
+          const float* src = in + o * width;
+          float* dst = out + o * width;
+          const simd::Vec max_value = simd::Splat(simd::MaxOf(src, width));
+          if (log_) {
+            simd::Map(src, dst, width, [&](simd::Vec v) { return simd::Exp(v - max_value); });
+            const float log_sum = std::log(simd::Sum(dst, width));
+            for (int64_t j = 0; j < width; ++j) dst[j] = src[j] - max_value[0] - log_sum;
+          } else {
+            simd::Map(src, dst, width, [&](simd::Vec v) { return simd::Exp(v - max_value); });
+            const simd::Vec scale = simd::Splat(1.0f / simd::Sum(dst, width));
+            simd::Map(dst, dst, width, [&](simd::Vec v) { return v * scale; });
+          }
         }
-      }
+      });
       return absl::OkStatus();
     }
     FloatTypes::Dispatch(x.dtype(), [&](auto tag) {

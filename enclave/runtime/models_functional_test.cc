@@ -218,7 +218,8 @@ TEST(VadTest, FindsSpeechFromAbout1_06To6_82Seconds) {
 // Intra-op threads: a model loaded with two threads splits its convolutions and matrix products
 // over them (LoadOptions::threads) and must give what one thread gives.
 
-void ExpectSameWithTwoThreads(const std::string& relative_path, std::vector<int64_t> shape) {
+void ExpectSameWithTwoThreads(const std::string& relative_path,
+                              const std::vector<std::pair<std::string, Tensor>>& inputs) {
   auto bytes = ReadFile(kModels + "/" + relative_path);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   LoadOptions one, two;
@@ -227,15 +228,8 @@ void ExpectSameWithTwoThreads(const std::string& relative_path, std::vector<int6
   auto single = Model::Load(AsBytes(*bytes), one);
   auto split = Model::Load(AsBytes(*bytes), two);
   ASSERT_TRUE(single.ok() && split.ok()) << single.status() << split.status();
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  std::vector<float> values(count);
-  for (int64_t i = 0; i < count; ++i) values[i] = static_cast<float>((i * 7919) % 1000) / 500 - 1;
-  auto x = Tensor::FromVector(shape, values);
-  ASSERT_TRUE(x.ok()) << x.status();
-  const std::string& name = (*single)->inputs()[0].name;
-  auto want = (*single)->Run({{name, *x}});
-  auto got = (*split)->Run({{name, *x}});
+  auto want = (*single)->Run(inputs);
+  auto got = (*split)->Run(inputs);
   ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
   ASSERT_EQ(want->size(), got->size());
   for (size_t o = 0; o < want->size(); ++o) {
@@ -250,10 +244,38 @@ void ExpectSameWithTwoThreads(const std::string& relative_path, std::vector<int6
   }
 }
 
+// An image model's one float input, filled with a fixed pattern in [-1, 1).
+void ExpectSameWithTwoThreads(const std::string& relative_path, std::vector<int64_t> shape) {
+  auto bytes = ReadFile(kModels + "/" + relative_path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  auto model = Model::Load(AsBytes(*bytes));
+  ASSERT_TRUE(model.ok()) << model.status();
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  std::vector<float> values(count);
+  for (int64_t i = 0; i < count; ++i) values[i] = static_cast<float>((i * 7919) % 1000) / 500 - 1;
+  auto x = Tensor::FromVector(shape, values);
+  ASSERT_TRUE(x.ok()) << x.status();
+  ExpectSameWithTwoThreads(relative_path, {{(*model)->inputs()[0].name, *x}});
+}
+
 TEST(IntraOpThreadsTest, TwoThreadsGiveWhatOneGives) {
   ExpectSameWithTwoThreads("ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx", {4, 3, 48, 192});
   ExpectSameWithTwoThreads("ocr/ch_PP-OCRv4_rec_infer.onnx", {2, 3, 48, 320});
   ExpectSameWithTwoThreads("ocr/ch_PP-OCRv4_rec_infer.onnx", {1, 3, 48, 320});  // one image
+  // A text encoder: products with fused bias and Gelu, batched attention products, the mask's
+  // Where, Softmax and LayerNormalization, all split over the two threads. The second sentence
+  // ends in padding.
+  constexpr int64_t kBatch = 2, kTokens = 128;
+  std::vector<int64_t> ids(kBatch * kTokens), mask(kBatch * kTokens, 1), types(kBatch * kTokens);
+  for (int64_t i = 0; i < kBatch * kTokens; ++i) ids[i] = 1 + (i * 7919) % 1000;
+  for (int64_t t = 100; t < kTokens; ++t) mask[kTokens + t] = 0;
+  auto as_tensor = [](const std::vector<int64_t>& values) {
+    return *Tensor::FromVector<int64_t>({kBatch, kTokens}, values);
+  };
+  ExpectSameWithTwoThreads("bert_mini/bert_mini_l4_h256.onnx", {{"input_ids", as_tensor(ids)},
+                                                                {"attention_mask", as_tensor(mask)},
+                                                                {"token_type_ids", as_tensor(types)}});
 }
 
 }  // namespace

@@ -1,0 +1,178 @@
+// Intra-op threads for the kernels beyond convolutions: a model loaded with two threads splits
+// its elementwise, pooling, normalisation and batched-product loops into ranges on them
+// (parallel.h) and must give what one thread gives, to the bit where the arithmetic per
+// element is the same.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "enclave/runtime/broadcast.h"
+#include "enclave/runtime/graph_builder_for_test.h"
+#include "enclave/runtime/kernel.h"
+#include "enclave/runtime/model.h"
+#include "enclave/runtime/runtime_test_helpers.h"
+#include "gtest/gtest.h"
+
+namespace cloister::runtime {
+namespace {
+
+// Every row of the layout once, in order, whichever ranges the rows are walked in.
+TEST(BroadcastRowsTest, RangesTogetherWalkEveryRowOnce) {
+  const std::vector<std::vector<int64_t>> a_shapes = {{3, 1, 5, 7}, {4, 6}, {1}, {2, 3, 1}};
+  const std::vector<std::vector<int64_t>> b_shapes = {{1, 4, 1, 7}, {6}, {9}, {2, 1, 8}};
+  for (size_t c = 0; c < a_shapes.size(); ++c) {
+    auto out = BroadcastShapes(a_shapes[c], b_shapes[c]);
+    ASSERT_TRUE(out.ok());
+    auto layout = MakeBroadcastLayout<2>(*out, {&a_shapes[c], &b_shapes[c]});
+    std::vector<std::array<int64_t, 3>> whole, pieces;
+    ForEachBroadcastRow(layout, [&](int64_t o, int64_t, const std::array<int64_t, 2>& off,
+                                    const std::array<int64_t, 2>&) {
+      whole.push_back({o, off[0], off[1]});
+    });
+    const int64_t rows = BroadcastRows(layout);
+    ASSERT_EQ(static_cast<int64_t>(whole.size()), rows) << "case " << c;
+    for (int64_t first = 0; first < rows; first += 2) {
+      ForEachBroadcastRowIn(layout, first, std::min(rows, first + 2),
+                            [&](int64_t o, int64_t, const std::array<int64_t, 2>& off,
+                                const std::array<int64_t, 2>&) {
+                              pieces.push_back({o, off[0], off[1]});
+                            });
+    }
+    EXPECT_EQ(pieces, whole) << "case " << c;
+  }
+}
+
+std::unique_ptr<Model> LoadWithThreads(const GraphBuilder& builder, int threads) {
+  std::string bytes = builder.Bytes();
+  LoadOptions options;
+  options.threads = threads;
+  auto model = Model::Load(AsBytes(bytes), options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+// Runs the graph with one thread and with two on the same float inputs and compares every
+// output: exactly, or within `tolerance` (relative) where a product's parts may round apart.
+void ExpectSameWithTwoThreads(const GraphBuilder& builder,
+                              const std::vector<std::pair<std::string, std::vector<int64_t>>>& in,
+                              float tolerance = 0.0f) {
+  auto one = LoadWithThreads(builder, 1);
+  auto two = LoadWithThreads(builder, 2);
+  ASSERT_TRUE(one != nullptr && two != nullptr);
+  std::vector<std::pair<std::string, Tensor>> inputs;
+  uint32_t seed = 7;
+  for (const auto& [name, shape] : in) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    inputs.emplace_back(name, FloatTensor(shape, RandomFloats(count, seed++)));
+  }
+  auto want = one->Run(inputs);
+  auto got = two->Run(inputs);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  ASSERT_EQ(want->size(), got->size());
+  for (size_t o = 0; o < want->size(); ++o) {
+    const Tensor& a = (*want)[o].second;
+    const Tensor& b = (*got)[o].second;
+    ASSERT_EQ(a.shape(), b.shape());
+    ASSERT_EQ(a.dtype(), b.dtype());
+    if (a.dtype() != DataType::kFloat) {
+      EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.size())) << "output " << o;
+      continue;
+    }
+    int64_t differ = 0;
+    for (int64_t i = 0; i < a.count(); ++i) {
+      const float x = a.data<float>()[i], y = b.data<float>()[i];
+      if (std::abs(x - y) > tolerance * (1.0f + std::abs(x))) ++differ;
+    }
+    EXPECT_EQ(differ, 0) << "output " << o << ": " << differ << " of " << a.count() << " differ";
+  }
+}
+
+TEST(ParallelKernelsTest, ElementwiseWithAndWithoutBroadcast) {
+  GraphBuilder builder;
+  builder.Input("a", onnx::TensorProto::FLOAT, {4, 64, 33, 17});
+  builder.Input("b", onnx::TensorProto::FLOAT, {64, 1, 1});
+  builder.Input("c", onnx::TensorProto::FLOAT, {4, 64, 33, 17});
+  builder.Node("Add", {"a", "b"}, {"sum"});
+  builder.Node("Mul", {"sum", "c"}, {"product"});
+  builder.Node("Less", {"product", "b"}, {"less"});
+  builder.Output("product");
+  builder.Output("less", onnx::TensorProto::BOOL);
+  ExpectSameWithTwoThreads(builder, {{"a", {4, 64, 33, 17}}, {"b", {64, 1, 1}},
+                                     {"c", {4, 64, 33, 17}}});
+}
+
+TEST(ParallelKernelsTest, WhereOverAnAttentionMask) {
+  GraphBuilder builder;
+  builder.Input("scores", onnx::TensorProto::FLOAT, {2, 4, 128, 128});
+  builder.Input("mask", onnx::TensorProto::FLOAT, {2, 1, 1, 128});
+  builder.FloatInitializer("zero", {}, {0.0f});
+  builder.FloatInitializer("low", {}, {-1e4f});
+  builder.Node("Less", {"mask", "zero"}, {"masked"});
+  builder.Node("Where", {"masked", "low", "scores"}, {"kept"});
+  // A condition as wide as the output, and one value as wide as the output too.
+  builder.Node("Less", {"scores", "zero"}, {"negative"});
+  builder.Node("Where", {"negative", "scores", "low"}, {"clipped"});
+  builder.Output("kept");
+  builder.Output("clipped");
+  ExpectSameWithTwoThreads(builder, {{"scores", {2, 4, 128, 128}}, {"mask", {2, 1, 1, 128}}});
+}
+
+TEST(ParallelKernelsTest, SoftmaxAndLayerNormalization) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2, 4, 128, 128});
+  builder.Input("h", onnx::TensorProto::FLOAT, {300, 256});
+  builder.FloatInitializer("scale", {256}, RandomFloats(256, 1));
+  builder.FloatInitializer("bias", {256}, RandomFloats(256, 2));
+  builder.Node("Softmax", {"x"}, {"p"});
+  builder.Node("LayerNormalization", {"h", "scale", "bias"}, {"n"});
+  builder.Output("p");
+  builder.Output("n");
+  ExpectSameWithTwoThreads(builder, {{"x", {2, 4, 128, 128}}, {"h", {300, 256}}});
+}
+
+TEST(ParallelKernelsTest, Pools) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {4, 16, 48, 96});
+  auto& max = builder.Node("MaxPool", {"x"}, {"max"});
+  SetInts(max, "kernel_shape", {3, 3});
+  SetInts(max, "strides", {2, 2});
+  SetInts(max, "pads", {1, 1, 1, 1});
+  auto& dilated = builder.Node("MaxPool", {"x"}, {"dilated"});
+  SetInts(dilated, "kernel_shape", {3, 3});
+  SetInts(dilated, "dilations", {2, 2});
+  builder.Node("GlobalAveragePool", {"x"}, {"mean"});
+  builder.Output("max");
+  builder.Output("dilated");
+  builder.Output("mean");
+  ExpectSameWithTwoThreads(builder, {{"x", {4, 16, 48, 96}}});
+}
+
+TEST(ParallelKernelsTest, MatMulWithFusedBiasAndGeluAndBatchedProducts) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2, 128, 256});
+  builder.FloatInitializer("w", {256, 512}, RandomFloats(256 * 512, 3));
+  builder.FloatInitializer("b", {512}, RandomFloats(512, 4));
+  builder.Node("MatMul", {"x", "w"}, {"xw"});
+  builder.Node("Add", {"xw", "b"}, {"xwb"});
+  // Gelu written out, as exporters write it (fused at load into the product).
+  builder.FloatInitializer("sqrt2", {}, {1.41421356f});
+  builder.FloatInitializer("one", {}, {1.0f});
+  builder.FloatInitializer("half", {}, {0.5f});
+  builder.Node("Div", {"xwb", "sqrt2"}, {"scaled"});
+  builder.Node("Erf", {"scaled"}, {"erf"});
+  builder.Node("Add", {"erf", "one"}, {"erf1"});
+  builder.Node("Mul", {"xwb", "erf1"}, {"gated"});
+  builder.Node("Mul", {"gated", "half"}, {"hidden"});
+  builder.Input("q", onnx::TensorProto::FLOAT, {2, 4, 128, 64});
+  builder.Input("k", onnx::TensorProto::FLOAT, {2, 4, 64, 128});
+  builder.Node("MatMul", {"q", "k"}, {"scores"});
+  builder.Output("hidden");
+  builder.Output("scores");
+  ExpectSameWithTwoThreads(
+      builder, {{"x", {2, 128, 256}}, {"q", {2, 4, 128, 64}}, {"k", {2, 4, 64, 128}}}, 1e-6f);
+}
+
+}  // namespace
+}  // namespace cloister::runtime
