@@ -2,6 +2,7 @@
 // following bias add and activation at load) and Gemm.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/gemm.h"
 #include "enclave/runtime/kernel_util.h"
+#include "enclave/runtime/packed_gemm.h"
 #include "enclave/runtime/plan.h"
 
 namespace cloister::runtime {
@@ -107,7 +109,10 @@ absl::Status MultiplyBroadcastBatches(TaskPool* workers, const MatMulDims& dims,
 class MatMulKernel : public Kernel {
  public:
   // `columns` is the output's last dimension when B is a constant (else -1).
-  explicit MatMulKernel(int64_t columns) : columns_(columns) {}
+  // `packed` (may be null) is B packed at load, when B is a constant float matrix and the CPU
+  // runs PackedGemm.
+  MatMulKernel(int64_t columns, std::shared_ptr<const PackedWeights> packed)
+      : columns_(columns), packed_(std::move(packed)) {}
 
   // Fuses a following Add of a constant row vector (bias) and then an activation.
   std::unique_ptr<Kernel> FuseNext(const NodeContext& next) const override {
@@ -164,6 +169,15 @@ class MatMulKernel : public Kernel {
         const int64_t rows = a_batches * m;
         status = RunRowParts(workers, rows, RowParts(workers, rows, n, k),
                              [&](int64_t first, int64_t last) -> absl::Status {
+                               if constexpr (std::is_same_v<T, float>) {
+                                 if (UsePacked(last - first, k, n)) {
+                                   PackedGemm(last - first, ad + first * k, k, *packed_,
+                                              has_bias ? bias_.data() : nullptr, yd + first * n,
+                                              n);
+                                   activation_.Apply(yd + first * n, (last - first) * n);
+                                   return absl::OkStatus();
+                                 }
+                               }
                                if (has_bias) FillBias(yd, first, last);
                                RETURN_IF_ERROR(GemmInRowBlocks<T>(
                                    false, false, last - first, n, k, T(1), ad + first * k, k, bd,
@@ -188,6 +202,13 @@ class MatMulKernel : public Kernel {
   }
 
  private:
+  // Whether a part of `rows` rows goes to PackedGemm: B was packed for these sizes and the part
+  // is short enough for it to beat BLAS.
+  bool UsePacked(int64_t rows, int64_t k, int64_t n) const {
+    return packed_ != nullptr && packed_->k() == k && packed_->n() == n &&
+           rows <= kPackedGemmMaxRows;
+  }
+
   // Starts output rows [first, last) at the fused bias (the Gemm then adds to it); a float
   // output only (the fusion takes float MatMuls only).
   template <typename T>
@@ -201,6 +222,7 @@ class MatMulKernel : public Kernel {
   }
 
   int64_t columns_;
+  std::shared_ptr<const PackedWeights> packed_;
   std::vector<float> bias_;
   Activation activation_;
 };
@@ -219,7 +241,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeMatMul(NodeContext& context) {
   }
   const Tensor* weights = context.constant_input(1);
   const int64_t columns = weights != nullptr && weights->rank() >= 2 ? weights->shape().back() : -1;
-  return MakeKernel<MatMulKernel>(columns);
+  std::shared_ptr<const PackedWeights> packed;
+  if (weights != nullptr && weights->rank() == 2 && weights->dtype() == DataType::kFloat &&
+      weights->count() > 0 && PackedGemmSupported()) {
+    packed = std::make_shared<const PackedWeights>(weights->data<float>(), weights->dim(0),
+                                                   weights->dim(1), weights->dim(1));
+  }
+  return MakeKernel<MatMulKernel>(columns, std::move(packed));
 }
 
 class GemmKernel : public Kernel {
