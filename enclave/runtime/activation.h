@@ -48,7 +48,7 @@ struct Activation {
     } else if constexpr (K == Kind::kTanh) {
       return simd::Tanh(x);
     } else if constexpr (K == Kind::kGelu) {
-      return 0.5f * x * (1.0f + simd::Erf(x * 0.70710678118654752f));
+      return simd::Gelu(x);
     } else {
       return x;
     }

@@ -170,12 +170,9 @@ class MatMulKernel : public Kernel {
         status = RunRowParts(workers, rows, RowParts(workers, rows, n, k),
                              [&](int64_t first, int64_t last) -> absl::Status {
                                if constexpr (std::is_same_v<T, float>) {
-                                 if (UsePacked(last - first, k, n)) {
-                                   PackedGemm(last - first, ad + first * k, k, *packed_,
-                                              has_bias ? bias_.data() : nullptr, yd + first * n,
-                                              n);
-                                   activation_.Apply(yd + first * n, (last - first) * n);
-                                   return absl::OkStatus();
+                                 if (packed_ != nullptr && packed_->k() == k &&
+                                     packed_->n() == n) {
+                                   return MultiplyPacked(first, last, ad, yd, deadline);
                                  }
                                }
                                if (has_bias) FillBias(yd, first, last);
@@ -202,11 +199,22 @@ class MatMulKernel : public Kernel {
   }
 
  private:
-  // Whether a part of `rows` rows goes to PackedGemm: B was packed for these sizes and the part
-  // is short enough for it to beat BLAS.
-  bool UsePacked(int64_t rows, int64_t k, int64_t n) const {
-    return packed_ != nullptr && packed_->k() == k && packed_->n() == n &&
-           rows <= kPackedGemmMaxRows;
+  // Rows [first, last) of Y = A * the packed B (+ bias, then the activation: Gelu in
+  // registers, another after), in blocks of rows with the deadline checked between them.
+  template <typename Deadline>
+  absl::Status MultiplyPacked(int64_t first, int64_t last, const float* ad, float* yd,
+                              Deadline& deadline) const {
+    const int64_t k = packed_->k(), n = packed_->n();
+    const bool gelu = activation_.kind == Activation::Kind::kGelu;
+    const int64_t block = std::max<int64_t>(1, kRowBlockMultiplyAdds / std::max<int64_t>(1, n * k));
+    for (int64_t row = first; row < last; row += block) {
+      if (row > first) RETURN_IF_ERROR(deadline());
+      const int64_t count = std::min(block, last - row);
+      PackedGemm(count, ad + row * k, k, *packed_, bias_.empty() ? nullptr : bias_.data(),
+                 yd + row * n, n, gelu ? PackedEpilogue::kGelu : PackedEpilogue::kNone);
+      if (!gelu) activation_.Apply(yd + row * n, count * n);
+    }
+    return absl::OkStatus();
   }
 
   // Starts output rows [first, last) at the fused bias (the Gemm then adds to it); a float

@@ -160,7 +160,7 @@ struct GeluOp {
     if (tanh_approximation) {
       return 0.5f * x * (1.0f + simd::Tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
     }
-    return 0.5f * x * (1.0f + simd::Erf(x * 0.70710678118654752f));
+    return simd::Gelu(x);
   }
 };
 struct HardSigmoidOp {

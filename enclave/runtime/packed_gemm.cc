@@ -25,11 +25,11 @@ bool PackedGemmSupported() {
 }
 
 void PackedGemm(int64_t m, const float* a, int64_t lda, const PackedWeights& b, const float* bias,
-                float* c, int64_t ldc) {
+                float* c, int64_t ldc, PackedEpilogue epilogue) {
 #if defined(CLOISTER_HAVE_AVX512_GEMM)
-  internal::PackedGemmAvx512(m, a, lda, b, bias, c, ldc);
+  internal::PackedGemmAvx512(m, a, lda, b, bias, c, ldc, epilogue);
 #else
-  (void)m, (void)a, (void)lda, (void)b, (void)bias, (void)c, (void)ldc;
+  (void)m, (void)a, (void)lda, (void)b, (void)bias, (void)c, (void)ldc, (void)epilogue;
 #endif
 }
 

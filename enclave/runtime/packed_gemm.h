@@ -3,8 +3,7 @@
 // into panels of 32 columns, so that the inner loop reads it contiguously and a prefetch can
 // run ahead of it. BLAS repacks B on every call; for short products (one sentence's 128 tokens
 // against BERT-sized weights) that repacking, a cold read of the weights, is an eighth of the
-// run. For tall products BLAS's own blocking wins, so callers use this only up to
-// kPackedGemmMaxRows rows at a time.
+// run; with the rows split over threads, each part repacks all of B again.
 //
 // The inner loop is AVX-512 (a 12-row by 32-column tile of sums in registers) in a file of its
 // own, compiled for AVX-512 and called only when the CPU has it (PackedGemmSupported);
@@ -16,10 +15,6 @@
 #include <vector>
 
 namespace cloister::runtime {
-
-// Rows of A up to which PackedGemm beats BLAS on the shared models' shapes (measured on
-// bert_mini's products: 7 % faster at 128 rows, 5 % slower at 1024).
-inline constexpr int64_t kPackedGemmMaxRows = 256;
 
 class PackedWeights {
  public:
@@ -39,19 +34,22 @@ class PackedWeights {
   std::vector<float> data_;
 };
 
+// What PackedGemm applies to the sums in registers before it stores them.
+enum class PackedEpilogue { kNone, kGelu };
+
 // Whether this CPU runs PackedGemm (it has AVX-512F); when not, callers use Gemm.
 bool PackedGemmSupported();
 
-// C [m, n] (leading dimension ldc) = A [m, k] (leading dimension lda) * B, plus bias[j] in
-// every row's j-th column when `bias` (n floats) is not null. C is overwritten. Requires
-// PackedGemmSupported().
+// C [m, n] (leading dimension ldc) = epilogue(A [m, k] (leading dimension lda) * B + bias),
+// the bias (n floats, bias[j] in every row's j-th column) only when not null; kGelu is
+// simd::Gelu, 16 lanes at a time. C is overwritten. Requires PackedGemmSupported().
 void PackedGemm(int64_t m, const float* a, int64_t lda, const PackedWeights& b, const float* bias,
-                float* c, int64_t ldc);
+                float* c, int64_t ldc, PackedEpilogue epilogue = PackedEpilogue::kNone);
 
 namespace internal {
 // The AVX-512 loop (packed_gemm_avx512.cc).
 void PackedGemmAvx512(int64_t m, const float* a, int64_t lda, const PackedWeights& b,
-                      const float* bias, float* c, int64_t ldc);
+                      const float* bias, float* c, int64_t ldc, PackedEpilogue epilogue);
 }  // namespace internal
 
 }  // namespace cloister::runtime

@@ -22,67 +22,109 @@ inline Vec Load(const float* p) {
 }
 inline void Store(float* p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
 inline Vec Splat(float x) { return Vec{} + x; }
-inline Vec Select(IVec mask, Vec a, Vec b) { return mask ? a : b; }
-inline Vec Min(Vec a, Vec b) { return a < b ? a : b; }
-inline Vec Max(Vec a, Vec b) { return a > b ? a : b; }
-inline Vec Abs(Vec a) { return a < 0 ? -a : a; }
 
-inline Vec Floor(Vec x) {
-  const Vec truncated = __builtin_convertvector(__builtin_convertvector(x, IVec), Vec);
+// The math below is written once for any float vector type V (Vec here; a wider one in a file
+// built for AVX-512, which declares its IntVector): IntOf<V> is the int32 vector of V's width,
+// the type of V's comparison masks.
+template <typename V>
+struct IntVector;
+template <>
+struct IntVector<Vec> {
+  using type = IVec;
+};
+template <typename V>
+using IntOf = typename IntVector<V>::type;
+
+template <typename V>
+inline V SplatAs(float x) {
+  return V{} + x;
+}
+template <typename V>
+inline V Select(IntOf<V> mask, V a, V b) {
+  return mask ? a : b;
+}
+template <typename V>
+inline V Min(V a, V b) {
+  return a < b ? a : b;
+}
+template <typename V>
+inline V Max(V a, V b) {
+  return a > b ? a : b;
+}
+template <typename V>
+inline V Abs(V a) {
+  return a < 0 ? -a : a;
+}
+
+template <typename V>
+inline V Floor(V x) {
+  const V truncated = __builtin_convertvector(__builtin_convertvector(x, IntOf<V>), V);
   return truncated > x ? truncated - 1.0f : truncated;
 }
 
 // e^x with a Cephes-style polynomial; inputs are clamped to the float range.
-inline Vec Exp(Vec x) {
-  x = Min(Max(x, Splat(-87.3365f)), Splat(88.0f));
-  const Vec n = Floor(x * 1.44269504088896341f + 0.5f);
-  Vec r = x - n * 0.693359375f;
+template <typename V>
+inline V Exp(V x) {
+  x = Min(Max(x, SplatAs<V>(-87.3365f)), SplatAs<V>(88.0f));
+  const V n = Floor(x * 1.44269504088896341f + 0.5f);
+  V r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  Vec y = Splat(1.9875691500e-4f);
+  V y = SplatAs<V>(1.9875691500e-4f);
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
   y = y * r + 4.1665795894e-2f;
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * r * r + r + 1.0f;
-  IVec bits = (__builtin_convertvector(n, IVec) + 127) << 23;
-  Vec scale;
+  IntOf<V> bits = (__builtin_convertvector(n, IntOf<V>) + 127) << 23;
+  V scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return y * scale;
 }
 
-inline Vec Sigmoid(Vec x) { return 1.0f / (1.0f + Exp(-x)); }
+template <typename V>
+inline V Sigmoid(V x) {
+  return 1.0f / (1.0f + Exp(-x));
+}
 
-inline Vec Tanh(Vec x) {
-  const Vec a = Abs(x);
+template <typename V>
+inline V Tanh(V x) {
+  const V a = Abs(x);
   // Large |x|: 1 - 2 / (e^{2|x|} + 1); small |x|: odd Taylor series (no cancellation).
-  const Vec large = 1.0f - 2.0f / (Exp(a + a) + 1.0f);
-  const Vec x2 = x * x;
-  const Vec small =
+  const V large = 1.0f - 2.0f / (Exp(a + a) + 1.0f);
+  const V x2 = x * x;
+  const V small =
       a * (1.0f +
            x2 * (-0.333333333f + x2 * (0.133333333f + x2 * (-0.0539682540f + x2 * 0.0218694885f))));
-  const Vec magnitude = Select(a < 0.125f, small, large);
+  const V magnitude = Select(a < 0.125f, small, large);
   return Select(x < 0, -magnitude, magnitude);
 }
 
-inline Vec Erf(Vec x) {
-  const Vec a = Abs(x);
+template <typename V>
+inline V Erf(V x) {
+  const V a = Abs(x);
   // |x| >= 0.5: Abramowitz-Stegun 7.1.26 (absolute error < 1.5e-7).
-  const Vec t = 1.0f / (1.0f + 0.3275911f * a);
-  Vec poly = Splat(1.061405429f);
+  const V t = 1.0f / (1.0f + 0.3275911f * a);
+  V poly = SplatAs<V>(1.061405429f);
   poly = poly * t - 1.453152027f;
   poly = poly * t + 1.421413741f;
   poly = poly * t - 0.284496736f;
   poly = poly * t + 0.254829592f;
-  const Vec large = 1.0f - poly * t * Exp(-a * a);
+  const V large = 1.0f - poly * t * Exp(-a * a);
   // |x| < 0.5: Maclaurin series, accurate in relative terms near zero.
-  const Vec x2 = a * a;
-  const Vec small =
+  const V x2 = a * a;
+  const V small =
       a *
       (1.1283791671f +
        x2 * (-0.3761263890f + x2 * (0.1128379167f + x2 * (-0.0268661706f + x2 * 0.0052239776f))));
-  const Vec magnitude = Select(a < 0.5f, small, large);
+  const V magnitude = Select(a < 0.5f, small, large);
   return Select(x < 0, -magnitude, magnitude);
+}
+
+// Gelu (the exact, erf form): x / 2 * (1 + erf(x / sqrt 2)).
+template <typename V>
+inline V Gelu(V x) {
+  return 0.5f * x * (1.0f + Erf(x * 0.70710678118654752f));
 }
 
 // Applies `f` (Vec -> Vec) to n floats; the tail goes through a padded vector.
