@@ -10,6 +10,7 @@
 #include "enclave/runtime/dispatch.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/kernel_util.h"
+#include "enclave/runtime/parallel.h"
 
 namespace cloister::runtime {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 // Transpose.
 
 template <typename T>
-void TransposeCopy(const T* in, const std::vector<int64_t>& in_shape,
+void TransposeCopy(KernelContext& context, const T* in, const std::vector<int64_t>& in_shape,
                    const std::vector<int64_t>& perm, T* out) {
   const size_t rank = perm.size();
   std::vector<int64_t> in_strides(rank, 1);
@@ -37,24 +38,33 @@ void TransposeCopy(const T* in, const std::vector<int64_t>& in_shape,
   }
   const int64_t inner = out_shape[rank - 1];
   const int64_t inner_stride = strides[rank - 1];
-  std::vector<int64_t> index(rank, 0);
-  int64_t offset = 0;
-  for (int64_t o = 0; o < total; o += inner) {
-    T* dst = out + o;
-    const T* src = in + offset;
-    if (inner_stride == 1) {
-      std::memcpy(dst, src, sizeof(T) * inner);
-    } else {
-      for (int64_t i = 0; i < inner; ++i) dst[i] = src[i * inner_stride];
-    }
+  // Output rows (runs of `inner` elements) are independent: ranges of them go to the workers.
+  ForRanges(context, total / inner, inner, [&](int64_t first, int64_t last) {
+    // The input offset and output index of row `first`.
+    std::vector<int64_t> index(rank, 0);
+    int64_t offset = 0, rest = first;
     for (size_t axis = rank - 1; axis-- > 0;) {
-      ++index[axis];
-      offset += strides[axis];
-      if (index[axis] < out_shape[axis]) break;
-      offset -= strides[axis] * out_shape[axis];
-      index[axis] = 0;
+      index[axis] = rest % out_shape[axis];
+      rest /= out_shape[axis];
+      offset += index[axis] * strides[axis];
     }
-  }
+    for (int64_t row = first; row < last; ++row) {
+      T* dst = out + row * inner;
+      const T* src = in + offset;
+      if (inner_stride == 1) {
+        std::memcpy(dst, src, sizeof(T) * inner);
+      } else {
+        for (int64_t i = 0; i < inner; ++i) dst[i] = src[i * inner_stride];
+      }
+      for (size_t axis = rank - 1; axis-- > 0;) {
+        ++index[axis];
+        offset += strides[axis];
+        if (index[axis] < out_shape[axis]) break;
+        offset -= strides[axis] * out_shape[axis];
+        index[axis] = 0;
+      }
+    }
+  });
 }
 
 class TransposeKernel : public Kernel {
@@ -74,7 +84,7 @@ class TransposeKernel : public Kernel {
     ASSIGN_OR_RETURN(Tensor * y, context.Output(0, x.dtype(), shape));
     DispatchBySize(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      TransposeCopy<T>(static_cast<const T*>(x.raw_data()), x.shape(), perm,
+      TransposeCopy<T>(context, static_cast<const T*>(x.raw_data()), x.shape(), perm,
                        static_cast<T*>(y->raw_data()));
     });
     return absl::OkStatus();

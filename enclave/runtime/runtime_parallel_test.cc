@@ -132,6 +132,18 @@ TEST(ParallelKernelsTest, SoftmaxAndLayerNormalization) {
   ExpectSameWithTwoThreads(builder, {{"x", {2, 4, 128, 128}}, {"h", {300, 256}}});
 }
 
+TEST(ParallelKernelsTest, TransposesOfAttentionHeads) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {2, 128, 4, 64});
+  SetInts(builder.Node("Transpose", {"x"}, {"heads"}), "perm", {0, 2, 1, 3});
+  SetInts(builder.Node("Transpose", {"x"}, {"keys"}), "perm", {0, 2, 3, 1});
+  builder.Node("Transpose", {"x"}, {"reversed"});
+  builder.Output("heads");
+  builder.Output("keys");
+  builder.Output("reversed");
+  ExpectSameWithTwoThreads(builder, {{"x", {2, 128, 4, 64}}});
+}
+
 TEST(ParallelKernelsTest, Pools) {
   GraphBuilder builder;
   builder.Input("x", onnx::TensorProto::FLOAT, {4, 16, 48, 96});
