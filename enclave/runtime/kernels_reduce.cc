@@ -11,6 +11,7 @@
 #include "enclave/runtime/dispatch.h"
 #include "enclave/runtime/executor.h"
 #include "enclave/runtime/kernel_util.h"
+#include "enclave/runtime/parallel.h"
 #include "enclave/runtime/simd.h"
 
 namespace cloister::runtime {
@@ -125,6 +126,31 @@ void ReduceTrailing(Reduce kind, const T* in, int64_t rows, int64_t width, T* ou
   }
 }
 
+// One block of adjacent reduced axes between kept ones: x is [outer, reduced, inner] and the
+// output [outer, inner]. Each output row adds the `reduced` input rows of its block in order
+// (the order ReduceGeneral adds them in, so the results are the same), and ranges of outer
+// rows go to the run's workers.
+template <typename T>
+void ReduceMiddle(KernelContext& context, Reduce kind, const T* in, int64_t outer,
+                  int64_t reduced, int64_t inner, T* out) {
+  using A = Accumulator<T>;
+  ForRanges(context, outer, reduced * inner, [&](int64_t first, int64_t last) {
+    std::vector<A> acc(inner);
+    for (int64_t o = first; o < last; ++o) {
+      std::fill(acc.begin(), acc.end(), InitialValue<A>(kind));
+      for (int64_t r = 0; r < reduced; ++r) {
+        const T* row = in + (o * reduced + r) * inner;
+        for (int64_t j = 0; j < inner; ++j) {
+          acc[j] = Accumulate<A>(kind, acc[j], static_cast<A>(row[j]));
+        }
+      }
+      for (int64_t j = 0; j < inner; ++j) {
+        out[o * inner + j] = static_cast<T>(Finish<A>(kind, acc[j], reduced));
+      }
+    }
+  });
+}
+
 // Any set of reduced axes: walks x once, adding into the output position of each element.
 template <typename T>
 void ReduceGeneral(Reduce kind, const Tensor& x, const std::vector<bool>& reduced,
@@ -202,6 +228,18 @@ class ReduceKernel : public Kernel {
       }
       if (trailing) {
         ReduceTrailing<T>(kind, in, y->count(), reduce_count, out);
+        return;
+      }
+      // One block of adjacent reduced axes [block_start, block_end), kept axes around it.
+      int block_start = 0;
+      while (block_start < rank && !reduced[block_start]) ++block_start;
+      int block_end = block_start;
+      while (block_end < rank && reduced[block_end]) ++block_end;
+      bool one_block = block_start < rank;
+      for (int i = block_end; i < rank; ++i) one_block = one_block && !reduced[i];
+      if (one_block) {
+        ReduceMiddle<T>(context, kind, in, Product(x.shape(), 0, block_start), reduce_count,
+                        Product(x.shape(), block_end, rank), out);
         return;
       }
       ReduceGeneral<T>(kind, x, reduced, reduce_count, y->count(), out);

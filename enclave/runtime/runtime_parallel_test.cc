@@ -144,6 +144,18 @@ TEST(ParallelKernelsTest, TransposesOfAttentionHeads) {
   ExpectSameWithTwoThreads(builder, {{"x", {2, 128, 4, 64}}});
 }
 
+TEST(ParallelKernelsTest, ReductionsOverMiddleAxes) {
+  GraphBuilder builder;
+  builder.Input("x", onnx::TensorProto::FLOAT, {8, 128, 256});
+  builder.Input("y", onnx::TensorProto::FLOAT, {4, 8, 16, 32});
+  builder.IntInitializer("tokens", {1}, {1});
+  builder.Node("ReduceSum", {"x", "tokens"}, {"pooled"});
+  SetInts(builder.Node("ReduceMax", {"y"}, {"peak"}), "axes", {1, 2});
+  builder.Output("pooled");
+  builder.Output("peak");
+  ExpectSameWithTwoThreads(builder, {{"x", {8, 128, 256}}, {"y", {4, 8, 16, 32}}});
+}
+
 TEST(ParallelKernelsTest, Pools) {
   GraphBuilder builder;
   builder.Input("x", onnx::TensorProto::FLOAT, {4, 16, 48, 96});
