@@ -66,7 +66,9 @@ inline V Floor(V x) {
 template <typename V>
 inline V Exp(V x) {
   x = Min(Max(x, SplatAs<V>(-87.3365f)), SplatAs<V>(88.0f));
-  const V n = Floor(x * 1.44269504088896341f + 0.5f);
+  // n = x / ln 2 rounded to the nearest integer: adding and taking away 1.5 * 2^23 leaves it
+  // (|x / ln 2| < 128), in two operations where a floor takes five.
+  const V n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   V r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   V y = SplatAs<V>(1.9875691500e-4f);
