@@ -60,6 +60,9 @@ class NodeContext {
   const std::string& op_type() const { return node_.op_type(); }
   // The operator version in force (the largest registered version <= the model's opset).
   int since_version() const { return since_version_; }
+  // Whether kernels may keep packed copies of constant weights (LoadOptions::pack_weights).
+  bool pack_weights() const { return pack_weights_; }
+  void set_pack_weights(bool pack) { pack_weights_ = pack; }
 
   // Inputs as written in the node (an absent optional input has has_input() false). Inputs past
   // explicit_input_count() are outer-scope values that the node's subgraphs read.
@@ -119,6 +122,7 @@ class NodeContext {
   std::vector<ValueInfo> outputs_;
   std::vector<bool> outputs_set_;
   bool sets_unlisted_output_ = false;
+  bool pack_weights_ = true;
 };
 
 // Largest single tensor a kernel may produce, in bytes (shapes can come from request data).

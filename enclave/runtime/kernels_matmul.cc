@@ -251,7 +251,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeMatMul(NodeContext& context) {
   const int64_t columns = weights != nullptr && weights->rank() >= 2 ? weights->shape().back() : -1;
   std::shared_ptr<const PackedWeights> packed;
   if (weights != nullptr && weights->rank() == 2 && weights->dtype() == DataType::kFloat &&
-      weights->count() > 0 && PackedGemmSupported()) {
+      weights->count() > 0 && context.pack_weights() && PackedGemmSupported()) {
     packed = std::make_shared<const PackedWeights>(weights->data<float>(), weights->dim(0),
                                                    weights->dim(1), weights->dim(1));
   }

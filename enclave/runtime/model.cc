@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(ByteSpan onnx_bytes,
   if (options.threads > 0) openblas_set_num_threads(intra_op ? 1 : options.threads);
   WarnAboutGenericBlasKernels();
 
-  CompileOptions compile{executor, opset};
+  CompileOptions compile{executor, opset, options.pack_weights};
   ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, CompileGraph(proto.graph(), compile, {}));
 
   std::unique_ptr<Model> model(new Model());

@@ -52,6 +52,10 @@ struct LoadOptions {
   // then set to one thread. OpenBLAS keeps one process-wide setting, so the last model loaded
   // with a non-zero value decides it.
   int threads = 0;
+  // Kernels may keep copies of constant weights rearranged for their inner loops (today: a
+  // MatMul's float B on CPUs with AVX-512, packed_gemm.h), which costs a second copy of those
+  // weights in memory; false keeps one copy and multiplies through BLAS.
+  bool pack_weights = true;
   // The executor whose kernels run the model (see FindExecutor); nullptr: the CPU executor.
   // It must outlive the model (executors from FindExecutor live for the whole process).
   const Executor* executor = nullptr;

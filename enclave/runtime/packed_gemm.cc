@@ -1,7 +1,6 @@
 #include "enclave/runtime/packed_gemm.h"
 
 #include <algorithm>
-#include <atomic>
 
 namespace cloister::runtime {
 
@@ -16,21 +15,13 @@ PackedWeights::PackedWeights(const float* b, int64_t k, int64_t n, int64_t ldb)
   }
 }
 
-namespace {
-std::atomic<bool> disabled_for_test{false};
-}  // namespace
-
 bool PackedGemmSupported() {
 #if defined(CLOISTER_HAVE_AVX512_GEMM)
   static const bool supported = __builtin_cpu_supports("avx512f");
-  return supported && !disabled_for_test.load(std::memory_order_relaxed);
+  return supported;
 #else
   return false;
 #endif
-}
-
-bool DisablePackedGemmForTest(bool disabled) {
-  return disabled_for_test.exchange(disabled, std::memory_order_relaxed);
 }
 
 void PackedGemm(int64_t m, const float* a, int64_t lda, const PackedWeights& b, const float* bias,

@@ -37,14 +37,8 @@ class PackedWeights {
 // What PackedGemm applies to the sums in registers before it stores them.
 enum class PackedEpilogue { kNone, kGelu };
 
-// Whether this CPU runs PackedGemm (it has AVX-512F) and tests have not turned it off; when
-// not, models loaded afterwards use Gemm.
+// Whether this CPU runs PackedGemm (it has AVX-512F); when not, callers use Gemm.
 bool PackedGemmSupported();
-
-// Tests only: `disabled` makes PackedGemmSupported() answer false for models loaded afterwards,
-// so that the BLAS branch can be checked against the packed one on a CPU that has AVX-512.
-// Returns the previous setting.
-bool DisablePackedGemmForTest(bool disabled);
 
 // C [m, n] (leading dimension ldc) = epilogue(A [m, k] (leading dimension lda) * B + bias),
 // the bias (n floats, bias[j] in every row's j-th column) only when not null; kGelu is

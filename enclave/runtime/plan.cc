@@ -448,6 +448,7 @@ absl::Status GraphCompiler::CompileNode(const onnx::NodeProto& node, bool fused,
                       [&options, captured](const onnx::GraphProto& graph) {
                         return CompileGraph(graph, options, captured);
                       });
+  context.set_pack_weights(options_.pack_weights);
   if (node.output_size() == 0) {
     return NodeError(node, absl::InvalidArgumentError("the node has no outputs"));
   }

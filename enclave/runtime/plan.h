@@ -121,7 +121,8 @@ class Plan {
 
 struct CompileOptions {
   const Executor* executor = nullptr;
-  int opset = 0;  // version of the default ONNX domain
+  int opset = 0;             // version of the default ONNX domain
+  bool pack_weights = true;  // LoadOptions::pack_weights
 };
 
 // An outer-scope value a subgraph may read.
