@@ -631,8 +631,8 @@ class SoftmaxKernel : public Kernel {
           float* dst = out + o * width;
           const simd::Vec max_value = simd::Splat(simd::MaxOf(src, width));
           if (log_) {
-            simd::Map(src, dst, width, [&](simd::Vec v) { return simd::Exp(v - max_value); });
-            const float log_sum = std::log(simd::Sum(dst, width));
+            // The output may be the input (OutputReusingInput): the sum must not overwrite it.
+            const float log_sum = std::log(SumOfExp(src, width, max_value));
             for (int64_t j = 0; j < width; ++j) dst[j] = src[j] - max_value[0] - log_sum;
           } else {
             simd::Map(src, dst, width, [&](simd::Vec v) { return simd::Exp(v - max_value); });
@@ -675,6 +675,18 @@ class SoftmaxKernel : public Kernel {
   }
 
  private:
+  // The sum of e^(src[j] - max) over a row, without writing anywhere.
+  static float SumOfExp(const float* src, int64_t width, simd::Vec max_value) {
+    simd::Vec acc = simd::Splat(0.0f);
+    int64_t j = 0;
+    for (; j + simd::kWidth <= width; j += simd::kWidth) {
+      acc += simd::Exp(simd::Load(src + j) - max_value);
+    }
+    float total = simd::HorizontalSum(acc);
+    for (; j < width; ++j) total += std::exp(src[j] - max_value[0]);
+    return total;
+  }
+
   int64_t axis_;
   bool coerce_2d_;
   bool log_;

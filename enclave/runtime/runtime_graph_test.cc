@@ -552,5 +552,24 @@ TEST(LoadTest, CorruptedModelsFailCleanlyOrRun) {
   EXPECT_GT(loaded, 0);
 }
 
+// LogSoftmax of an intermediate value, whose buffer the kernel writes its output into, gives
+// what it gives on a graph input (whose buffer it must leave alone).
+TEST(SoftmaxTest, LogSoftmaxInPlaceOnAnIntermediateMatchesOnAnInput) {
+  GraphBuilder in_place, on_input;
+  in_place.Input("x", onnx::TensorProto::FLOAT, {4, 37});
+  in_place.FloatInitializer("zero", {}, {0.0f});
+  in_place.Node("Add", {"x", "zero"}, {"t"});
+  in_place.Node("LogSoftmax", {"t"}, {"y"});
+  in_place.Output("y");
+  on_input.Input("x", onnx::TensorProto::FLOAT, {4, 37});
+  on_input.Node("LogSoftmax", {"x"}, {"y"});
+  on_input.Output("y");
+  auto a = LoadOrDie(in_place);
+  auto b = LoadOrDie(on_input);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  Tensor x = FloatTensor({4, 37}, RandomFloats(4 * 37, 3));
+  ExpectNear(Values(RunOne(*a, {{"x", x}})), Values(RunOne(*b, {{"x", x}})), 1e-6f);
+}
+
 }  // namespace
 }  // namespace cloister::runtime
