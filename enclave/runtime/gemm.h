@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "base/task_pool.h"
 #include "enclave/runtime/dispatch.h"
+#include "enclave/runtime/parallel.h"
 #include "enclave/runtime/tensor.h"
 
 namespace cloister::runtime {
@@ -54,22 +55,10 @@ absl::Status GemmInRowBlocks(bool transpose_a, bool transpose_b, int64_t m, int6
 // another thread costs some microseconds).
 inline constexpr int64_t kMinPartMultiplyAdds = int64_t{1} << 18;
 
-// The parts a product of m x n x k multiply-adds splits into over `workers`: at most one per
-// worker and per row, each of at least kMinPartMultiplyAdds; 1 without workers.
+// The parts a product of m x n x k multiply-adds splits into over `workers` (parallel.h
+// PartsFor): at most one per worker and per row, each of at least kMinPartMultiplyAdds.
 inline int64_t RowParts(const TaskPool* workers, int64_t m, int64_t n, int64_t k) {
-  int64_t parts = workers != nullptr ? std::min<int64_t>(workers->size(), m) : 1;
-  return std::max<int64_t>(1, std::min(parts, m * n * k / kMinPartMultiplyAdds));
-}
-
-// Calls part(first, last) (returning absl::Status) on `parts` contiguous ranges of [0, m): on
-// this thread when there is one part, else side by side on `workers`. Returns the first error.
-template <typename Part>
-absl::Status RunRowParts(TaskPool* workers, int64_t m, int64_t parts, Part&& part) {
-  if (parts <= 1 || workers == nullptr) return part(int64_t{0}, m);
-  return workers->Run(static_cast<size_t>(parts), [&](size_t task, int) {
-    const int64_t p = static_cast<int64_t>(task);
-    return part(m * p / parts, m * (p + 1) / parts);
-  });
+  return PartsFor(workers, m, m * n * k, kMinPartMultiplyAdds);
 }
 
 // GemmInRowBlocks with the rows of C split into contiguous parts that run side by side on
@@ -80,7 +69,7 @@ template <typename T, typename Between>
 absl::Status GemmInRowParts(TaskPool* workers, bool transpose_a, bool transpose_b, int64_t m,
                             int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                             int64_t ldb, T beta, T* c, int64_t ldc, Between&& between) {
-  return RunRowParts(workers, m, RowParts(workers, m, n, k), [&](int64_t first, int64_t last) {
+  return RunInParts(workers, m, RowParts(workers, m, n, k), [&](int64_t first, int64_t last) {
     const T* rows = transpose_a ? a + first : a + first * lda;
     return GemmInRowBlocks<T>(transpose_a, transpose_b, last - first, n, k, alpha, rows, lda, b,
                               ldb, beta, c + first * ldc, ldc, between);

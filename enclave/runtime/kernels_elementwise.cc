@@ -20,22 +20,15 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Binary kernels with broadcasting.
 
-// Writes out = op(a, b) with broadcasting; with a `context`, ranges of the output go to the
-// run's workers (each range reads and writes only its own elements, so `out` may be `a` or `b`).
+// Writes out = op(a, b) with broadcasting; ranges of the output go to `workers` (null: this
+// thread only). Each range reads and writes only its own elements, so `out` may be `a` or `b`.
 template <typename T, typename O, typename Op>
-void RunBinary(KernelContext* context, const Tensor& a, const Tensor& b, Tensor& out, Op op) {
+void RunBinary(TaskPool* workers, const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   const T* pa = static_cast<const T*>(a.raw_data());
   const T* pb = static_cast<const T*>(b.raw_data());
   O* po = static_cast<O*>(out.raw_data());
-  auto split = [context](int64_t count, int64_t cost, auto&& fn) {
-    if (context != nullptr) {
-      ForRanges(*context, count, cost, fn);
-    } else if (count > 0) {
-      fn(int64_t{0}, count);
-    }
-  };
   if (a.shape() == b.shape()) {
-    split(out.count(), 1, [&](int64_t begin, int64_t end) {
+    ForRanges(workers, out.count(), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) po[i] = op(pa[i], pb[i]);
     });
     return;
@@ -59,8 +52,8 @@ void RunBinary(KernelContext* context, const Tensor& a, const Tensor& b, Tensor&
       for (int64_t i = 0; i < n; ++i) ro[i] = value;
     }
   };
-  split(BroadcastRows(layout), layout.dims.back(),
-        [&](int64_t first, int64_t last) { ForEachBroadcastRowIn(layout, first, last, row); });
+  ForRanges(workers, BroadcastRows(layout), layout.dims.back(),
+            [&](int64_t first, int64_t last) { ForEachBroadcastRowIn(layout, first, last, row); });
 }
 
 struct AddOp {
@@ -188,7 +181,7 @@ class ArithmeticKernel : public Kernel {
           return;
         }
       }
-      RunBinary<T, T>(&context, a, b, *out, Op{});
+      RunBinary<T, T>(context.pool().workers(), a, b, *out, Op{});
     });
     return status;
   }
@@ -282,7 +275,7 @@ class CompareKernel : public Kernel {
     ASSIGN_OR_RETURN(Tensor * out, context.Output(0, DataType::kBool, shape));
     auto run = [&](auto tag) {
       using T = decltype(tag);
-      RunBinary<T, bool>(&context, a, b, *out, Op{});
+      RunBinary<T, bool>(context.pool().workers(), a, b, *out, Op{});
     };
     if (kAllowBool && a.dtype() == DataType::kBool) {
       run(bool{});

@@ -89,7 +89,7 @@ absl::Status MultiplyBroadcastBatches(TaskPool* workers, const MatMulDims& dims,
   const int64_t m = dims.m, k = dims.k, n = dims.n;
   const int64_t batches = Product(dims.batch, 0, dims.batch.size());
   const int64_t parts = RowParts(workers, batches, m * n, k);
-  return RunRowParts(workers, batches, parts, [&](int64_t first, int64_t last) -> absl::Status {
+  return RunInParts(workers, batches, parts, [&](int64_t first, int64_t last) -> absl::Status {
     int64_t unchecked = 0;  // multiply-adds since the last deadline check
     for (int64_t i = first; i < last; ++i) {
       if (unchecked >= kRowBlockMultiplyAdds) {
@@ -167,7 +167,7 @@ class MatMulKernel : public Kernel {
         // rows in parts that each start at the bias and end with the activation while the rows
         // are still in cache.
         const int64_t rows = a_batches * m;
-        status = RunRowParts(workers, rows, RowParts(workers, rows, n, k),
+        status = RunInParts(workers, rows, RowParts(workers, rows, n, k),
                              [&](int64_t first, int64_t last) -> absl::Status {
                                if constexpr (std::is_same_v<T, float>) {
                                  if (packed_ != nullptr && packed_->k() == k &&
