@@ -13,6 +13,7 @@
 #include "base/file.h"
 #include "enclave/runtime/model.h"
 #include "enclave/runtime/onnx_tensor.h"
+#include "enclave/runtime/runtime_test_helpers.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 
@@ -222,41 +223,19 @@ void ExpectSameWithTwoThreads(const std::string& relative_path,
                               const std::vector<std::pair<std::string, Tensor>>& inputs) {
   auto bytes = ReadFile(kModels + "/" + relative_path);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  LoadOptions one, two;
-  one.threads = 1;
-  two.threads = 2;
-  auto single = Model::Load(AsBytes(*bytes), one);
-  auto split = Model::Load(AsBytes(*bytes), two);
-  ASSERT_TRUE(single.ok() && split.ok()) << single.status() << split.status();
-  auto want = (*single)->Run(inputs);
-  auto got = (*split)->Run(inputs);
-  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
-  ASSERT_EQ(want->size(), got->size());
-  for (size_t o = 0; o < want->size(); ++o) {
-    const Tensor& a = (*want)[o].second;
-    const Tensor& b = (*got)[o].second;
-    ASSERT_EQ(a.shape(), b.shape());
-    float worst = 0;
-    for (int64_t i = 0; i < a.count(); ++i) {
-      worst = std::max(worst, std::abs(a.data<float>()[i] - b.data<float>()[i]));
-    }
-    EXPECT_LE(worst, 1e-5f) << relative_path << " output " << (*want)[o].first;
-  }
+  SCOPED_TRACE(relative_path);
+  ExpectSameWithOneAndTwoThreads(*bytes, inputs, 1e-5f);
 }
 
-// An image model's one float input, filled with a fixed pattern in [-1, 1).
+// An image model's one float input `x`, filled with a fixed pattern in [-1, 1).
 void ExpectSameWithTwoThreads(const std::string& relative_path, std::vector<int64_t> shape) {
-  auto bytes = ReadFile(kModels + "/" + relative_path);
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
-  auto model = Model::Load(AsBytes(*bytes));
-  ASSERT_TRUE(model.ok()) << model.status();
   int64_t count = 1;
   for (int64_t d : shape) count *= d;
   std::vector<float> values(count);
   for (int64_t i = 0; i < count; ++i) values[i] = static_cast<float>((i * 7919) % 1000) / 500 - 1;
   auto x = Tensor::FromVector(shape, values);
   ASSERT_TRUE(x.ok()) << x.status();
-  ExpectSameWithTwoThreads(relative_path, {{(*model)->inputs()[0].name, *x}});
+  ExpectSameWithTwoThreads(relative_path, {{"x", *x}});
 }
 
 TEST(IntraOpThreadsTest, TwoThreadsGiveWhatOneGives) {

@@ -3,14 +3,12 @@
 // (parallel.h) and must give what one thread gives, to the bit where the arithmetic per
 // element is the same.
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "enclave/runtime/broadcast.h"
 #include "enclave/runtime/graph_builder_for_test.h"
 #include "enclave/runtime/kernel.h"
-#include "enclave/runtime/model.h"
 #include "enclave/runtime/runtime_test_helpers.h"
 #include "gtest/gtest.h"
 
@@ -43,23 +41,11 @@ TEST(BroadcastRowsTest, RangesTogetherWalkEveryRowOnce) {
   }
 }
 
-std::unique_ptr<Model> LoadWithThreads(const GraphBuilder& builder, int threads) {
-  std::string bytes = builder.Bytes();
-  LoadOptions options;
-  options.threads = threads;
-  auto model = Model::Load(AsBytes(bytes), options);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? std::move(model).value() : nullptr;
-}
-
-// Runs the graph with one thread and with two on the same float inputs and compares every
-// output: exactly, or within `tolerance` (relative) where a product's parts may round apart.
+// The graph at one thread and at two on float inputs made from a fixed seed: the same, exactly
+// or within `tolerance` where a product's parts may round apart.
 void ExpectSameWithTwoThreads(const GraphBuilder& builder,
                               const std::vector<std::pair<std::string, std::vector<int64_t>>>& in,
                               float tolerance = 0.0f) {
-  auto one = LoadWithThreads(builder, 1);
-  auto two = LoadWithThreads(builder, 2);
-  ASSERT_TRUE(one != nullptr && two != nullptr);
   std::vector<std::pair<std::string, Tensor>> inputs;
   uint32_t seed = 7;
   for (const auto& [name, shape] : in) {
@@ -67,26 +53,7 @@ void ExpectSameWithTwoThreads(const GraphBuilder& builder,
     for (int64_t d : shape) count *= d;
     inputs.emplace_back(name, FloatTensor(shape, RandomFloats(count, seed++)));
   }
-  auto want = one->Run(inputs);
-  auto got = two->Run(inputs);
-  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
-  ASSERT_EQ(want->size(), got->size());
-  for (size_t o = 0; o < want->size(); ++o) {
-    const Tensor& a = (*want)[o].second;
-    const Tensor& b = (*got)[o].second;
-    ASSERT_EQ(a.shape(), b.shape());
-    ASSERT_EQ(a.dtype(), b.dtype());
-    if (a.dtype() != DataType::kFloat) {
-      EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.size())) << "output " << o;
-      continue;
-    }
-    int64_t differ = 0;
-    for (int64_t i = 0; i < a.count(); ++i) {
-      const float x = a.data<float>()[i], y = b.data<float>()[i];
-      if (std::abs(x - y) > tolerance * (1.0f + std::abs(x))) ++differ;
-    }
-    EXPECT_EQ(differ, 0) << "output " << o << ": " << differ << " of " << a.count() << " differ";
-  }
+  ExpectSameWithOneAndTwoThreads(builder.Bytes(), inputs, tolerance);
 }
 
 TEST(ParallelKernelsTest, ElementwiseWithAndWithoutBroadcast) {
@@ -180,15 +147,7 @@ TEST(ParallelKernelsTest, MatMulWithFusedBiasAndGeluAndBatchedProducts) {
   builder.FloatInitializer("b", {512}, RandomFloats(512, 4));
   builder.Node("MatMul", {"x", "w"}, {"xw"});
   builder.Node("Add", {"xw", "b"}, {"xwb"});
-  // Gelu written out, as exporters write it (fused at load into the product).
-  builder.FloatInitializer("sqrt2", {}, {1.41421356f});
-  builder.FloatInitializer("one", {}, {1.0f});
-  builder.FloatInitializer("half", {}, {0.5f});
-  builder.Node("Div", {"xwb", "sqrt2"}, {"scaled"});
-  builder.Node("Erf", {"scaled"}, {"erf"});
-  builder.Node("Add", {"erf", "one"}, {"erf1"});
-  builder.Node("Mul", {"xwb", "erf1"}, {"gated"});
-  builder.Node("Mul", {"gated", "half"}, {"hidden"});
+  AddWrittenOutGelu(builder, "xwb", "hidden");  // fused at load into the product
   builder.Input("q", onnx::TensorProto::FLOAT, {2, 4, 128, 64});
   builder.Input("k", onnx::TensorProto::FLOAT, {2, 4, 64, 128});
   builder.Node("MatMul", {"q", "k"}, {"scores"});

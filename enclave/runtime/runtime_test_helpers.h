@@ -3,9 +3,12 @@
 // Threading: plain functions; gtest assertions report on the calling thread's test.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,6 +56,53 @@ inline void ExpectNear(const std::vector<float>& got, const std::vector<float>& 
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_NEAR(got[i], want[i], tolerance + tolerance * std::fabs(want[i])) << "element " << i;
   }
+}
+
+// Runs the ONNX model `bytes` loaded with LoadOptions::threads 1 and 2 on the same inputs and
+// expects every output the same: float outputs within `tolerance` (absolute) element by element,
+// other types byte for byte. The intra-op splits must not change what a run computes.
+inline void ExpectSameWithOneAndTwoThreads(
+    std::string_view bytes, const std::vector<std::pair<std::string, Tensor>>& inputs,
+    float tolerance) {
+  LoadOptions one_thread, two_threads;
+  one_thread.threads = 1;
+  two_threads.threads = 2;
+  auto one = Model::Load(AsBytes(bytes), one_thread);
+  auto two = Model::Load(AsBytes(bytes), two_threads);
+  ASSERT_TRUE(one.ok() && two.ok()) << one.status() << two.status();
+  auto want = (*one)->Run(inputs);
+  auto got = (*two)->Run(inputs);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  ASSERT_EQ(want->size(), got->size());
+  for (size_t o = 0; o < want->size(); ++o) {
+    const Tensor& a = (*want)[o].second;
+    const Tensor& b = (*got)[o].second;
+    SCOPED_TRACE("output " + (*want)[o].first);
+    ASSERT_EQ(a.shape(), b.shape());
+    ASSERT_EQ(a.dtype(), b.dtype());
+    if (a.dtype() != DataType::kFloat) {
+      EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.size()));
+      continue;
+    }
+    float worst = 0;
+    for (int64_t i = 0; i < a.count(); ++i) {
+      worst = std::max(worst, std::abs(a.data<float>()[i] - b.data<float>()[i]));
+    }
+    EXPECT_LE(worst, tolerance);
+  }
+}
+
+// Adds Gelu written out as exporters write it, y = x * (1 + erf(x / sqrt 2)) * 0.5 (load-time
+// fusion turns it into one Gelu), with its constants named after `y`.
+inline void AddWrittenOutGelu(GraphBuilder& builder, const std::string& x, const std::string& y) {
+  builder.FloatInitializer(y + "_sqrt2", {}, {1.41421356f});
+  builder.FloatInitializer(y + "_one", {}, {1.0f});
+  builder.FloatInitializer(y + "_half", {}, {0.5f});
+  builder.Node("Div", {x, y + "_sqrt2"}, {y + "_scaled"});
+  builder.Node("Erf", {y + "_scaled"}, {y + "_erf"});
+  builder.Node("Add", {y + "_erf", y + "_one"}, {y + "_erf1"});
+  builder.Node("Mul", {x, y + "_erf1"}, {y + "_gated"});
+  builder.Node("Mul", {y + "_gated", y + "_half"}, {y});
 }
 
 // Conv, BatchNormalization, a HardSwish written out and a constant scale: a chain that load-time
