@@ -1,7 +1,10 @@
 #include "enclave/llm/generator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
+#include <limits>
+#include <tuple>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -96,6 +99,10 @@ class Generator::Impl {
           "the prefix-cache salt must be ", BlockManager::kMinSaltSize, " to ",
           BlockManager::kMaxSaltSize, " bytes, got ", request.prefix_salt.size()));
     }
+    if (!(request.weight > 0) || !std::isfinite(request.weight)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the tenant's weight must be a positive number, got ", request.weight));
+    }
     const int64_t needed = BlocksFor(prompt + request.max_tokens, options_.block_size);
     if (needed > engine_->num_blocks()) {
       return absl::ResourceExhaustedError(
@@ -110,6 +117,17 @@ class Generator::Impl {
     sequence->sampler->SetPrompt(request.prompt_ids);
     sequence->decoder = std::make_unique<StreamDecoder>(model_.tokenizer(), true);
     sequence->stop = std::make_unique<StopMatcher>(request.stop);
+    // A tenant that had nothing waiting comes back at the lowest counter of those that did:
+    // time away earns no credit over tenants that kept the engine busy.
+    TenantState& tenant = tenants_[request.tenant];
+    if (tenant.active == 0) {
+      double lowest = std::numeric_limits<double>::infinity();
+      for (const auto& [name, other] : tenants_) {
+        if (other.active > 0) lowest = std::min(lowest, other.counter);
+      }
+      if (std::isfinite(lowest)) tenant.counter = std::max(tenant.counter, lowest);
+    }
+    ++tenant.active;
     sequence->request = std::move(request);
     const uint64_t id = sequence->id;
     order_.push_back(id);
@@ -127,14 +145,22 @@ class Generator::Impl {
   bool idle() const { return sequences_.empty() && cancelled_.empty(); }
   size_t active() const { return sequences_.size(); }
   const StepEngine& engine() const { return *engine_; }
+  double tenant_service(const std::string& tenant) const {
+    auto it = tenants_.find(tenant);
+    return it == tenants_.end() ? 0 : it->second.counter;
+  }
+  int64_t preemptions() const { return preemptions_; }
 
   absl::StatusOr<std::vector<TokenEvent>> Step() {
     std::vector<TokenEvent> events = TakeCancelled();
     Admit();
-    std::vector<Sequence*> step = Schedule();
-    if (step.empty()) return events;
-    std::vector<StepSequence> parts = MakeParts(step);
+    std::vector<Scheduled> scheduled = Schedule();
+    if (scheduled.empty()) return events;
+    std::vector<Sequence*> step;
+    for (const Scheduled& part : scheduled) step.push_back(part.sequence);
+    std::vector<StepSequence> parts = MakeParts(scheduled);
     RETURN_IF_ERROR(engine_->Step(parts, result_));
+    Charge(scheduled, parts);
 
     const int64_t vocab = model_.config().vocab_size;
     int64_t logit_index = 0;
@@ -184,36 +210,86 @@ class Generator::Impl {
     return events;
   }
 
-  // Decode tokens of running sequences first, then prefill chunks, under the token budget.
-  std::vector<Sequence*> Schedule() {
-    std::vector<Sequence*> step;
-    int64_t budget = options_.max_step_tokens;
+  struct TenantState {
+    double counter = 0;   // weighted token service so far (VTC)
+    int64_t active = 0;   // sequences added and not finished
+  };
+  // One sequence's share of a step: its next `count` tokens.
+  struct Scheduled {
+    Sequence* sequence;
+    int64_t count;
+  };
+
+  static int64_t Remaining(const Sequence& s) {
+    return static_cast<int64_t>(s.tokens.size()) - s.computed;
+  }
+  // Who goes first: the higher class, then the tenant with less service, then arrival.
+  auto Rank(const Sequence& s) const {
+    return std::make_tuple(static_cast<int>(s.request.priority),
+                           tenants_.at(s.request.tenant).counter, s.id);
+  }
+  void SortByRank(std::vector<Sequence*>& list) const {
+    std::sort(list.begin(), list.end(),
+              [this](const Sequence* a, const Sequence* b) { return Rank(*a) < Rank(*b); });
+  }
+
+  // Decode tokens of running sequences first, then prefill chunks, under the token budget, each
+  // in rank order. While a realtime sequence decodes, other classes' prefill only fills the step
+  // up to realtime_step_tokens.
+  std::vector<Scheduled> Schedule() const {
+    std::vector<Sequence*> decode, prefill;
     for (uint64_t id : order_) {
       Sequence& s = *sequences_.at(id);
-      if (!s.admitted || s.computed < s.prompt_size) continue;
-      if (budget <= 0) break;
-      step.push_back(&s);
-      budget -= 1;
+      if (!s.admitted) continue;
+      (Remaining(s) <= 1 ? decode : prefill).push_back(&s);
     }
-    for (uint64_t id : order_) {
-      Sequence& s = *sequences_.at(id);
-      if (!s.admitted || s.computed >= s.prompt_size) continue;
+    SortByRank(decode);
+    SortByRank(prefill);
+    std::vector<Scheduled> step;
+    int64_t budget = options_.max_step_tokens;
+    bool realtime_decodes = false;
+    for (Sequence* s : decode) {
       if (budget <= 0) break;
-      step.push_back(&s);
-      budget -= std::min<int64_t>(budget, s.prompt_size - s.computed);
+      step.push_back({s, 1});
+      budget -= 1;
+      realtime_decodes |= s->request.priority == Priority::kRealtime;
+    }
+    int64_t used = options_.max_step_tokens - budget;
+    for (Sequence* s : prefill) {
+      int64_t room = budget;
+      if (realtime_decodes && s->request.priority != Priority::kRealtime) {
+        room = std::min<int64_t>(room, options_.realtime_step_tokens - used);
+      }
+      if (room <= 0) continue;
+      const int64_t count = std::min<int64_t>(room, Remaining(*s));
+      step.push_back({s, count});
+      budget -= count;
+      used += count;
     }
     return step;
   }
 
-  // The engine's parts for the scheduled sequences: each its next tokens, within the budget.
-  std::vector<StepSequence> MakeParts(const std::vector<Sequence*>& step) const {
+  // Adds each scheduled sequence's cost to its tenant's counter: its prefill tokens at the
+  // prompt price, the token it sampled (if any) at the completion price, over its weight.
+  void Charge(const std::vector<Scheduled>& scheduled, const std::vector<StepSequence>& parts) {
+    for (size_t i = 0; i < scheduled.size(); ++i) {
+      const Sequence& s = *scheduled[i].sequence;
+      double cost = 0;
+      if (scheduled[i].count > 1 || s.computed < s.prompt_size) {
+        cost += options_.prompt_token_cost * static_cast<double>(scheduled[i].count);
+      }
+      if (parts[i].want_logits) cost += options_.completion_token_cost;
+      tenants_.at(s.request.tenant).counter += cost / s.request.weight;
+    }
+  }
+
+  // The engine's parts for the scheduled sequences: each its next tokens.
+  std::vector<StepSequence> MakeParts(const std::vector<Scheduled>& step) const {
     std::vector<StepSequence> parts;
-    int64_t budget = options_.max_step_tokens;
-    for (Sequence* s : step) {
+    for (const Scheduled& scheduled : step) {
+      Sequence* s = scheduled.sequence;
       StepSequence part;
-      const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->computed;
-      const int64_t count = std::min<int64_t>(remaining, std::max<int64_t>(budget, 1));
-      budget -= count;
+      const int64_t count = scheduled.count;
       part.tokens = std::span<const int32_t>(s->tokens).subspan(s->computed, count);
       part.start_position = s->computed;
       part.block_table = s->blocks;
@@ -264,14 +340,60 @@ class Generator::Impl {
     return finish;
   }
 
-  // Admits waiting sequences in arrival order while there are slots and KV blocks for them.
+  // Admits waiting sequences in rank order while there are slots and KV blocks for them,
+  // preempting lower classes' sequences to make room; the first that cannot get in stops the
+  // others behind it (so none overtakes it).
   void Admit() {
     int64_t running = 0;
-    for (uint64_t id : order_) running += sequences_.at(id)->admitted ? 1 : 0;
+    std::vector<Sequence*> waiting;
     for (uint64_t id : order_) {
       Sequence& s = *sequences_.at(id);
+      if (s.admitted) {
+        ++running;
+      } else {
+        waiting.push_back(&s);
+      }
+    }
+    SortByRank(waiting);
+    for (Sequence* next : waiting) {
+      Sequence& s = *next;
       if (s.admitted) continue;
-      if (running >= options_.max_sequences) return;
+      while (running >= options_.max_sequences) {
+        if (!PreemptBelow(s.request.priority)) return;
+        --running;
+      }
+      while (!TryAllocate(s)) {
+        if (!PreemptBelow(s.request.priority)) return;  // wait for blocks
+        --running;
+      }
+      ++running;
+    }
+  }
+
+  // The newest running sequence of the lowest class below `priority` gives its blocks back and
+  // waits to be recomputed; false when there is none.
+  bool PreemptBelow(Priority priority) {
+    Sequence* victim = nullptr;
+    for (uint64_t id : order_) {
+      Sequence& s = *sequences_.at(id);
+      if (!s.admitted || s.request.priority <= priority) continue;
+      if (victim == nullptr || s.request.priority > victim->request.priority ||
+          (s.request.priority == victim->request.priority && s.id > victim->id)) {
+        victim = &s;
+      }
+    }
+    if (victim == nullptr) return false;
+    Release(*victim);
+    victim->computed = 0;
+    victim->cached = 0;
+    ++preemptions_;
+    return true;
+  }
+
+  // Gives `s` the KV blocks for its whole length (the prefix cache's where they match); false,
+  // changing nothing, when the pool or the tenant's quota cannot.
+  bool TryAllocate(Sequence& s) {
+    {
       const int64_t total = s.prompt_size + s.request.max_tokens;
       std::vector<int32_t> cached;
       if (!s.request.prefix_salt.empty()) {
@@ -289,14 +411,14 @@ class Generator::Impl {
           blocks_.Allocate(s.request.tenant, static_cast<int32_t>(fresh));
       if (!allocated.ok()) {
         blocks_.Release(s.request.tenant, cached);
-        return;  // wait for blocks; arrival order is kept
+        return false;
       }
       s.blocks = std::move(cached);
       s.cached = static_cast<int64_t>(s.blocks.size()) * options_.block_size;
       s.computed = s.cached;
       s.blocks.insert(s.blocks.end(), allocated->begin(), allocated->end());
       s.admitted = true;
-      ++running;
+      return true;
     }
   }
 
@@ -314,6 +436,9 @@ class Generator::Impl {
   }
 
   void Remove(uint64_t id) {
+    if (auto it = sequences_.find(id); it != sequences_.end()) {
+      --tenants_[it->second->request.tenant].active;
+    }
     sequences_.erase(id);
     order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
   }
@@ -326,6 +451,8 @@ class Generator::Impl {
   std::deque<uint64_t> order_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
   std::vector<uint64_t> cancelled_;
+  std::unordered_map<std::string, TenantState> tenants_;
+  int64_t preemptions_ = 0;
   StepResult result_;
 };
 
@@ -382,6 +509,10 @@ absl::StatusOr<uint64_t> Generator::Add(GenerationRequest request) {
 void Generator::Cancel(uint64_t sequence) { impl_->Cancel(sequence); }
 bool Generator::idle() const { return impl_->idle(); }
 size_t Generator::active() const { return impl_->active(); }
+double Generator::tenant_service(const std::string& tenant) const {
+  return impl_->tenant_service(tenant);
+}
+int64_t Generator::preemptions() const { return impl_->preemptions(); }
 absl::StatusOr<std::vector<TokenEvent>> Generator::Step() { return impl_->Step(); }
 const StepEngine& Generator::engine() const { return impl_->engine(); }
 

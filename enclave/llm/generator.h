@@ -4,6 +4,15 @@
 // others), samples, detokenizes (whole UTF-8 only) and applies stop strings, eos ids and
 // max_tokens. KV blocks come from a BlockManager and are scrubbed when a sequence leaves.
 //
+// Fairness between tenants is the virtual token counter scheme (VTC, "Fairness in Serving Large
+// Language Models", OSDI 2024) inside priority classes: each tenant's counter grows by the
+// weighted cost of the tokens computed for it (prompt and generated tokens priced by
+// GeneratorOptions) over its weight; admission, decode order and prefill chunks go to the lowest
+// counter of the highest class first; a tenant that comes back after a pause has its counter
+// lifted to the lowest of those still waiting, so idling earns no credit. A realtime decode keeps
+// its step under realtime_step_tokens, and when slots or KV blocks run out for a sequence, the
+// newest sequence of a lower class is preempted (blocks freed, recomputed when it comes back).
+//
 // Threading: not thread-safe; one thread owns a Generator and calls Step in a loop.
 #pragma once
 
@@ -28,7 +37,19 @@ struct GeneratorOptions {
   int32_t max_sequences = 16;
   // Tokens one step may carry (decode tokens first, then prefill chunks).
   int32_t max_step_tokens = 512;
+  // While a realtime sequence decodes, the tokens a step may carry in all: other classes'
+  // prefill is chunked to fit, so a long prompt never stretches a realtime token's step.
+  int32_t realtime_step_tokens = 64;
+  // Token costs of the fair share (virtual token counters): what one prompt token and one
+  // generated token count for, before the tenant's weight divides them.
+  double prompt_token_cost = 1.0;
+  double completion_token_cost = 2.0;
 };
+
+// A sequence's scheduling class: realtime before standard before batch, at every step and for
+// KV memory (a batch sequence is preempted, its blocks freed and its tokens recomputed later,
+// before a realtime one waits).
+enum class Priority { kRealtime = 0, kStandard = 1, kBatch = 2 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled };
 std::string_view FinishReasonName(FinishReason reason);
@@ -44,6 +65,10 @@ struct GenerationRequest {
   // and never taken from a request; an empty salt turns the prefix cache off for this sequence.
   std::string tenant = "local";
   std::vector<uint8_t> prefix_salt;
+  // Fair sharing between tenants (the operator's TenantLimits, passed by the host): within a
+  // class, steps go to the tenant that has had the least weighted token service so far.
+  Priority priority = Priority::kStandard;
+  double weight = 1.0;  // > 0
 };
 
 // What one step produced for one sequence.
@@ -82,6 +107,10 @@ class Generator {
   const StepEngine& engine() const;
   // Sequences added and not yet finished (waiting or running).
   size_t active() const;
+  // A tenant's virtual token counter (0 for one never seen), and how many sequences were
+  // preempted so far: for tests and benchmarks.
+  double tenant_service(const std::string& tenant) const;
+  int64_t preemptions() const;
 
   class Impl;
 
