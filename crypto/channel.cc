@@ -81,6 +81,10 @@ Bytes MessageAad(ByteSpan session_id, Direction direction, uint64_t sequence,
   out.push_back(static_cast<uint8_t>(header.kind));
   AppendLengthPrefixed(out, AsBytes(header.request_id));
   AppendLengthPrefixed(out, AsBytes(header.model_handle));
+  if (header.kind == MessageKind::kGenerateChunk) {
+    AppendBigEndian(out, header.chunk, 8);
+    out.push_back(header.final ? 1 : 0);
+  }
   return out;
 }
 

@@ -33,6 +33,8 @@ enum class MessageKind : uint8_t {
   kLoadModel = 3,
   kListModels = 4,
   kDeleteModel = 5,
+  kGenerate = 6,       // a GenerateRequest (client to enclave)
+  kGenerateChunk = 7,  // one chunk of its stream (enclave to client): chunk number, final flag
 };
 
 inline constexpr size_t kSessionIdSize = 16;
@@ -62,11 +64,15 @@ struct MessageHeader {
   MessageKind kind;
   std::string request_id;
   std::string model_handle;
+  // kGenerateChunk only: the chunk's place in its stream and whether it is the last.
+  uint64_t chunk = 0;
+  bool final = false;
 };
 
 // Associated data: the label "cloister/v1 message" || session id (length-prefixed) ||
 // direction (1 byte) || seq (8 bytes, big-endian) || kind (1 byte) || request id and model
-// handle (each length-prefixed). Length prefixes are 4-byte big-endian (AppendLengthPrefixed).
+// handle (each length-prefixed), and for kGenerateChunk || chunk (8 bytes, big-endian) ||
+// final (1 byte: 1 or 0). Length prefixes are 4-byte big-endian (AppendLengthPrefixed).
 Bytes MessageAad(ByteSpan session_id, Direction direction, uint64_t sequence,
                  const MessageHeader& header);
 

@@ -237,6 +237,47 @@ TEST(Channel, TamperedMessagesAreRefusedAndChangeNothing) {
             absl::StatusCode::kPermissionDenied);
 }
 
+// A stream chunk's seal binds its chunk number and final flag: a host that renumbers, marks a
+// middle chunk final or a final chunk not final gets a chunk that does not open. Other kinds'
+// associated data ignore the two fields, so their encoding is what it was.
+TEST(Channel, StreamChunksBindTheirPlaceInTheStream) {
+  Session session = MakeSession();
+  ChannelSender sender(session.enclave.session_id, Direction::kEnclaveToClient,
+                       session.enclave.enclave_to_client_key.span(),
+                       session.enclave.enclave_to_client_nonce.span());
+  ChannelReceiver receiver(session.client.session_id, Direction::kEnclaveToClient,
+                           session.client.enclave_to_client_key.span(),
+                           session.client.enclave_to_client_nonce.span());
+  const MessageHeader chunk{MessageKind::kGenerateChunk, "req-1", "model-a", 3, false};
+  absl::StatusOr<std::pair<uint64_t, Bytes>> sealed = sender.Seal(chunk, ToBytes("tokens"));
+  ASSERT_TRUE(sealed.ok());
+  for (const MessageHeader& wrong :
+       {MessageHeader{MessageKind::kGenerateChunk, "req-1", "model-a", 2, false},
+        MessageHeader{MessageKind::kGenerateChunk, "req-1", "model-a", 4, false},
+        MessageHeader{MessageKind::kGenerateChunk, "req-1", "model-a", 3, true},
+        MessageHeader{MessageKind::kGenerateChunk, "req-2", "model-a", 3, false},
+        MessageHeader{MessageKind::kGenerate, "req-1", "model-a", 3, false}}) {
+    EXPECT_EQ(receiver.Open(sealed->first, wrong, sealed->second).status().code(),
+              absl::StatusCode::kDataLoss)
+        << wrong.chunk << " " << wrong.final;
+  }
+  absl::StatusOr<Bytes> opened = receiver.Open(sealed->first, chunk, sealed->second);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(*opened, ToBytes("tokens"));
+
+  const Bytes id(16, 0x11);
+  const Bytes base = MessageAad(id, Direction::kEnclaveToClient, 7,
+                                MessageHeader{MessageKind::kGenerateChunk, "r", "m", 0, false});
+  const Bytes last = MessageAad(id, Direction::kEnclaveToClient, 7,
+                                MessageHeader{MessageKind::kGenerateChunk, "r", "m", 0x0102, true});
+  ASSERT_EQ(last.size(), base.size());
+  EXPECT_EQ(HexEncode(ByteSpan(last).last(9)), "000000000000010201");
+  EXPECT_EQ(HexEncode(ByteSpan(base).last(9)), "000000000000000000");
+  EXPECT_EQ(MessageAad(id, Direction::kClientToEnclave, 7, kInferHeader),
+            MessageAad(id, Direction::kClientToEnclave, 7,
+                       MessageHeader{MessageKind::kInfer, "req-1", "model-a", 9, true}));
+}
+
 TEST(Channel, ReplayWindow) {
   Session session = MakeSession();
   ChannelSender sender = ClientSender(session.client);

@@ -190,6 +190,8 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   enclave->usage_ =
       std::make_unique<UsageLedger>(enclave->keys_.signing_public_key,
                                     std::string(pcie::PcieModeName(opts.pcie_mode)), opts.clock);
+  enclave->generation_ = std::make_unique<GenerationService>(
+      &enclave->keys_.signing_seed, enclave->usage_.get(), opts.clock, opts.generation);
   LogReady(opts, *enclave->batch_path_, evidence.second);
   return enclave;
 }
@@ -204,10 +206,29 @@ absl::StatusOr<const pcie::TransferPath*> Enclave::transfer_path() const {
 }
 
 EnclaveToHost Enclave::Handle(HostToEnclave call) {
+  // Without a sink a generation has nowhere to stream to, so it is refused in its one reply.
+  return *Handle(std::move(call), nullptr);
+}
+
+std::optional<EnclaveToHost> Enclave::Handle(HostToEnclave call,
+                                             const std::shared_ptr<FrameSink>& sink) {
   EnclaveToHost reply;
   reply.set_call_id(call.call_id());
   absl::Status status;
   switch (call.call_case()) {
+    case HostToEnclave::kGenerate: {
+      if (sink == nullptr) {
+        status = absl::FailedPreconditionError("a generation needs a streaming boundary");
+        break;
+      }
+      auto r = Generate(call.call_id(), *call.mutable_generate(), sink);
+      if (r.ok()) return std::nullopt;  // its frames follow through `sink`
+      status = r;
+      break;
+    }
+    case HostToEnclave::kCancel:
+      reply.mutable_cancel()->set_found(generation_->Cancel(call.cancel().target_call_id()));
+      break;
     case HostToEnclave::kGetEvidence: {
       auto r = GetEvidence(call.get_evidence());
       if (r.ok()) *reply.mutable_get_evidence() = std::move(*r);
@@ -577,6 +598,56 @@ absl::Status Enclave::SignBatchUsage(const boundary::v1::InferBatchCall& call,
                    crypto::SignUsageReceipt(keys_.signing_seed.span(), AsBytes(serialized)));
   result.mutable_receipt()->set_receipt(std::move(serialized));
   result.mutable_receipt()->set_signature(ToString(signature));
+  return absl::OkStatus();
+}
+
+// Opens the request; from then on the stream answers (GenerationService), errors included.
+// Only a request that does not open (no session key to seal under) fails here, in the one
+// frame the host relays.
+absl::Status Enclave::Generate(uint64_t call_id, boundary::v1::GenerateCall& call,
+                               const std::shared_ptr<FrameSink>& sink) {
+  boundary::v1::ForwardedRequest& item = *call.mutable_request();
+  const absl::Time start = options_.clock->Now();
+  ASSIGN_OR_RETURN(SessionManager::Opened opened,
+                   sessions_->OpenItem(item, crypto::MessageKind::kGenerate, call.tenant_id()));
+  GenerationService::Request request;
+  request.call_id = call_id;
+  request.tenant_id = call.tenant_id();
+  request.session = opened.session;
+  request.request_id = item.request_id();
+  request.model_handle = item.model_handle();
+  request.max_tokens_limit = call.limits().max_tokens();
+  switch (call.limits().priority_class()) {
+    case 1:
+      request.priority = llm::Priority::kRealtime;
+      break;
+    case 3:
+      request.priority = llm::Priority::kBatch;
+      break;
+    default:
+      request.priority = llm::Priority::kStandard;
+  }
+  request.weight = call.limits().weight() == 0 ? 1.0 : call.limits().weight();
+  request.sink = sink;
+  if (item.has_time_left()) {
+    request.deadline = start + proto::FromProtoDuration(item.time_left());
+  }
+  if (!request.request.ParseFromArray(opened.plaintext.data(),
+                                      static_cast<int>(opened.plaintext.size()))) {
+    request.refusal = absl::InvalidArgumentError("malformed generate request");
+  } else {
+    auto found = models_->Get(item.model_handle(), opened.session->identity_public_key());
+    if (!found.ok()) {
+      request.refusal = found.status();
+    } else if ((*found)->llm == nullptr) {
+      request.refusal = absl::FailedPreconditionError(absl::StrCat(
+          "model '", (*found)->name, "' is not a generative model: use Infer"));
+    } else {
+      request.model = *found;
+    }
+  }
+  proto::WipeString(*item.mutable_ciphertext());
+  generation_->Start(std::move(request));
   return absl::OkStatus();
 }
 

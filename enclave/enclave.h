@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -26,6 +27,8 @@
 #include "base/task_pool.h"
 #include "cloister/boundary/v1/boundary.pb.h"
 #include "enclave/accounting/usage_ledger.h"
+#include "enclave/boundary/boundary_server.h"
+#include "enclave/generation_service.h"
 #include "enclave/models/model_store.h"
 #include "enclave/pcie/batch_path.h"
 #include "enclave/pcie/transfer_path.h"
@@ -74,6 +77,8 @@ struct EnclaveOptions {
   // Reads the executor's device memory for the operator's statistics (GetStatsCall); empty when
   // models run on the CPU (the statistics then carry no device memory).
   std::function<absl::StatusOr<DeviceMemoryInfo>()> device_memory;
+  // Generation (GenerateCall): each LLM's engine threads and step limits.
+  GenerationOptions generation;
 };
 
 class Enclave {
@@ -87,6 +92,10 @@ class Enclave {
   // Takes the call by value: inference requests are opened in place in their ciphertext
   // fields, so a caller that is done with the call moves it in.
   boundary::v1::EnclaveToHost Handle(boundary::v1::HostToEnclave call);
+  // The same, for a boundary that streams: a GenerateCall returns nothing here and answers
+  // with frames written to `sink` later (docs/PROTOCOL.md, "Generation streams").
+  std::optional<boundary::v1::EnclaveToHost> Handle(boundary::v1::HostToEnclave call,
+                                                    const std::shared_ptr<FrameSink>& sink);
 
   // The batches' host transfer path, for its statistics. FailedPrecondition when models
   // compute in device memory: a device executor's own path has no host path (batch_path.h).
@@ -109,6 +118,9 @@ class Enclave {
   absl::StatusOr<boundary::v1::TenantCallResult> ListModels(boundary::v1::TenantCall&);
   absl::StatusOr<boundary::v1::TenantCallResult> DeleteModel(boundary::v1::TenantCall&);
   absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(boundary::v1::InferBatchCall&);
+  // Opens a generation and hands it to generation_; an error only when it did not open.
+  absl::Status Generate(uint64_t call_id, boundary::v1::GenerateCall& call,
+                        const std::shared_ptr<FrameSink>& sink);
   // InferBatch's steps. CheckBatch refuses a batch that is too large or mixes models or
   // tenants; OpenBatchItem opens item `index` and reads its request, or records why not;
   // RunOpenedBatch runs the requests that opened (an error refuses the whole batch);
@@ -150,6 +162,8 @@ class Enclave {
   std::unique_ptr<pcie::BatchPath> batch_path_;  // a HostBatchPath, or the executor's own
   std::unique_ptr<TaskPool> runs_;  // nullptr when run_threads is 1
   std::unique_ptr<UsageLedger> usage_;
+  // Last, so that it stops (ending its streams) while the sessions and ledger it uses live.
+  std::unique_ptr<GenerationService> generation_;
 };
 
 }  // namespace cloister::enclave

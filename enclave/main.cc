@@ -233,6 +233,8 @@ std::optional<int> ChooseExecutor(CommandLine& line) {
   if ((*executor)->name() == "cpu") {
     options.run_threads = line.run_threads > 0 ? line.run_threads : DefaultRunThreads();
     options.load_options.threads = runtime::BlasThreadsFor(line.threads * options.run_threads);
+    // An LLM's steps use the cores the batches share.
+    options.generation.threads = options.run_threads;
   }
   Log(LogLevel::kInfo, "executor",
       {{"name", std::string((*executor)->name())},
@@ -266,7 +268,10 @@ int Serve(CommandLine& line) {
     return 1;
   }
   absl::Status status = ServeBoundary(
-      line.fd, [&](boundary::v1::HostToEnclave call) { return (*worker)->Handle(std::move(call)); },
+      line.fd,
+      [&](boundary::v1::HostToEnclave call, const std::shared_ptr<FrameSink>& sink) {
+        return (*worker)->Handle(std::move(call), sink);
+      },
       line.threads);
   if (!status.ok()) {
     Log(LogLevel::kError, "boundary_failed", {{"reason", std::string(status.message())}});

@@ -12,6 +12,10 @@ void AddUsage(boundary::v1::UsageCounters& a, const boundary::v1::UsageCounters&
   a.set_output_size(a.output_size() + b.output_size());
   a.set_execution_ns(a.execution_ns() + b.execution_ns());
   a.set_transfer_ns(a.transfer_ns() + b.transfer_ns());
+  a.set_sequences(a.sequences() + b.sequences());
+  a.set_prompt_tokens(a.prompt_tokens() + b.prompt_tokens());
+  a.set_cached_tokens(a.cached_tokens() + b.cached_tokens());
+  a.set_completion_tokens(a.completion_tokens() + b.completion_tokens());
 }
 
 UsageLedger::UsageLedger(Bytes signing_public_key, std::string pcie_mode, Clock* clock)

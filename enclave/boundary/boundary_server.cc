@@ -61,16 +61,40 @@ class CallQueue {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Frames to the host's socket, one at a time, until Close().
+class SocketSink : public FrameSink {
+ public:
+  explicit SocketSink(int fd) : fd_(fd) {}
+  void Write(const EnclaveToHost& frame) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    // A failed write shows on the read side too, which ends ServeBoundary's loop.
+    (void)boundary::WriteMessageFrame(fd_, frame);
+  }
+  void Close() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+
+ private:
+  const int fd_;
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 }  // namespace
 
 absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
   CallQueue queue;
-  absl::Mutex write_mu;  // one reply frame at a time on `fd`
-  auto reply = [&](const EnclaveToHost& message) {
-    absl::MutexLock lock(&write_mu);
-    // A failed write shows on the read side too, which ends the loop below.
-    (void)boundary::WriteMessageFrame(fd, message);
-  };
+  auto sink = std::make_shared<SocketSink>(fd);
+  auto reply = [&](const EnclaveToHost& message) { sink->Write(message); };
+  // Streams still running when the host goes away must not write to a socket this function
+  // no longer owns.
+  struct CloseOnReturn {
+    SocketSink* sink;
+    ~CloseOnReturn() { sink->Close(); }
+  } close_on_return{sink.get()};
+  const std::shared_ptr<FrameSink> shared_sink = sink;
 
   std::vector<std::thread> workers;
   for (int i = 0; i < std::max(1, threads); ++i) {
@@ -78,7 +102,8 @@ absl::Status ServeBoundary(int fd, const CallHandler& handler, int threads) {
       while (true) {
         HostToEnclave call;
         if (!queue.Pop(call)) return;
-        reply(handler(std::move(call)));
+        std::optional<EnclaveToHost> answer = handler(std::move(call), shared_sink);
+        if (answer) reply(*answer);
         // The handler opened sealed requests and models on this thread's stack, and its
         // copies left their last bytes in the vector registers.
         ScrubStack(kStackScrubSize);

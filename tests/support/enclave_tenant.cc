@@ -151,6 +151,21 @@ absl::Status EnclaveTenant::OpenReply(crypto::MessageKind kind, const ForwardedR
   return absl::Status(static_cast<absl::StatusCode>(envelope.code()), envelope.message());
 }
 
+absl::StatusOr<api::v1::GenerateChunk> EnclaveTenant::OpenChunk(
+    const ForwardedRequest& request, const boundary::v1::GenerateResult& result) {
+  if (receiver_ == nullptr) return absl::FailedPreconditionError("no session is open");
+  ASSIGN_OR_RETURN(Bytes plain,
+                   receiver_->Open(result.sequence(),
+                                   {crypto::MessageKind::kGenerateChunk, request.request_id(),
+                                    request.model_handle(), result.chunk(), result.final()},
+                                   AsBytes(result.ciphertext())));
+  api::v1::GenerateChunk chunk;
+  if (!chunk.ParseFromArray(plain.data(), static_cast<int>(plain.size()))) {
+    return absl::DataLossError("the chunk is not a GenerateChunk");
+  }
+  return chunk;
+}
+
 std::string EnclaveTenant::Handle(const std::string& name) const {
   return crypto::ModelHandle(identity_.public_key, name);
 }

@@ -69,6 +69,11 @@ class EnclaveTenant {
   absl::Status OpenReply(crypto::MessageKind kind, const boundary::v1::ForwardedRequest& request,
                          const boundary::v1::EnclaveReply& reply, std::string* body = nullptr);
 
+  // Opens one frame of a generation stream for `request` (chunk number and final flag as the
+  // frame claims them; the seal checks both); the chunk, or why it does not open.
+  absl::StatusOr<api::v1::GenerateChunk> OpenChunk(const boundary::v1::ForwardedRequest& request,
+                                                   const boundary::v1::GenerateResult& result);
+
   // The handle of this identity's model `name`.
   std::string Handle(const std::string& name) const;
 

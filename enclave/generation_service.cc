@@ -1,0 +1,542 @@
+#include "enclave/generation_service.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/bytes.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "crypto/channel.h"
+#include "crypto/hash.h"
+#include "crypto/random.h"
+#include "crypto/receipt.h"
+#include "enclave/llm/chat_template.h"
+#include "enclave/llm/generator.h"
+#include "nlohmann/json.hpp"
+#include "proto/error_reason.h"
+#include "proto/sealing.h"
+#include "proto/wipe.h"
+
+namespace cloister::enclave {
+
+using api::v1::GenerateChunk;
+using boundary::v1::EnclaveToHost;
+
+namespace {
+
+// How long a model's worker keeps its generator (KV cache, prefix cache) with nothing to run.
+constexpr absl::Duration kIdleRelease = absl::Seconds(30);
+constexpr char kPrefixSaltLabel[] = "cloister/v1 prefix cache salt";
+
+// Bytes of a protobuf varint.
+size_t VarintSize(uint64_t value) {
+  size_t size = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++size;
+  }
+  return size;
+}
+
+// Zeros in `padding` so that the chunk serializes to a multiple of `pad_to` bytes (field 15 has
+// a one-byte tag). pad_to 0 or 1: none.
+void PadChunk(GenerateChunk& chunk, uint32_t pad_to) {
+  chunk.clear_padding();
+  if (pad_to <= 1) return;
+  const size_t base = chunk.ByteSizeLong();
+  if (base % pad_to == 0) return;
+  size_t n = 1;
+  while ((base + 1 + VarintSize(n) + n) % pad_to != 0) ++n;
+  chunk.mutable_padding()->assign(n, '\0');
+}
+
+// The prompt's token ids: text through the tokenizer (with its special tokens), ids as given,
+// chat messages through the model's template with the generation prompt.
+absl::StatusOr<std::vector<int32_t>> PromptIds(const llm::Model& model,
+                                               const api::v1::GenerateRequest& request) {
+  switch (request.prompt_case()) {
+    case api::v1::GenerateRequest::kText:
+      return model.tokenizer().Encode(request.text(), /*add_special_tokens=*/true);
+    case api::v1::GenerateRequest::kIds:
+      return std::vector<int32_t>(request.ids().ids().begin(), request.ids().ids().end());
+    case api::v1::GenerateRequest::kChat: {
+      if (model.chat_template() == nullptr) {
+        return absl::InvalidArgumentError(
+            "the model's tokenizer_config.json has no chat_template: send text or token ids");
+      }
+      if (request.chat().messages().empty()) {
+        return absl::InvalidArgumentError("the chat prompt has no messages");
+      }
+      nlohmann::json messages = nlohmann::json::array();
+      for (const api::v1::ChatMessage& message : request.chat().messages()) {
+        if (message.role().empty()) {
+          return absl::InvalidArgumentError("every chat message needs a role");
+        }
+        messages.push_back({{"role", message.role()}, {"content", message.content()}});
+      }
+      nlohmann::json context = {{"messages", std::move(messages)},
+                                {"add_generation_prompt", true},
+                                {"bos_token", model.tokenizer().bos_token()},
+                                {"eos_token", model.tokenizer().eos_token()}};
+      ASSIGN_OR_RETURN(std::string rendered, model.chat_template()->Render(context));
+      return model.tokenizer().Encode(rendered, /*add_special_tokens=*/false);
+    }
+    case api::v1::GenerateRequest::PROMPT_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError("the generate request has no prompt (text, ids or chat)");
+}
+
+llm::SamplingParams SamplingOf(const api::v1::SamplingParameters& p) {
+  llm::SamplingParams s;
+  if (p.has_temperature()) s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  if (p.has_top_p()) s.top_p = p.top_p();
+  s.min_p = p.min_p();
+  if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  if (p.has_seed()) {
+    s.seed = p.seed();
+  } else {
+    Bytes seed = crypto::RandomBytes(8);
+    for (uint8_t b : seed) s.seed = (s.seed << 8) | b;
+  }
+  s.logprobs = p.logprobs();
+  s.top_logprobs = p.top_logprobs();
+  return s;
+}
+
+}  // namespace
+
+// One generation on its way: the request, where its chunks go and what they have said so far.
+struct GenerationService::Stream {
+  Request r;
+  uint64_t sequence = 0;  // the Generator's id, once added
+  uint64_t next_chunk = 0;
+  uint32_t pad_to = kDefaultChunkPadding;
+  uint32_t tokens_per_chunk = 1;
+  GenerateChunk pending;  // tokens not yet sent
+  uint32_t pending_tokens = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t tokens = 0;   // sampled so far
+  bool added = false;    // in the Generator (its prompt counts as used)
+  double execution_ns = 0;  // this sequence's share of the steps it was in
+  // Why the stream is being cut short (a deadline), sent once its sequence has left.
+  absl::Status cut;
+  bool ended = false;
+};
+
+// The thread that owns one model's Generator.
+class GenerationService::Worker {
+ public:
+  explicit Worker(GenerationService* service) : service_(service) {}
+  ~Worker() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Add(std::unique_ptr<Stream> stream) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    incoming_.push_back(std::move(stream));
+    if (!running_thread_) {
+      // The last thread (if any) ended after its last look at mu_: joining it is quick.
+      if (thread_.joinable()) thread_.join();
+      running_thread_ = true;
+      thread_ = std::thread([this] { Loop(); });
+    }
+  }
+
+  void Cancel(uint64_t call_id) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    cancels_.push_back(call_id);
+  }
+
+ private:
+  bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !incoming_.empty() || !cancels_.empty();
+  }
+
+  void Loop();
+  void Admit(std::unique_ptr<Stream> stream);
+  void Step();
+  // Ends a stream whose sequence finished.
+  void Finish(Stream& stream, const llm::TokenEvent& event);
+  void Fail(Stream& stream, const absl::Status& status) { service_->Fail(stream, status); }
+  // Sends a chunk; a chunk that could not be sealed ends the stream, and its sequence leaves.
+  void Send(Stream& stream, GenerateChunk& chunk, bool final,
+            const boundary::v1::SignedUsageReceipt* receipt) {
+    if (!service_->Send(stream, chunk, final, receipt) && !final && generator_) {
+      generator_->Cancel(stream.sequence);
+    }
+  }
+
+  GenerationService* const service_;
+  absl::Mutex mu_;
+  std::deque<std::unique_ptr<Stream>> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_thread_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // started and joined under mu_ (Add) or by the destructor
+
+  // The worker thread's own: the model and its generator while there is work, and the
+  // sequences in it.
+  std::shared_ptr<const StoredModel> model_;
+  std::unique_ptr<llm::Generator> generator_;
+  std::map<uint64_t, std::unique_ptr<Stream>> running_;
+};
+
+void GenerationService::Worker::Loop() {
+  absl::Time idle_since = absl::Now();
+  while (true) {
+    std::deque<std::unique_ptr<Stream>> incoming;
+    std::vector<uint64_t> cancels;
+    bool stopping;
+    {
+      absl::MutexLock lock(&mu_);
+      if (running_.empty()) {
+        // Nothing to step: wait for work, and let the generator and the model go when none
+        // comes for a while.
+        if (!mu_.AwaitWithDeadline(absl::Condition(this, &Worker::HasWorkLocked),
+                                   idle_since + kIdleRelease)) {
+          running_thread_ = false;
+          generator_.reset();
+          model_.reset();
+          return;
+        }
+      }
+      incoming.swap(incoming_);
+      cancels.swap(cancels_);
+      stopping = stopping_;
+    }
+    for (auto& stream : incoming) Admit(std::move(stream));
+    for (uint64_t call_id : cancels) {
+      for (auto& [sequence, stream] : running_) {
+        if (stream->r.call_id == call_id && generator_) generator_->Cancel(sequence);
+      }
+    }
+    if (stopping) {
+      for (auto& [sequence, stream] : running_) {
+        Fail(*stream, proto::WithReason(absl::UnavailableError("the enclave worker is stopping"),
+                                        api::v1::WORKER_EXITED));
+      }
+      running_.clear();
+      generator_.reset();
+      model_.reset();
+      return;
+    }
+    const absl::Time now = service_->clock_->Now();
+    for (auto& [sequence, stream] : running_) {
+      if (stream->cut.ok() && stream->r.deadline && now >= *stream->r.deadline) {
+        stream->cut = absl::DeadlineExceededError(
+            absl::StrCat("generation passed its deadline after ", stream->tokens, " tokens"));
+        generator_->Cancel(sequence);
+      }
+    }
+    if (!running_.empty()) Step();
+    if (running_.empty()) idle_since = absl::Now();
+  }
+}
+
+void GenerationService::Worker::Admit(std::unique_ptr<Stream> stream) {
+  const auto& model = stream->r.model;
+  if (model_ != nullptr && model_ != model) {
+    // The worker is keyed by handle; a model reloaded under the same handle starts afresh once
+    // the old one's sequences are done. Until then it waits behind them.
+    if (!running_.empty()) {
+      Fail(*stream, absl::UnavailableError("the model was reloaded; send the request again"));
+      return;
+    }
+    generator_.reset();
+    model_.reset();
+  }
+  if (generator_ == nullptr) {
+    llm::GeneratorOptions options;
+    options.threads = service_->options_.threads;
+    options.max_sequences = service_->options_.max_sequences;
+    options.max_step_tokens = service_->options_.max_step_tokens;
+    absl::StatusOr<std::unique_ptr<llm::Generator>> generator =
+        llm::Generator::Create(*model->llm, options);
+    if (!generator.ok()) {
+      Fail(*stream, generator.status());
+      return;
+    }
+    generator_ = *std::move(generator);
+    model_ = model;
+  }
+  const api::v1::GenerateRequest& request = stream->r.request;
+  const llm::Model& llm = *model->llm;
+  absl::StatusOr<std::vector<int32_t>> prompt = PromptIds(llm, request);
+  if (!prompt.ok()) {
+    Fail(*stream, prompt.status());
+    return;
+  }
+  stream->prompt_tokens = prompt->size();
+  llm::GenerationRequest g;
+  const int64_t context = llm.config().max_position_embeddings;
+  const int64_t room = std::max<int64_t>(context - static_cast<int64_t>(prompt->size()), 1);
+  const uint64_t limit = stream->r.max_tokens_limit;
+  if (limit != 0 && request.max_tokens() > limit) {
+    Fail(*stream, proto::WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                                        "max_tokens ", request.max_tokens(),
+                                        " is over the tenant's limit of ", limit)),
+                                    api::v1::TOO_LARGE));
+    return;
+  }
+  if (request.max_tokens() > static_cast<uint64_t>(INT64_MAX)) {
+    Fail(*stream, absl::InvalidArgumentError("max_tokens is out of range"));
+    return;
+  }
+  g.max_tokens = request.max_tokens() != 0 ? static_cast<int64_t>(request.max_tokens()) : room;
+  if (request.max_tokens() == 0 && limit != 0) {
+    g.max_tokens = std::min<int64_t>(g.max_tokens, static_cast<int64_t>(limit));
+  }
+  g.prompt_ids = *std::move(prompt);
+  g.sampling = SamplingOf(request.sampling());
+  g.stop.assign(request.stop().begin(), request.stop().end());
+  g.ignore_eos = request.ignore_eos();
+  g.tenant = stream->r.tenant_id;
+  g.priority = stream->r.priority;
+  g.weight = stream->r.weight;
+  Bytes salt = ToBytes(kPrefixSaltLabel);
+  AppendLengthPrefixed(salt, stream->r.session->identity_public_key());
+  g.prefix_salt = crypto::Sha256(salt);
+  absl::StatusOr<uint64_t> sequence = generator_->Add(std::move(g));
+  if (!sequence.ok()) {
+    Fail(*stream, sequence.status());
+    return;
+  }
+  stream->sequence = *sequence;
+  stream->added = true;
+  running_[*sequence] = std::move(stream);
+}
+
+void GenerationService::Worker::Step() {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<llm::TokenEvent>> events = generator_->Step();
+  const double step_ns = absl::ToDoubleNanoseconds(absl::Now() - start);
+  if (!events.ok()) {
+    Log(LogLevel::kError, "generation_step_failed",
+        {{"reason", std::string(events.status().message())}});
+    for (auto& [sequence, stream] : running_) {
+      Fail(*stream, absl::InternalError(
+                        absl::StrCat("the engine failed: ", events.status().message())));
+    }
+    running_.clear();
+    generator_.reset();
+    model_.reset();
+    return;
+  }
+  // The step's time, shared by the sequences that were in it.
+  const double share = step_ns / static_cast<double>(std::max<size_t>(running_.size(), 1));
+  for (auto& [sequence, stream] : running_) stream->execution_ns += share;
+  for (const llm::TokenEvent& event : *events) {
+    auto it = running_.find(event.sequence);
+    if (it == running_.end()) continue;
+    Stream& stream = *it->second;
+    if (event.finish != llm::FinishReason::kCancelled) {
+      api::v1::SampledTokenInfo* token = stream.pending.add_tokens();
+      token->set_id(event.token.id);
+      if (stream.r.request.sampling().logprobs()) {
+        token->set_logprob(event.token.logprob);
+        for (const llm::TokenLogprob& top : event.token.top) {
+          api::v1::TokenLogprob* t = token->add_top();
+          t->set_id(top.id);
+          t->set_logprob(top.logprob);
+        }
+      }
+      stream.pending.mutable_text()->append(event.text);
+      ++stream.pending_tokens;
+      ++stream.tokens;
+    }
+    if (event.finish != llm::FinishReason::kNone) {
+      Finish(stream, event);
+      running_.erase(it);
+    } else if (stream.pending_tokens >= stream.tokens_per_chunk) {
+      Send(stream, stream.pending, /*final=*/false, nullptr);
+      stream.pending.Clear();
+      stream.pending_tokens = 0;
+    }
+  }
+}
+
+void GenerationService::Worker::Finish(Stream& stream, const llm::TokenEvent& event) {
+  if (!stream.cut.ok()) {
+    Fail(stream, stream.cut);
+    return;
+  }
+  GenerateChunk& last = stream.pending;
+  last.set_finish_reason(std::string(llm::FinishReasonName(event.finish)));
+  last.mutable_usage()->set_prompt_tokens(stream.prompt_tokens);
+  last.mutable_usage()->set_cached_tokens(static_cast<uint64_t>(event.cached_tokens));
+  last.mutable_usage()->set_completion_tokens(static_cast<uint64_t>(event.completion_tokens));
+  std::optional<boundary::v1::SignedUsageReceipt> receipt =
+      service_->Receipt(stream, /*ran=*/event.finish != llm::FinishReason::kCancelled,
+              static_cast<uint64_t>(event.cached_tokens),
+              static_cast<uint64_t>(event.completion_tokens));
+  if (receipt) {
+    last.set_receipt(receipt->receipt());
+    last.set_receipt_signature(receipt->signature());
+  }
+  Send(stream, last, /*final=*/true, receipt ? &*receipt : nullptr);
+}
+
+void GenerationService::Fail(Stream& stream, const absl::Status& status) {
+  // Tokens already sampled but not yet sent are dropped: an error chunk carries no text.
+  stream.pending.Clear();
+  GenerateChunk chunk;
+  chunk.set_code(static_cast<int>(status.code()));
+  chunk.set_message(std::string(status.message()));
+  chunk.set_reason(proto::ReasonOf(status));
+  std::optional<boundary::v1::SignedUsageReceipt> receipt =
+      Receipt(stream, /*ran=*/false, 0, stream.tokens);
+  if (receipt) {
+    chunk.set_receipt(receipt->receipt());
+    chunk.set_receipt_signature(receipt->signature());
+  }
+  Send(stream, chunk, /*final=*/true, receipt ? &*receipt : nullptr);
+}
+
+std::optional<boundary::v1::SignedUsageReceipt> GenerationService::Receipt(
+    const Stream& stream, bool ran, uint64_t cached, uint64_t completion) {
+  boundary::v1::UsageCounters usage;
+  usage.set_batches(1);
+  usage.set_sequences(1);
+  (ran ? usage.set_requests(1) : usage.set_failed_requests(1));
+  usage.set_prompt_tokens(stream.added ? stream.prompt_tokens : 0);
+  usage.set_cached_tokens(cached);
+  usage.set_completion_tokens(completion);
+  usage.set_execution_ns(static_cast<uint64_t>(stream.execution_ns));
+  if (stream.r.model == nullptr) return std::nullopt;  // refused before a model was found
+  boundary::v1::UsageReceipt receipt =
+      usage_->Record(stream.r.tenant_id, stream.r.model->handle, usage);
+  receipt.set_model_digest(stream.r.model->info.digest());
+  std::string serialized = receipt.SerializeAsString();
+  absl::StatusOr<Bytes> signature =
+      crypto::SignUsageReceipt(signing_seed_->span(), AsBytes(serialized));
+  if (!signature.ok()) {
+    Log(LogLevel::kError, "receipt_signing_failed",
+        {{"reason", std::string(signature.status().message())}});
+    return std::nullopt;
+  }
+  boundary::v1::SignedUsageReceipt signed_receipt;
+  signed_receipt.set_receipt(std::move(serialized));
+  signed_receipt.set_signature(ToString(*signature));
+  return signed_receipt;
+}
+
+bool GenerationService::Send(Stream& stream, GenerateChunk& chunk, bool final,
+                                     const boundary::v1::SignedUsageReceipt* receipt) {
+  if (stream.ended) return false;
+  EnclaveToHost frame;
+  frame.set_call_id(stream.r.call_id);
+  boundary::v1::GenerateResult& result = *frame.mutable_generate();
+  result.set_request_id(stream.r.request_id);
+  result.set_chunk(stream.next_chunk);
+  result.set_final(final);
+  PadChunk(chunk, stream.pad_to);
+  const crypto::MessageHeader header{crypto::MessageKind::kGenerateChunk, stream.r.request_id,
+                                     stream.r.model_handle, stream.next_chunk, final};
+  std::string& buffer = *result.mutable_ciphertext();
+  absl::StatusOr<std::span<uint8_t>> message = proto::SerializeForSealing(chunk, buffer);
+  proto::WipeMessage(chunk);
+  absl::StatusOr<uint64_t> sequence =
+      message.ok() ? stream.r.session->SealInPlace(header, *message) : message.status();
+  if (!sequence.ok()) {
+    // No key to seal under any more (the session ran out of messages): the host ends the
+    // stream with this status, which is the last frame; the sequence leaves at the next step.
+    proto::WipeString(buffer);
+    frame.clear_generate();
+    proto::SetBoundaryStatus(sequence.status(), *frame.mutable_status());
+    stream.ended = true;
+    Forget(stream);
+    stream.r.sink->Write(frame);
+    return false;
+  }
+  result.set_sequence(*sequence);
+  if (receipt != nullptr) *result.mutable_receipt() = *receipt;
+  ++stream.next_chunk;
+  if (final) {
+    // Forgotten first, so that a cancel that follows the final frame finds nothing.
+    stream.ended = true;
+    Forget(stream);
+  }
+  stream.r.sink->Write(frame);
+  return true;
+}
+
+void GenerationService::Forget(const Stream& stream) {
+  absl::MutexLock lock(&mu_);
+  calls_.erase(stream.r.call_id);
+}
+
+GenerationService::GenerationService(const SecretBytes* signing_seed, UsageLedger* usage,
+                                     Clock* clock, GenerationOptions options)
+    : signing_seed_(signing_seed), usage_(usage), clock_(clock), options_(options) {}
+
+GenerationService::~GenerationService() {
+  std::map<std::string, std::unique_ptr<Worker>> workers;
+  {
+    absl::MutexLock lock(&mu_);
+    workers.swap(workers_);
+  }
+  workers.clear();  // each ends its streams and joins its thread
+}
+
+void GenerationService::Start(Request request) {
+  auto stream = std::make_unique<Stream>();
+  const api::v1::StreamShape& shape = request.request.shape();
+  stream->pad_to = shape.pad_to() == 0 ? kDefaultChunkPadding : shape.pad_to();
+  stream->tokens_per_chunk = std::max<uint32_t>(shape.tokens_per_chunk(), 1);
+  stream->r = std::move(request);
+  if (!stream->r.refusal.ok()) {
+    // Opened, so sealed to the tenant; never reaches a worker.
+    const absl::Status refusal = stream->r.refusal;
+    Fail(*stream, refusal);
+    return;
+  }
+  Worker* worker;
+  {
+    absl::MutexLock lock(&mu_);
+    if (calls_.count(stream->r.call_id) != 0) {
+      // Not this call's stream to answer: a duplicate id is the host's mistake.
+      Log(LogLevel::kWarning, "generate_call_id_reused",
+          {{"call_id", static_cast<int64_t>(stream->r.call_id)}});
+      EnclaveToHost frame;
+      frame.set_call_id(stream->r.call_id);
+      proto::SetBoundaryStatus(
+          absl::InvalidArgumentError("a generation with this call id is already running"),
+          *frame.mutable_status());
+      stream->r.sink->Write(frame);
+      return;
+    }
+    std::unique_ptr<Worker>& slot = workers_[stream->r.model_handle];
+    if (slot == nullptr) slot = std::make_unique<Worker>(this);
+    worker = slot.get();
+    calls_[stream->r.call_id] = worker;
+  }
+  worker->Add(std::move(stream));
+}
+
+bool GenerationService::Cancel(uint64_t call_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = calls_.find(call_id);
+  if (it == calls_.end()) return false;
+  it->second->Cancel(call_id);
+  return true;
+}
+
+size_t GenerationService::active() {
+  absl::MutexLock lock(&mu_);
+  return calls_.size();
+}
+
+}  // namespace cloister::enclave

@@ -1,0 +1,113 @@
+// GenerationService: the enclave's side of Generate (docs/PROTOCOL.md, "Generation streams").
+// Each LLM that has a generation running gets one worker thread that owns an llm::Generator
+// over it and steps it in a loop: new sequences join between steps, every step's tokens are
+// detokenized there, gathered into chunks (StreamShape), padded, sealed to the tenant's session
+// with the stream's place bound in the associated data, and written to the host as one
+// GenerateResult frame each. The final chunk carries the finish reason, usage and the signed
+// usage receipt of the request. Cancel (the host's CancelCall) and a passed deadline take a
+// sequence out before the next step; its KV blocks are scrubbed and freed by the Generator.
+//
+// Errors decided after a request opened (a prompt past the context, a bad sampling value, an
+// engine failure) end the stream with a sealed final chunk that carries them; the caller
+// handles requests that did not open.
+//
+// Threading: Start and Cancel are thread-safe and never wait for a step. Frames are written
+// from the model's worker thread. The destructor ends every open stream with a sealed
+// UNAVAILABLE chunk and joins the workers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include <map>
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "base/secret_bytes.h"
+#include "cloister/api/v1/api.pb.h"
+#include "cloister/boundary/v1/boundary.pb.h"
+#include "enclave/accounting/usage_ledger.h"
+#include "enclave/boundary/boundary_server.h"
+#include "enclave/llm/generator.h"
+#include "enclave/models/model_store.h"
+#include "enclave/session/session_manager.h"
+
+namespace cloister::enclave {
+
+struct GenerationOptions {
+  int threads = 1;            // each model's CPU engine
+  int max_sequences = 16;     // running at once per model; more wait in the Generator's queue
+  int max_step_tokens = 512;  // tokens one step may carry (decode first, then prefill chunks)
+};
+
+// The default StreamShape.pad_to: every chunk's plaintext a multiple of this many bytes.
+inline constexpr uint32_t kDefaultChunkPadding = 256;
+
+class GenerationService {
+ public:
+  GenerationService(const SecretBytes* signing_seed, UsageLedger* usage, Clock* clock,
+                    GenerationOptions options);
+  ~GenerationService();
+  GenerationService(const GenerationService&) = delete;
+  GenerationService& operator=(const GenerationService&) = delete;
+
+  // One opened request: everything the stream needs, the request's plaintext already parsed.
+  struct Request {
+    uint64_t call_id = 0;
+    std::string tenant_id;
+    std::shared_ptr<Session> session;
+    std::string request_id;    // the item's, bound in every chunk with the model handle
+    std::string model_handle;
+    // The model, or why the request is refused (sent as the stream's only chunk).
+    std::shared_ptr<const StoredModel> model;
+    absl::Status refusal;
+    api::v1::GenerateRequest request;
+    uint64_t max_tokens_limit = 0;  // the host's cap (GenerateLimits.max_tokens); 0: none
+    llm::Priority priority = llm::Priority::kStandard;  // and the tenant's class and weight
+    double weight = 1;
+    std::optional<absl::Time> deadline;
+    std::shared_ptr<FrameSink> sink;
+  };
+
+  // Starts the stream: from here on every outcome, an error included, is a sealed chunk on
+  // request.sink ending in one final chunk. A call id already running is refused the same way.
+  void Start(Request request) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Cancels the generation of `call_id`; false when it is not running (it ended, or never was).
+  bool Cancel(uint64_t call_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Streams running or waiting, over all models.
+  size_t active() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  class Worker;
+  struct Stream;
+
+  // Seals `chunk` as the stream's next chunk and writes it; final ends the stream. False when
+  // it could not be sealed (the host then gets the error as the stream's last frame).
+  bool Send(Stream& stream, api::v1::GenerateChunk& chunk, bool final,
+            const boundary::v1::SignedUsageReceipt* receipt) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends a stream with an error chunk (and its receipt, when a model was found).
+  void Fail(Stream& stream, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Signs the stream's usage; nothing without a model, or on failure (logged).
+  std::optional<boundary::v1::SignedUsageReceipt> Receipt(const Stream& stream, bool ran,
+                                                          uint64_t cached, uint64_t completion);
+  void Forget(const Stream& stream) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const SecretBytes* const signing_seed_;
+  UsageLedger* const usage_;
+  Clock* const clock_;
+  const GenerationOptions options_;
+  absl::Mutex mu_;
+  // Per model handle (the generator's weights are that model's).
+  std::map<std::string, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+  // Which worker runs each call id.
+  std::map<uint64_t, Worker*> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cloister::enclave

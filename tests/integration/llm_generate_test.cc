@@ -1,0 +1,368 @@
+// Generate through the in-process enclave, as cloisterd relays it (docs/PROTOCOL.md,
+// "Generation streams"): the shared tiny model uploaded as a package, each reference prompt
+// (chat prompts as messages rendered by the model's template in the enclave, plain prompts as
+// text) generated greedily gives exactly its reference ids, in chunks numbered from 0 with one
+// final chunk that carries usage and a receipt the enclave's key verifies; chunks are padded to
+// their bucket; several streams at once each give their own ids; cancel stops a stream;
+// errors decided after opening come sealed; a request that does not open is refused unsealed.
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "attest/policy.h"
+#include "base/clock.h"
+#include "base/file.h"
+#include "crypto/hash.h"
+#include "crypto/receipt.h"
+#include "enclave/enclave.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdk/model_dir.h"
+#include "tests/support/enclave_tenant.h"
+#include "tests/support/temp_dir.h"
+
+namespace cloister::testing {
+namespace {
+
+using boundary::v1::EnclaveToHost;
+using boundary::v1::HostToEnclave;
+using ::testing::HasSubstr;
+
+const std::string kTinyLlama = std::string(CLOISTER_SHARED_DIR) + "/models/llm/tiny-llama";
+
+// Frames the enclave streams, as the host's reader would get them.
+class CapturingSink : public enclave::FrameSink {
+ public:
+  void Write(const EnclaveToHost& frame) override {
+    absl::MutexLock lock(&mu_);
+    frames_.push_back(frame);
+  }
+  // The frames of `call_id` once its last one came (final, or an unsealed error).
+  std::vector<EnclaveToHost> WaitForEnd(uint64_t call_id) {
+    absl::MutexLock lock(&mu_);
+    auto ended = [&] {
+      for (const auto& f : frames_) {
+        if (f.call_id() == call_id && (f.status().code() != 0 || f.generate().final())) return true;
+      }
+      return false;
+    };
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(120)));
+    std::vector<EnclaveToHost> out;
+    for (const auto& f : frames_) {
+      if (f.call_id() == call_id) out.push_back(f);
+    }
+    return out;
+  }
+  // Waits for the first frame of `call_id`.
+  void WaitForAny(uint64_t call_id) {
+    absl::MutexLock lock(&mu_);
+    auto any = [&] {
+      for (const auto& f : frames_) {
+        if (f.call_id() == call_id) return true;
+      }
+      return false;
+    };
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&any), absl::Seconds(60)));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<EnclaveToHost> frames_;
+};
+
+struct Stream {
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<api::v1::GenerateChunk> chunks;
+  absl::Status unsealed;  // a frame with a boundary status
+};
+
+class LlmGenerateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("cloister-llm-generate-test");
+    enclave::EnclaveOptions options;
+    options.sim_dir = dir_ + "/sim";
+    options.dev_policy_out = dir_ + "/dev-policy.yaml";
+    options.measurement = crypto::Sha384(AsBytes("llm generate test"));
+    options.generation.threads = 2;
+    auto made = enclave::Enclave::Create(std::move(options));
+    ASSERT_TRUE(made.ok()) << made.status();
+    enclave_ = *std::move(made);
+    auto policy = attest::LoadPolicyFile(dir_ + "/dev-policy.yaml");
+    ASSERT_TRUE(policy.ok()) << policy.status();
+    tenant_ = std::make_unique<EnclaveTenant>(enclave_.get(), "alpha", *policy);
+    ASSERT_TRUE(tenant_->attestation().ok()) << tenant_->attestation();
+    ASSERT_TRUE(tenant_->Open().ok());
+    auto package = sdk::PackModelDir(kTinyLlama, uint64_t{256} << 20);
+    ASSERT_TRUE(package.ok()) << package.status();
+    digest_ = HexEncode(crypto::Sha256(*package));
+    HostToEnclave load = tenant_->LoadCall("tiny", ToString(*package));
+    EnclaveToHost loaded = enclave_->Handle(load);
+    ASSERT_EQ(loaded.status().code(), 0) << loaded.status().message();
+    ASSERT_TRUE(tenant_
+                    ->OpenReply(crypto::MessageKind::kLoadModel, load.load_model().request(),
+                                loaded.load_model().reply())
+                    .ok());
+    auto text = ReadFile(kTinyLlama + "/reference.json", 16 << 20);
+    ASSERT_TRUE(text.ok());
+    references_ = nlohmann::json::parse(*text);
+  }
+
+  // Sends one GenerateCall (call id `call_id`) for model `name`; its sealed item.
+  boundary::v1::ForwardedRequest Send(uint64_t call_id, const api::v1::GenerateRequest& request,
+                                      const std::string& name = "tiny", uint64_t limit = 0,
+                                      std::optional<absl::Duration> time_left = std::nullopt) {
+    HostToEnclave call;
+    call.set_call_id(call_id);
+    call.mutable_generate()->set_tenant_id("alpha");
+    *call.mutable_generate()->mutable_request() =
+        tenant_->Seal(crypto::MessageKind::kGenerate, tenant_->Handle(name), request);
+    if (time_left) {
+      call.mutable_generate()->mutable_request()->mutable_time_left()->set_nanos(
+          static_cast<int32_t>(absl::ToInt64Nanoseconds(*time_left)));
+    }
+    call.mutable_generate()->mutable_limits()->set_max_tokens(limit);
+    boundary::v1::ForwardedRequest item = call.generate().request();
+    std::optional<EnclaveToHost> reply = enclave_->Handle(call, sink_);
+    if (reply) sink_->Write(*reply);  // as the boundary server does
+    return item;
+  }
+
+  // Reads call `call_id`'s stream, checking its shape as the SDK does: numbered from 0, one
+  // final chunk at the end, every chunk opening and padded to `pad_to`.
+  Stream Read(uint64_t call_id, const boundary::v1::ForwardedRequest& item, uint32_t pad_to = 256) {
+    Stream out;
+    std::vector<EnclaveToHost> frames = sink_->WaitForEnd(call_id);
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const EnclaveToHost& frame = frames[i];
+      if (frame.status().code() != 0) {
+        EXPECT_EQ(i + 1, frames.size());
+        out.unsealed = absl::Status(static_cast<absl::StatusCode>(frame.status().code()),
+                                    frame.status().message());
+        break;
+      }
+      const boundary::v1::GenerateResult& result = frame.generate();
+      EXPECT_EQ(result.chunk(), i);
+      EXPECT_EQ(result.final(), i + 1 == frames.size());
+      EXPECT_EQ(result.request_id(), item.request_id());
+      if (pad_to > 1) EXPECT_EQ((result.ciphertext().size() - 16) % pad_to, 0u);
+      absl::StatusOr<api::v1::GenerateChunk> chunk = tenant_->OpenChunk(item, result);
+      EXPECT_TRUE(chunk.ok()) << chunk.status();
+      if (!chunk.ok()) break;
+      for (const auto& token : chunk->tokens()) out.ids.push_back(token.id());
+      out.text += chunk->text();
+      out.chunks.push_back(*chunk);
+      if (result.final() && chunk->code() == 0) {
+        EXPECT_TRUE(result.has_receipt());
+        EXPECT_EQ(result.receipt().receipt(), chunk->receipt());
+      }
+    }
+    return out;
+  }
+
+  api::v1::GenerateRequest Greedy(const nlohmann::json& prompt) {
+    api::v1::GenerateRequest request;
+    if (prompt["kind"] == "chat") {
+      for (const auto& m : prompt["messages"]) {
+        api::v1::ChatMessage* message = request.mutable_chat()->add_messages();
+        message->set_role(m["role"].get<std::string>());
+        message->set_content(m["content"].get<std::string>());
+      }
+    } else {
+      request.set_text(prompt["text"].get<std::string>());
+    }
+    request.mutable_sampling()->set_temperature(0);
+    request.set_max_tokens(references_["generation"]["max_new_tokens"].get<uint64_t>());
+    return request;
+  }
+
+  std::string dir_;
+  std::unique_ptr<enclave::Enclave> enclave_;
+  std::unique_ptr<EnclaveTenant> tenant_;
+  std::shared_ptr<CapturingSink> sink_ = std::make_shared<CapturingSink>();
+  std::string digest_;
+  nlohmann::json references_;
+};
+
+TEST_F(LlmGenerateTest, EveryReferencePromptGivesItsIdsWithUsageAndAVerifiedReceipt) {
+  uint64_t call_id = 100;
+  for (const auto& prompt : references_["prompts"]) {
+    SCOPED_TRACE(prompt["name"].get<std::string>());
+    ++call_id;
+    boundary::v1::ForwardedRequest item = Send(call_id, Greedy(prompt));
+    Stream stream = Read(call_id, item);
+    ASSERT_TRUE(stream.unsealed.ok()) << stream.unsealed;
+    ASSERT_FALSE(stream.chunks.empty());
+    const api::v1::GenerateChunk& last = stream.chunks.back();
+    ASSERT_EQ(last.code(), 0) << last.message();
+    EXPECT_EQ(stream.ids, prompt["generated_ids"].get<std::vector<int32_t>>());
+    EXPECT_EQ(last.usage().prompt_tokens(), prompt["prompt_ids"].size());
+    EXPECT_EQ(last.usage().completion_tokens(), stream.ids.size());
+    EXPECT_THAT(last.finish_reason(), ::testing::AnyOf("stop", "length"));
+    // One chunk per token (the default shape), the last token with the finish.
+    EXPECT_EQ(stream.chunks.size(), stream.ids.size());
+
+    ASSERT_TRUE(crypto::VerifyUsageReceipt(enclave_->signing_public_key(),
+                                           AsBytes(last.receipt()),
+                                           AsBytes(last.receipt_signature()))
+                    .ok());
+    boundary::v1::UsageReceipt receipt;
+    ASSERT_TRUE(receipt.ParseFromString(last.receipt()));
+    EXPECT_EQ(receipt.tenant_id(), "alpha");
+    EXPECT_EQ(receipt.model_digest(), digest_);
+    EXPECT_EQ(receipt.batch().sequences(), 1u);
+    EXPECT_EQ(receipt.batch().requests(), 1u);
+    EXPECT_EQ(receipt.batch().prompt_tokens(), prompt["prompt_ids"].size());
+    EXPECT_EQ(receipt.batch().completion_tokens(), stream.ids.size());
+    EXPECT_GT(receipt.batch().execution_ns(), 0u);
+  }
+}
+
+TEST_F(LlmGenerateTest, StreamsAtOnceEachGiveTheirOwnIds) {
+  const auto& prompts = references_["prompts"];
+  std::vector<boundary::v1::ForwardedRequest> items;
+  for (size_t i = 0; i < prompts.size(); ++i) items.push_back(Send(200 + i, Greedy(prompts[i])));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Stream stream = Read(200 + i, items[i]);
+    EXPECT_EQ(stream.ids, prompts[i]["generated_ids"].get<std::vector<int32_t>>()) << i;
+  }
+}
+
+TEST_F(LlmGenerateTest, ShapesGroupTokensAndPadToTheirBucket) {
+  api::v1::GenerateRequest request = Greedy(references_["prompts"][4]);
+  request.mutable_shape()->set_tokens_per_chunk(5);
+  request.mutable_shape()->set_pad_to(64);
+  Stream stream = Read(300, Send(300, request), 64);
+  EXPECT_EQ(stream.ids, references_["prompts"][4]["generated_ids"].get<std::vector<int32_t>>());
+  ASSERT_EQ(stream.chunks.size(), (stream.ids.size() + 4) / 5);
+  for (size_t i = 0; i + 1 < stream.chunks.size(); ++i) EXPECT_EQ(stream.chunks[i].tokens_size(), 5);
+  EXPECT_EQ(stream.text, references_["prompts"][4]["generated_text"].get<std::string>());
+}
+
+TEST_F(LlmGenerateTest, CancelEndsTheStreamAsCancelled) {
+  api::v1::GenerateRequest request;
+  request.set_text("The meaning of life");
+  request.set_max_tokens(500);
+  request.set_ignore_eos(true);
+  boundary::v1::ForwardedRequest item = Send(400, request);
+  sink_->WaitForAny(400);
+  HostToEnclave cancel;
+  cancel.set_call_id(401);
+  cancel.mutable_cancel()->set_target_call_id(400);
+  std::optional<EnclaveToHost> answer = enclave_->Handle(cancel, sink_);
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->status().code(), 0);
+  EXPECT_TRUE(answer->cancel().found());
+  Stream stream = Read(400, item);
+  ASSERT_FALSE(stream.chunks.empty());
+  EXPECT_EQ(stream.chunks.back().finish_reason(), "cancelled");
+  EXPECT_LT(stream.ids.size(), 500u);
+  // Cancelling again finds nothing.
+  cancel.set_call_id(402);
+  EXPECT_FALSE(enclave_->Handle(cancel, sink_)->cancel().found());
+}
+
+TEST_F(LlmGenerateTest, ADeadlineCutsTheStreamShortWithASealedError) {
+  api::v1::GenerateRequest request;
+  request.set_text("The meaning of life");
+  request.set_max_tokens(500);
+  request.set_ignore_eos(true);
+  Stream stream = Read(450, Send(450, request, "tiny", 0, absl::Milliseconds(20)));
+  ASSERT_FALSE(stream.chunks.empty());
+  const api::v1::GenerateChunk& last = stream.chunks.back();
+  EXPECT_EQ(last.code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded)) << last.message();
+  EXPECT_THAT(last.message(), HasSubstr("generation passed its deadline after"));
+  EXPECT_LT(stream.ids.size(), 500u);
+  // Its receipt counts it as failed, with the tokens it used.
+  boundary::v1::UsageReceipt receipt;
+  ASSERT_TRUE(receipt.ParseFromString(last.receipt()));
+  EXPECT_EQ(receipt.batch().failed_requests(), 1u);
+  EXPECT_EQ(receipt.batch().completion_tokens(), stream.ids.size());
+}
+
+TEST_F(LlmGenerateTest, ErrorsAfterOpeningComeSealedInTheFinalChunk) {
+  struct Case {
+    std::string what;
+    api::v1::GenerateRequest request;
+    std::string model = "tiny";
+    uint64_t limit = 0;
+    absl::StatusCode code;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  {
+    Case c{"no prompt", {}, "tiny", 0, absl::StatusCode::kInvalidArgument, "has no prompt"};
+    cases.push_back(c);
+  }
+  {
+    Case c{"past the context", {}, "tiny", 0, absl::StatusCode::kInvalidArgument,
+           "runs past the model's context"};
+    c.request.set_text("hello");
+    c.request.set_max_tokens(100000);
+    cases.push_back(c);
+  }
+  {
+    Case c{"over the tenant's cap", {}, "tiny", 8, absl::StatusCode::kResourceExhausted,
+           "max_tokens 9 is over the tenant's limit of 8"};
+    c.request.set_text("hello");
+    c.request.set_max_tokens(9);
+    cases.push_back(c);
+  }
+  {
+    Case c{"bad temperature", {}, "tiny", 0, absl::StatusCode::kInvalidArgument, "temperature"};
+    c.request.set_text("hello");
+    c.request.mutable_sampling()->set_temperature(3);
+    cases.push_back(c);
+  }
+  {
+    Case c{"unknown model", {}, "nope", 0, absl::StatusCode::kNotFound, "model not found"};
+    c.request.set_text("hello");
+    cases.push_back(c);
+  }
+  uint64_t call_id = 500;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ++call_id;
+    Stream stream = Read(call_id, Send(call_id, c.request, c.model, c.limit));
+    ASSERT_TRUE(stream.unsealed.ok()) << stream.unsealed;
+    ASSERT_EQ(stream.chunks.size(), 1u);
+    EXPECT_EQ(stream.chunks[0].code(), static_cast<int>(c.code)) << stream.chunks[0].message();
+    EXPECT_THAT(stream.chunks[0].message(), HasSubstr(c.message));
+    EXPECT_TRUE(stream.ids.empty());
+  }
+  // The engine still serves after all that.
+  Stream fine = Read(600, Send(600, Greedy(references_["prompts"][3])));
+  EXPECT_EQ(fine.ids, references_["prompts"][3]["generated_ids"].get<std::vector<int32_t>>());
+}
+
+TEST_F(LlmGenerateTest, ARequestThatDoesNotOpenIsRefusedUnsealed) {
+  HostToEnclave call;
+  call.set_call_id(700);
+  call.mutable_generate()->set_tenant_id("alpha");
+  api::v1::GenerateRequest request;
+  request.set_text("hello");
+  *call.mutable_generate()->mutable_request() =
+      tenant_->Seal(crypto::MessageKind::kGenerate, tenant_->Handle("tiny"), request);
+  (*call.mutable_generate()->mutable_request()->mutable_ciphertext())[0] ^= 1;
+  std::optional<EnclaveToHost> reply = enclave_->Handle(call, sink_);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status().code(), static_cast<int>(absl::StatusCode::kDataLoss));
+  // Sealed as another kind (an Infer request replayed as a generation): refused too.
+  HostToEnclave other = call;
+  other.set_call_id(701);
+  *other.mutable_generate()->mutable_request() =
+      tenant_->Seal(crypto::MessageKind::kInfer, tenant_->Handle("tiny"), request);
+  reply = enclave_->Handle(other, sink_);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_NE(reply->status().code(), 0);
+  // Without a streaming boundary a generation is refused in its one reply.
+  HostToEnclave plain = call;
+  plain.set_call_id(702);
+  EXPECT_EQ(enclave_->Handle(plain).status().code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace cloister::testing
