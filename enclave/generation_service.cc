@@ -132,86 +132,28 @@ struct GenerationService::Stream {
   bool ended = false;
 };
 
-// The thread that owns one model's Generator.
-class GenerationService::Worker {
- public:
-  explicit Worker(GenerationService* service) : service_(service) {}
-  ~Worker() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    if (thread_.joinable()) thread_.join();
-  }
-
-  void Add(std::unique_ptr<Stream> stream) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    incoming_.push_back(std::move(stream));
-    if (!running_thread_) {
-      // The last thread (if any) ended after its last look at mu_: joining it is quick.
-      if (thread_.joinable()) thread_.join();
-      running_thread_ = true;
-      thread_ = std::thread([this] { Loop(); });
-    }
-  }
-
-  void Cancel(uint64_t call_id) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    cancels_.push_back(call_id);
-  }
-
- private:
-  bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !incoming_.empty() || !cancels_.empty();
-  }
-
-  void Loop();
-  void Admit(std::unique_ptr<Stream> stream);
-  void Step();
-  // Ends a stream whose sequence finished.
-  void Finish(Stream& stream, const llm::TokenEvent& event);
-  void Fail(Stream& stream, const absl::Status& status) { service_->Fail(stream, status); }
-  // Sends a chunk; a chunk that could not be sealed ends the stream, and its sequence leaves.
-  void Send(Stream& stream, GenerateChunk& chunk, bool final,
-            const boundary::v1::SignedUsageReceipt* receipt) {
-    if (!service_->Send(stream, chunk, final, receipt) && !final && generator_) {
-      generator_->Cancel(stream.sequence);
-    }
-  }
-
-  GenerationService* const service_;
-  absl::Mutex mu_;
-  std::deque<std::unique_ptr<Stream>> incoming_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool running_thread_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // started and joined under mu_ (Add) or by the destructor
-
-  // The worker thread's own: the model and its generator while there is work, and the
-  // sequences in it.
-  std::shared_ptr<const StoredModel> model_;
-  std::unique_ptr<llm::Generator> generator_;
-  std::map<uint64_t, std::unique_ptr<Stream>> running_;
+// One model's generator and the streams in it. Owned by the stepping thread.
+struct GenerationService::Engine {
+  std::shared_ptr<const StoredModel> model;
+  std::unique_ptr<llm::Generator> generator;
+  std::map<uint64_t, std::unique_ptr<Stream>> running;  // by the Generator's sequence id
+  absl::Time idle_since = absl::InfinitePast();
 };
 
-void GenerationService::Worker::Loop() {
-  absl::Time idle_since = absl::Now();
+void GenerationService::Loop() {
   while (true) {
     std::deque<std::unique_ptr<Stream>> incoming;
     std::vector<uint64_t> cancels;
     bool stopping;
     {
       absl::MutexLock lock(&mu_);
-      if (running_.empty()) {
-        // Nothing to step: wait for work, and let the generator and the model go when none
-        // comes for a while.
-        if (!mu_.AwaitWithDeadline(absl::Condition(this, &Worker::HasWorkLocked),
-                                   idle_since + kIdleRelease)) {
-          running_thread_ = false;
-          generator_.reset();
-          model_.reset();
-          return;
-        }
+      bool busy = false;
+      for (const auto& [handle, engine] : engines_) busy |= !engine->generator->idle();
+      if (!busy) {
+        // Nothing to step: wait for work, and let generators (their KV caches) and models go
+        // when none comes for a while.
+        mu_.AwaitWithTimeout(absl::Condition(this, &GenerationService::HasWorkLocked),
+                             kIdleRelease);
       }
       incoming.swap(incoming_);
       cancels.swap(cancels_);
@@ -219,59 +161,94 @@ void GenerationService::Worker::Loop() {
     }
     for (auto& stream : incoming) Admit(std::move(stream));
     for (uint64_t call_id : cancels) {
-      for (auto& [sequence, stream] : running_) {
-        if (stream->r.call_id == call_id && generator_) generator_->Cancel(sequence);
+      for (auto& [handle, engine] : engines_) {
+        for (auto& [sequence, stream] : engine->running) {
+          if (stream->r.call_id == call_id) engine->generator->Cancel(sequence);
+        }
       }
     }
     if (stopping) {
-      for (auto& [sequence, stream] : running_) {
-        Fail(*stream, proto::WithReason(absl::UnavailableError("the enclave worker is stopping"),
-                                        api::v1::WORKER_EXITED));
+      for (auto& [handle, engine] : engines_) {
+        for (auto& [sequence, stream] : engine->running) {
+          Fail(*stream, proto::WithReason(absl::UnavailableError("the enclave worker is stopping"),
+                                          api::v1::WORKER_EXITED));
+        }
       }
-      running_.clear();
-      generator_.reset();
-      model_.reset();
+      engines_.clear();
       return;
     }
-    const absl::Time now = service_->clock_->Now();
-    for (auto& [sequence, stream] : running_) {
-      if (stream->cut.ok() && stream->r.deadline && now >= *stream->r.deadline) {
-        stream->cut = absl::DeadlineExceededError(
-            absl::StrCat("generation passed its deadline after ", stream->tokens, " tokens"));
-        generator_->Cancel(sequence);
+    const absl::Time now = clock_->Now();
+    for (auto& [handle, engine] : engines_) {
+      for (auto& [sequence, stream] : engine->running) {
+        if (stream->cut.ok() && stream->r.deadline && now >= *stream->r.deadline) {
+          stream->cut = absl::DeadlineExceededError(
+              absl::StrCat("generation passed its deadline after ", stream->tokens, " tokens"));
+          engine->generator->Cancel(sequence);
+        }
       }
     }
-    if (!running_.empty()) Step();
-    if (running_.empty()) idle_since = absl::Now();
+    // The model whose next sequence ranks first (class, then its tenant's service) steps.
+    Engine* next = nullptr;
+    std::optional<llm::Generator::Rank> best;
+    for (auto& [handle, engine] : engines_) {
+      std::optional<llm::Generator::Rank> rank = engine->generator->next_rank();
+      if (rank && (!best || *rank < *best)) {
+        best = rank;
+        next = engine.get();
+      }
+    }
+    if (next != nullptr) Step(*next);
+    const absl::Time wall = absl::Now();
+    for (auto it = engines_.begin(); it != engines_.end();) {
+      Engine& engine = *it->second;
+      if (!engine.generator->idle()) {
+        engine.idle_since = absl::InfinitePast();
+      } else if (engine.idle_since == absl::InfinitePast()) {
+        engine.idle_since = wall;
+      }
+      if (engine.generator->idle() && wall - engine.idle_since >= kIdleRelease) {
+        it = engines_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 }
 
-void GenerationService::Worker::Admit(std::unique_ptr<Stream> stream) {
+bool GenerationService::HasWorkLocked() const {
+  return stopping_ || !incoming_.empty() || !cancels_.empty();
+}
+
+void GenerationService::Admit(std::unique_ptr<Stream> stream) {
   const auto& model = stream->r.model;
-  if (model_ != nullptr && model_ != model) {
-    // The worker is keyed by handle; a model reloaded under the same handle starts afresh once
-    // the old one's sequences are done. Until then it waits behind them.
-    if (!running_.empty()) {
+  std::unique_ptr<Engine>& slot = engines_[stream->r.model_handle];
+  if (slot != nullptr && slot->model != model) {
+    // A model reloaded under the same handle starts afresh once the old one's sequences are
+    // done; a request that comes before then is refused.
+    if (!slot->running.empty()) {
       Fail(*stream, absl::UnavailableError("the model was reloaded; send the request again"));
       return;
     }
-    generator_.reset();
-    model_.reset();
+    slot.reset();
   }
-  if (generator_ == nullptr) {
+  if (slot == nullptr) {
     llm::GeneratorOptions options;
-    options.threads = service_->options_.threads;
-    options.max_sequences = service_->options_.max_sequences;
-    options.max_step_tokens = service_->options_.max_step_tokens;
+    options.threads = options_.threads;
+    options.max_sequences = options_.max_sequences;
+    options.max_step_tokens = options_.max_step_tokens;
+    options.counters = counters_;
     absl::StatusOr<std::unique_ptr<llm::Generator>> generator =
         llm::Generator::Create(*model->llm, options);
     if (!generator.ok()) {
+      engines_.erase(stream->r.model_handle);
       Fail(*stream, generator.status());
       return;
     }
-    generator_ = *std::move(generator);
-    model_ = model;
+    slot = std::make_unique<Engine>();
+    slot->model = model;
+    slot->generator = *std::move(generator);
   }
+  Engine& engine = *slot;
   const api::v1::GenerateRequest& request = stream->r.request;
   const llm::Model& llm = *model->llm;
   absl::StatusOr<std::vector<int32_t>> prompt = PromptIds(llm, request);
@@ -309,38 +286,36 @@ void GenerationService::Worker::Admit(std::unique_ptr<Stream> stream) {
   Bytes salt = ToBytes(kPrefixSaltLabel);
   AppendLengthPrefixed(salt, stream->r.session->identity_public_key());
   g.prefix_salt = crypto::Sha256(salt);
-  absl::StatusOr<uint64_t> sequence = generator_->Add(std::move(g));
+  absl::StatusOr<uint64_t> sequence = engine.generator->Add(std::move(g));
   if (!sequence.ok()) {
     Fail(*stream, sequence.status());
     return;
   }
   stream->sequence = *sequence;
   stream->added = true;
-  running_[*sequence] = std::move(stream);
+  engine.running[*sequence] = std::move(stream);
 }
 
-void GenerationService::Worker::Step() {
+void GenerationService::Step(Engine& engine) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::vector<llm::TokenEvent>> events = generator_->Step();
+  absl::StatusOr<std::vector<llm::TokenEvent>> events = engine.generator->Step();
   const double step_ns = absl::ToDoubleNanoseconds(absl::Now() - start);
   if (!events.ok()) {
     Log(LogLevel::kError, "generation_step_failed",
         {{"reason", std::string(events.status().message())}});
-    for (auto& [sequence, stream] : running_) {
+    for (auto& [sequence, stream] : engine.running) {
       Fail(*stream, absl::InternalError(
                         absl::StrCat("the engine failed: ", events.status().message())));
     }
-    running_.clear();
-    generator_.reset();
-    model_.reset();
+    engines_.erase(engine.model->handle);  // a fresh generator for the next request
     return;
   }
   // The step's time, shared by the sequences that were in it.
-  const double share = step_ns / static_cast<double>(std::max<size_t>(running_.size(), 1));
-  for (auto& [sequence, stream] : running_) stream->execution_ns += share;
+  const double share = step_ns / static_cast<double>(std::max<size_t>(engine.running.size(), 1));
+  for (auto& [sequence, stream] : engine.running) stream->execution_ns += share;
   for (const llm::TokenEvent& event : *events) {
-    auto it = running_.find(event.sequence);
-    if (it == running_.end()) continue;
+    auto it = engine.running.find(event.sequence);
+    if (it == engine.running.end()) continue;
     Stream& stream = *it->second;
     if (event.finish != llm::FinishReason::kCancelled) {
       api::v1::SampledTokenInfo* token = stream.pending.add_tokens();
@@ -359,16 +334,18 @@ void GenerationService::Worker::Step() {
     }
     if (event.finish != llm::FinishReason::kNone) {
       Finish(stream, event);
-      running_.erase(it);
+      engine.running.erase(it);
     } else if (stream.pending_tokens >= stream.tokens_per_chunk) {
-      Send(stream, stream.pending, /*final=*/false, nullptr);
+      if (!Send(stream, stream.pending, /*final=*/false, nullptr)) {
+        engine.generator->Cancel(stream.sequence);
+      }
       stream.pending.Clear();
       stream.pending_tokens = 0;
     }
   }
 }
 
-void GenerationService::Worker::Finish(Stream& stream, const llm::TokenEvent& event) {
+void GenerationService::Finish(Stream& stream, const llm::TokenEvent& event) {
   if (!stream.cut.ok()) {
     Fail(stream, stream.cut);
     return;
@@ -379,7 +356,7 @@ void GenerationService::Worker::Finish(Stream& stream, const llm::TokenEvent& ev
   last.mutable_usage()->set_cached_tokens(static_cast<uint64_t>(event.cached_tokens));
   last.mutable_usage()->set_completion_tokens(static_cast<uint64_t>(event.completion_tokens));
   std::optional<boundary::v1::SignedUsageReceipt> receipt =
-      service_->Receipt(stream, /*ran=*/event.finish != llm::FinishReason::kCancelled,
+      Receipt(stream, /*ran=*/event.finish != llm::FinishReason::kCancelled,
               static_cast<uint64_t>(event.cached_tokens),
               static_cast<uint64_t>(event.completion_tokens));
   if (receipt) {
@@ -480,15 +457,19 @@ void GenerationService::Forget(const Stream& stream) {
 
 GenerationService::GenerationService(const SecretBytes* signing_seed, UsageLedger* usage,
                                      Clock* clock, GenerationOptions options)
-    : signing_seed_(signing_seed), usage_(usage), clock_(clock), options_(options) {}
+    : signing_seed_(signing_seed),
+      usage_(usage),
+      clock_(clock),
+      options_(options),
+      counters_(std::make_shared<llm::TenantCounters>()),
+      thread_([this] { Loop(); }) {}
 
 GenerationService::~GenerationService() {
-  std::map<std::string, std::unique_ptr<Worker>> workers;
   {
     absl::MutexLock lock(&mu_);
-    workers.swap(workers_);
+    stopping_ = true;
   }
-  workers.clear();  // each ends its streams and joins its thread
+  thread_.join();  // it ends every open stream first
 }
 
 void GenerationService::Start(Request request) {
@@ -498,39 +479,31 @@ void GenerationService::Start(Request request) {
   stream->tokens_per_chunk = std::max<uint32_t>(shape.tokens_per_chunk(), 1);
   stream->r = std::move(request);
   if (!stream->r.refusal.ok()) {
-    // Opened, so sealed to the tenant; never reaches a worker.
+    // Opened, so sealed to the tenant; never reaches the engine.
     const absl::Status refusal = stream->r.refusal;
     Fail(*stream, refusal);
     return;
   }
-  Worker* worker;
-  {
-    absl::MutexLock lock(&mu_);
-    if (calls_.count(stream->r.call_id) != 0) {
-      // Not this call's stream to answer: a duplicate id is the host's mistake.
-      Log(LogLevel::kWarning, "generate_call_id_reused",
-          {{"call_id", static_cast<int64_t>(stream->r.call_id)}});
-      EnclaveToHost frame;
-      frame.set_call_id(stream->r.call_id);
-      proto::SetBoundaryStatus(
-          absl::InvalidArgumentError("a generation with this call id is already running"),
-          *frame.mutable_status());
-      stream->r.sink->Write(frame);
-      return;
-    }
-    std::unique_ptr<Worker>& slot = workers_[stream->r.model_handle];
-    if (slot == nullptr) slot = std::make_unique<Worker>(this);
-    worker = slot.get();
-    calls_[stream->r.call_id] = worker;
+  absl::MutexLock lock(&mu_);
+  if (!calls_.insert(stream->r.call_id).second) {
+    // Not this call's stream to answer: a duplicate id is the host's mistake.
+    Log(LogLevel::kWarning, "generate_call_id_reused",
+        {{"call_id", static_cast<int64_t>(stream->r.call_id)}});
+    EnclaveToHost frame;
+    frame.set_call_id(stream->r.call_id);
+    proto::SetBoundaryStatus(
+        absl::InvalidArgumentError("a generation with this call id is already running"),
+        *frame.mutable_status());
+    stream->r.sink->Write(frame);
+    return;
   }
-  worker->Add(std::move(stream));
+  incoming_.push_back(std::move(stream));
 }
 
 bool GenerationService::Cancel(uint64_t call_id) {
   absl::MutexLock lock(&mu_);
-  auto it = calls_.find(call_id);
-  if (it == calls_.end()) return false;
-  it->second->Cancel(call_id);
+  if (calls_.count(call_id) == 0) return false;
+  cancels_.push_back(call_id);
   return true;
 }
 

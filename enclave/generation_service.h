@@ -1,6 +1,8 @@
 // GenerationService: the enclave's side of Generate (docs/PROTOCOL.md, "Generation streams").
-// Each LLM that has a generation running gets one worker thread that owns an llm::Generator
-// over it and steps it in a loop: new sequences join between steps, every step's tokens are
+// Each LLM that has a generation running gets an llm::Generator, and one stepping thread steps
+// them all, each time the one whose next sequence ranks first by class and by its tenant's
+// weighted token service (shared counters, so tenants are served fairly across models as within
+// one): new sequences join between steps, every step's tokens are
 // detokenized there, gathered into chunks (StreamShape), padded, sealed to the tenant's session
 // with the stream's place bound in the associated data, and written to the host as one
 // GenerateResult frame each. The final chunk carries the finish reason, usage and the signed
@@ -12,8 +14,8 @@
 // handles requests that did not open.
 //
 // Threading: Start and Cancel are thread-safe and never wait for a step. Frames are written
-// from the model's worker thread. The destructor ends every open stream with a sealed
-// UNAVAILABLE chunk and joins the workers.
+// from the stepping thread. The destructor ends every open stream with a sealed UNAVAILABLE
+// chunk and joins the thread.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,10 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include <deque>
 #include <map>
+#include <set>
+#include <thread>
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -85,9 +90,17 @@ class GenerationService {
   size_t active() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  class Worker;
   struct Stream;
+  struct Engine;
 
+  // The stepping thread: takes new streams and cancels, steps the model whose next sequence
+  // ranks first, releases generators idle for a while.
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Admit(std::unique_ptr<Stream> stream);
+  void Step(Engine& engine);
+  // Ends a stream whose sequence finished.
+  void Finish(Stream& stream, const llm::TokenEvent& event);
   // Seals `chunk` as the stream's next chunk and writes it; final ends the stream. False when
   // it could not be sealed (the host then gets the error as the stream's last frame).
   bool Send(Stream& stream, api::v1::GenerateChunk& chunk, bool final,
@@ -104,10 +117,15 @@ class GenerationService {
   Clock* const clock_;
   const GenerationOptions options_;
   absl::Mutex mu_;
-  // Per model handle (the generator's weights are that model's).
-  std::map<std::string, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
-  // Which worker runs each call id.
-  std::map<uint64_t, Worker*> calls_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Stream>> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> calls_ ABSL_GUARDED_BY(mu_);  // call ids with a stream not yet ended
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The stepping thread's own: one engine per model handle, and the tenants' fair-share
+  // counters all of them charge (so tenants share the cores fairly across models too).
+  std::map<std::string, std::unique_ptr<Engine>> engines_;
+  const std::shared_ptr<llm::TenantCounters> counters_;
+  std::thread thread_;  // last: it starts once everything above is set up
 };
 
 }  // namespace cloister::enclave

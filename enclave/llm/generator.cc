@@ -31,6 +31,28 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "none";
 }
 
+void TenantCounters::Arrive(const std::string& tenant) {
+  Tenant& t = tenants_[tenant];
+  if (t.active == 0) {
+    double lowest = std::numeric_limits<double>::infinity();
+    for (const auto& [name, other] : tenants_) {
+      if (other.active > 0) lowest = std::min(lowest, other.counter);
+    }
+    if (std::isfinite(lowest)) t.counter = std::max(t.counter, lowest);
+  }
+  ++t.active;
+}
+
+void TenantCounters::Leave(const std::string& tenant) {
+  auto it = tenants_.find(tenant);
+  if (it != tenants_.end() && it->second.active > 0) --it->second.active;
+}
+
+double TenantCounters::counter(const std::string& tenant) const {
+  auto it = tenants_.find(tenant);
+  return it == tenants_.end() ? 0 : it->second.counter;
+}
+
 namespace {
 
 struct Sequence {
@@ -62,7 +84,8 @@ class Generator::Impl {
         options_(options),
         engine_(std::move(engine)),
         blocks_(engine_->num_blocks(), options.block_size,
-                [this](int32_t block) { engine_->ScrubBlock(block); }) {}
+                [this](int32_t block) { engine_->ScrubBlock(block); }),
+        counters_(options.counters ? options.counters : std::make_shared<TenantCounters>()) {}
 
   absl::StatusOr<uint64_t> Add(GenerationRequest request) {
     const ModelConfig& config = model_.config();
@@ -119,15 +142,7 @@ class Generator::Impl {
     sequence->stop = std::make_unique<StopMatcher>(request.stop);
     // A tenant that had nothing waiting comes back at the lowest counter of those that did:
     // time away earns no credit over tenants that kept the engine busy.
-    TenantState& tenant = tenants_[request.tenant];
-    if (tenant.active == 0) {
-      double lowest = std::numeric_limits<double>::infinity();
-      for (const auto& [name, other] : tenants_) {
-        if (other.active > 0) lowest = std::min(lowest, other.counter);
-      }
-      if (std::isfinite(lowest)) tenant.counter = std::max(tenant.counter, lowest);
-    }
-    ++tenant.active;
+    counters_->Arrive(request.tenant);
     sequence->request = std::move(request);
     const uint64_t id = sequence->id;
     order_.push_back(id);
@@ -145,9 +160,16 @@ class Generator::Impl {
   bool idle() const { return sequences_.empty() && cancelled_.empty(); }
   size_t active() const { return sequences_.size(); }
   const StepEngine& engine() const { return *engine_; }
-  double tenant_service(const std::string& tenant) const {
-    auto it = tenants_.find(tenant);
-    return it == tenants_.end() ? 0 : it->second.counter;
+  double tenant_service(const std::string& tenant) const { return counters_->counter(tenant); }
+  std::optional<Generator::Rank> next_rank() const {
+    std::optional<Generator::Rank> best;
+    for (const auto& [id, s] : sequences_) {
+      Generator::Rank rank{static_cast<int>(s->request.priority),
+                           counters_->counter(s->request.tenant)};
+      if (!best || rank < *best) best = rank;
+    }
+    if (!best && !cancelled_.empty()) best = Generator::Rank{0, 0};  // its events are due
+    return best;
   }
   int64_t preemptions() const { return preemptions_; }
 
@@ -210,10 +232,6 @@ class Generator::Impl {
     return events;
   }
 
-  struct TenantState {
-    double counter = 0;   // weighted token service so far (VTC)
-    int64_t active = 0;   // sequences added and not finished
-  };
   // One sequence's share of a step: its next `count` tokens.
   struct Scheduled {
     Sequence* sequence;
@@ -226,7 +244,7 @@ class Generator::Impl {
   // Who goes first: the higher class, then the tenant with less service, then arrival.
   auto Rank(const Sequence& s) const {
     return std::make_tuple(static_cast<int>(s.request.priority),
-                           tenants_.at(s.request.tenant).counter, s.id);
+                           counters_->counter(s.request.tenant), s.id);
   }
   void SortByRank(std::vector<Sequence*>& list) const {
     std::sort(list.begin(), list.end(),
@@ -279,7 +297,7 @@ class Generator::Impl {
         cost += options_.prompt_token_cost * static_cast<double>(scheduled[i].count);
       }
       if (parts[i].want_logits) cost += options_.completion_token_cost;
-      tenants_.at(s.request.tenant).counter += cost / s.request.weight;
+      counters_->at(s.request.tenant).counter += cost / s.request.weight;
     }
   }
 
@@ -437,7 +455,7 @@ class Generator::Impl {
 
   void Remove(uint64_t id) {
     if (auto it = sequences_.find(id); it != sequences_.end()) {
-      --tenants_[it->second->request.tenant].active;
+      counters_->Leave(it->second->request.tenant);
     }
     sequences_.erase(id);
     order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
@@ -451,7 +469,7 @@ class Generator::Impl {
   std::deque<uint64_t> order_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
   std::vector<uint64_t> cancelled_;
-  std::unordered_map<std::string, TenantState> tenants_;
+  std::shared_ptr<TenantCounters> counters_;
   int64_t preemptions_ = 0;
   StepResult result_;
 };
@@ -513,6 +531,7 @@ double Generator::tenant_service(const std::string& tenant) const {
   return impl_->tenant_service(tenant);
 }
 int64_t Generator::preemptions() const { return impl_->preemptions(); }
+std::optional<Generator::Rank> Generator::next_rank() const { return impl_->next_rank(); }
 absl::StatusOr<std::vector<TokenEvent>> Generator::Step() { return impl_->Step(); }
 const StepEngine& Generator::engine() const { return impl_->engine(); }
 

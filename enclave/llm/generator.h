@@ -18,6 +18,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +30,27 @@
 #include "enclave/llm/sampler.h"
 
 namespace cloister::llm {
+
+// The fair-share state of tenants (virtual token counters): each Generator keeps its own, or
+// several share one so that tenants are served fairly across models too (the enclave steps all
+// its models' generators from one thread, the one whose next sequence ranks first). Not
+// thread-safe: the generators that share it are driven by one thread.
+class TenantCounters {
+ public:
+  struct Tenant {
+    double counter = 0;  // weighted token service so far
+    int64_t active = 0;  // sequences added and not finished, over all generators
+  };
+  // The tenant, created at 0.
+  Tenant& at(const std::string& tenant) { return tenants_[tenant]; }
+  // A tenant with nothing active comes back at the lowest counter of those with something.
+  void Arrive(const std::string& tenant);
+  void Leave(const std::string& tenant);
+  double counter(const std::string& tenant) const;
+
+ private:
+  std::unordered_map<std::string, Tenant> tenants_;
+};
 
 struct GeneratorOptions {
   int32_t threads = 1;
@@ -44,6 +67,8 @@ struct GeneratorOptions {
   // generated token count for, before the tenant's weight divides them.
   double prompt_token_cost = 1.0;
   double completion_token_cost = 2.0;
+  // Shared counters (see TenantCounters); null: the generator's own.
+  std::shared_ptr<TenantCounters> counters;
 };
 
 // A sequence's scheduling class: realtime before standard before batch, at every step and for
@@ -111,6 +136,16 @@ class Generator {
   // preempted so far: for tests and benchmarks.
   double tenant_service(const std::string& tenant) const;
   int64_t preemptions() const;
+  // Where this generator's next step would rank against another's (lower goes first): the
+  // class and tenant counter of its best-ranked sequence, running or waiting; nothing when idle.
+  struct Rank {
+    int priority;
+    double counter;
+    bool operator<(const Rank& other) const {
+      return priority != other.priority ? priority < other.priority : counter < other.counter;
+    }
+  };
+  std::optional<Rank> next_rank() const;
 
   class Impl;
 

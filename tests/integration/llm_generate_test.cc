@@ -54,6 +54,10 @@ class CapturingSink : public enclave::FrameSink {
     }
     return out;
   }
+  std::vector<EnclaveToHost> Frames() {
+    absl::MutexLock lock(&mu_);
+    return frames_;
+  }
   // Waits for the first frame of `call_id`.
   void WaitForAny(uint64_t call_id) {
     absl::MutexLock lock(&mu_);
@@ -228,6 +232,46 @@ TEST_F(LlmGenerateTest, StreamsAtOnceEachGiveTheirOwnIds) {
     Stream stream = Read(200 + i, items[i]);
     EXPECT_EQ(stream.ids, prompts[i]["generated_ids"].get<std::vector<int32_t>>()) << i;
   }
+}
+
+// Two tenants, each with their own copy of the model, both backlogged, with weights 1 and 3
+// from the host's limits: the one stepping thread serves them 3:1 in tokens while both wait.
+TEST_F(LlmGenerateTest, TenantsOnDifferentModelsShareTheStepsByWeight) {
+  auto policy = attest::LoadPolicyFile(dir_ + "/dev-policy.yaml");
+  ASSERT_TRUE(policy.ok());
+  EnclaveTenant beta(enclave_.get(), "beta", *policy);
+  ASSERT_TRUE(beta.Open().ok());
+  auto package = sdk::PackModelDir(kTinyLlama, uint64_t{256} << 20);
+  ASSERT_TRUE(package.ok());
+  HostToEnclave load = beta.LoadCall("tiny", ToString(*package));
+  ASSERT_EQ(enclave_->Handle(load).status().code(), 0);
+
+  api::v1::GenerateRequest request;
+  request.set_text("The meaning of life");
+  request.set_max_tokens(24);
+  request.set_ignore_eos(true);
+  auto send = [&](EnclaveTenant& tenant, uint64_t call_id, uint32_t weight) {
+    HostToEnclave call;
+    call.set_call_id(call_id);
+    call.mutable_generate()->set_tenant_id(tenant.tenant());
+    *call.mutable_generate()->mutable_request() =
+        tenant.Seal(crypto::MessageKind::kGenerate, tenant.Handle("tiny"), request);
+    call.mutable_generate()->mutable_limits()->set_weight(weight);
+    EXPECT_FALSE(enclave_->Handle(call, sink_).has_value());
+  };
+  // 48 sequences each: three rounds of the 16 a generator runs at once.
+  for (uint64_t i = 0; i < 48; ++i) send(*tenant_, 1000 + i, 1);
+  for (uint64_t i = 0; i < 48; ++i) send(beta, 2000 + i, 3);
+  for (uint64_t i = 0; i < 48; ++i) sink_->WaitForEnd(2000 + i);
+  // Tokens (one per chunk) each tenant got before the heavier one's last stream ended.
+  int alpha_tokens = 0, beta_tokens = 0;
+  for (const EnclaveToHost& frame : sink_->Frames()) {
+    (frame.call_id() >= 2000 ? beta_tokens : alpha_tokens) += 1;
+  }
+  ASSERT_EQ(beta_tokens, 48 * 24);
+  EXPECT_NEAR(static_cast<double>(beta_tokens) / alpha_tokens, 3.0, 0.45)
+      << beta_tokens << " / " << alpha_tokens;
+  for (uint64_t i = 0; i < 48; ++i) sink_->WaitForEnd(1000 + i);
 }
 
 TEST_F(LlmGenerateTest, ShapesGroupTokensAndPadToTheirBucket) {
