@@ -11,6 +11,7 @@
 //   cloister-bench chaos [--json] [--check] [--duration-s N] [--kills N] [--tenants N] ...
 //   cloister-bench llm-vs-llamacpp [--json] [--models tiny,synthetic] [--threads 1,2] ...
 //   cloister-bench llm-cuda [--json] [--models synthetic-1b] [--sequences 1,32] ...
+//   cloister-bench llm-fairness [--json] [--duration-ms N] [--light-weight N] ...
 //
 // OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
 // kernels in VMs whose CPU it does not recognise (see deploy/README.md). The deployed enclave sets
@@ -38,6 +39,7 @@
 #include "bench/chaos.h"
 #include "bench/coalescing.h"
 #include "bench/llm_cuda.h"
+#include "bench/llm_fairness.h"
 #include "bench/llm_vs_llamacpp.h"
 #include "bench/ort_peer.h"
 #include "bench/runtime_vs_ort.h"
@@ -80,6 +82,28 @@ void PrintUsage(std::FILE* to) {
   absl::FPrintF(to, "  chaos            %s", ChaosUsage());
   absl::FPrintF(to, "  llm-vs-llamacpp  %s", LlmVsLlamaCppUsage());
   absl::FPrintF(to, "  llm-cuda         %s", LlmCudaUsage());
+  absl::FPrintF(to, "  llm-fairness     %s", LlmFairnessUsage());
+}
+
+int LlmFairnessMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", LlmFairnessUsage());
+    return 0;
+  }
+  LlmFairnessOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  auto options = ParseLlmFairnessFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-fairness: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto result = RunLlmFairness(*options, stdout, stderr);
+  if (!result.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-fairness: %s\n", result.status().message());
+    return kExitFailure;
+  }
+  return 0;
 }
 
 int LlmVsLlamaCppMain(const std::vector<std::string>& args) {
@@ -357,6 +381,7 @@ int main(int argc, char** argv) {
   if (subcommand == "chaos") return cloister::bench::ChaosMain(args);
   if (subcommand == "llm-vs-llamacpp") return cloister::bench::LlmVsLlamaCppMain(args);
   if (subcommand == "llm-cuda") return cloister::bench::LlmCudaMain(args);
+  if (subcommand == "llm-fairness") return cloister::bench::LlmFairnessMain(args);
   absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
   return cloister::bench::kExitFailure;
 }
