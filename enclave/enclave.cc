@@ -190,8 +190,13 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   enclave->usage_ =
       std::make_unique<UsageLedger>(enclave->keys_.signing_public_key,
                                     std::string(pcie::PcieModeName(opts.pcie_mode)), opts.clock);
+  // An LLM's steps cross the same host path as the batches (a device engine has its own).
+  GenerationOptions generation = opts.generation;
+  if (auto* host = dynamic_cast<pcie::HostBatchPath*>(enclave->batch_path_.get())) {
+    generation.transfer = &host->transfer();
+  }
   enclave->generation_ = std::make_unique<GenerationService>(
-      &enclave->keys_.signing_seed, enclave->usage_.get(), opts.clock, opts.generation);
+      &enclave->keys_.signing_seed, enclave->usage_.get(), opts.clock, generation);
   LogReady(opts, *enclave->batch_path_, evidence.second);
   return enclave;
 }

@@ -17,6 +17,7 @@
 #include "crypto/receipt.h"
 #include "enclave/llm/chat_template.h"
 #include "enclave/llm/generator.h"
+#include "enclave/step_transfer.h"
 #include "nlohmann/json.hpp"
 #include "proto/error_reason.h"
 #include "proto/sealing.h"
@@ -113,6 +114,19 @@ llm::SamplingParams SamplingOf(const api::v1::SamplingParameters& p) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<llm::Generator>> GenerationService::MakeGenerator(
+    const llm::Model& model, const llm::GeneratorOptions& options) {
+  if (options_.transfer == nullptr) return llm::Generator::Create(model, options);
+  ASSIGN_OR_RETURN(int32_t blocks, llm::KvBlocksFor(model.config(), options));
+  llm::EngineOptions engine_options;
+  engine_options.threads = options.threads;
+  engine_options.num_blocks = blocks;
+  engine_options.block_size = options.block_size;
+  ASSIGN_OR_RETURN(std::unique_ptr<llm::StepEngine> cpu, llm::MakeCpuEngine(model, engine_options));
+  return llm::Generator::Create(model, options,
+                                MakeStepTransferEngine(std::move(cpu), options_.transfer));
+}
 
 // One generation on its way: the request, where its chunks go and what they have said so far.
 struct GenerationService::Stream {
@@ -237,8 +251,7 @@ void GenerationService::Admit(std::unique_ptr<Stream> stream) {
     options.max_sequences = options_.max_sequences;
     options.max_step_tokens = options_.max_step_tokens;
     options.counters = counters_;
-    absl::StatusOr<std::unique_ptr<llm::Generator>> generator =
-        llm::Generator::Create(*model->llm, options);
+    absl::StatusOr<std::unique_ptr<llm::Generator>> generator = MakeGenerator(*model->llm, options);
     if (!generator.ok()) {
       engines_.erase(stream->r.model_handle);
       Fail(*stream, generator.status());

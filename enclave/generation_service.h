@@ -40,6 +40,7 @@
 #include "enclave/boundary/boundary_server.h"
 #include "enclave/llm/generator.h"
 #include "enclave/models/model_store.h"
+#include "enclave/pcie/transfer_path.h"
 #include "enclave/session/session_manager.h"
 
 namespace cloister::enclave {
@@ -48,6 +49,9 @@ struct GenerationOptions {
   int threads = 1;            // each model's CPU engine
   int max_sequences = 16;     // running at once per model; more wait in the Generator's queue
   int max_step_tokens = 512;  // tokens one step may carry (decode first, then prefill chunks)
+  // Where each step's token ids and results cross (step_transfer.h): the enclave's host
+  // transfer path; null: they do not cross (a device engine with a path of its own).
+  pcie::TransferPath* transfer = nullptr;
 };
 
 // The default StreamShape.pad_to: every chunk's plaintext a multiple of this many bytes.
@@ -96,6 +100,9 @@ class GenerationService {
   // The stepping thread: takes new streams and cancels, steps the model whose next sequence
   // ranks first, releases generators idle for a while.
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  // A generator for `model`, its steps on the transfer path when there is one.
+  absl::StatusOr<std::unique_ptr<llm::Generator>> MakeGenerator(const llm::Model& model,
+                                                                const llm::GeneratorOptions& options);
   bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit(std::unique_ptr<Stream> stream);
   void Step(Engine& engine);

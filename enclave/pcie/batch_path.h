@@ -116,8 +116,9 @@ class HostBatchPath final : public BatchPath {
                               std::span<const GatherPiece> pieces) override;
   absl::StatusOr<PathBuffer> ToHost(const PathBuffer& device) override;
 
-  // For its statistics.
+  // For its statistics, and for the LLM steps that cross the same path (step_transfer.h).
   const TransferPath& transfer() const { return transfer_; }
+  TransferPath& transfer() { return transfer_; }
 
  private:
   explicit HostBatchPath(std::unique_ptr<TransferPath> owned)

@@ -5,6 +5,7 @@
 // final chunk that carries usage and a receipt the enclave's key verifies; chunks are padded to
 // their bucket; several streams at once each give their own ids; cancel stops a stream;
 // errors decided after opening come sealed; a request that does not open is refused unsealed.
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,8 @@ struct Stream {
 
 class LlmGenerateTest : public ::testing::Test {
  protected:
+  virtual void Configure(enclave::EnclaveOptions&) {}
+
   void SetUp() override {
     dir_ = MakeTempDir("cloister-llm-generate-test");
     enclave::EnclaveOptions options;
@@ -91,6 +94,7 @@ class LlmGenerateTest : public ::testing::Test {
     options.dev_policy_out = dir_ + "/dev-policy.yaml";
     options.measurement = crypto::Sha384(AsBytes("llm generate test"));
     options.generation.threads = 2;
+    Configure(options);
     auto made = enclave::Enclave::Create(std::move(options));
     ASSERT_TRUE(made.ok()) << made.status();
     enclave_ = *std::move(made);
@@ -406,6 +410,38 @@ TEST_F(LlmGenerateTest, ARequestThatDoesNotOpenIsRefusedUnsealed) {
   plain.set_call_id(702);
   EXPECT_EQ(enclave_->Handle(plain).status().code(),
             static_cast<int>(absl::StatusCode::kFailedPrecondition));
+}
+
+// The steps' token ids and results cross the emulated CPU-GPU path (AES-256-GCM both ways):
+// the same ids come out, and a byte the host flips in the bounce buffer ends the stream with a
+// sealed error, never with a wrong token.
+class LlmGenerateEmulatedPcieTest : public LlmGenerateTest {
+ protected:
+  void Configure(enclave::EnclaveOptions& options) override {
+    options.pcie_mode = enclave::pcie::PcieMode::kEmulated;
+    options.pcie_options.in_flight_hook_for_test = [this](std::span<uint8_t> bounce) {
+      if (flip_.load() && !bounce.empty()) bounce[0] ^= 1;
+    };
+  }
+  std::atomic<bool> flip_{false};
+};
+
+TEST_F(LlmGenerateEmulatedPcieTest, StepsCrossThePathAndATamperedStepEndsTheStream) {
+  const auto& prompt = references_["prompts"][0];
+  Stream clean = Read(800, Send(800, Greedy(prompt)));
+  EXPECT_EQ(clean.ids, prompt["generated_ids"].get<std::vector<int32_t>>());
+  auto path = enclave_->transfer_path();
+  ASSERT_TRUE(path.ok());
+  EXPECT_GE((*path)->stats().to_device_transfers, clean.ids.size());
+  EXPECT_GT((*path)->stats().chunks_sealed, 0u);
+
+  flip_ = true;
+  Stream tampered = Read(801, Send(801, Greedy(prompt)));
+  ASSERT_EQ(tampered.chunks.size(), 1u);
+  EXPECT_EQ(tampered.chunks[0].code(), static_cast<int>(absl::StatusCode::kInternal));
+  EXPECT_THAT(tampered.chunks[0].message(), HasSubstr("the engine failed"));
+  EXPECT_TRUE(tampered.ids.empty());
+  EXPECT_GT((*path)->stats().authentication_failures, 0u);
 }
 
 }  // namespace
