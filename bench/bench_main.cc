@@ -12,6 +12,7 @@
 //   cloister-bench llm-vs-llamacpp [--json] [--models tiny,synthetic] [--threads 1,2] ...
 //   cloister-bench llm-cuda [--json] [--models synthetic-1b] [--sequences 1,32] ...
 //   cloister-bench llm-fairness [--json] [--duration-ms N] [--light-weight N] ...
+//   cloister-bench llm-cc-tax [--json] [--concurrency 1,8,32] [--requests N] ...
 //
 // OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
 // kernels in VMs whose CPU it does not recognise (see deploy/README.md). The deployed enclave sets
@@ -38,6 +39,7 @@
 #include "bench/cc_tax.h"
 #include "bench/chaos.h"
 #include "bench/coalescing.h"
+#include "bench/llm_cc_tax.h"
 #include "bench/llm_cuda.h"
 #include "bench/llm_fairness.h"
 #include "bench/llm_vs_llamacpp.h"
@@ -83,6 +85,27 @@ void PrintUsage(std::FILE* to) {
   absl::FPrintF(to, "  llm-vs-llamacpp  %s", LlmVsLlamaCppUsage());
   absl::FPrintF(to, "  llm-cuda         %s", LlmCudaUsage());
   absl::FPrintF(to, "  llm-fairness     %s", LlmFairnessUsage());
+  absl::FPrintF(to, "  llm-cc-tax       %s", LlmCcTaxUsage());
+}
+
+int LlmCcTaxMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", LlmCcTaxUsage());
+    return 0;
+  }
+  LlmCcTaxOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  auto options = ParseLlmCcTaxFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-cc-tax: %s (see --help)\n", options.status().message());
+    return kExitFailure;
+  }
+  auto lines = RunLlmCcTax(*options, stdout, stderr);
+  if (!lines.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-cc-tax: %s\n", lines.status().message());
+    return kExitFailure;
+  }
+  return 0;
 }
 
 int LlmFairnessMain(const std::vector<std::string>& args) {
@@ -382,6 +405,7 @@ int main(int argc, char** argv) {
   if (subcommand == "llm-vs-llamacpp") return cloister::bench::LlmVsLlamaCppMain(args);
   if (subcommand == "llm-cuda") return cloister::bench::LlmCudaMain(args);
   if (subcommand == "llm-fairness") return cloister::bench::LlmFairnessMain(args);
+  if (subcommand == "llm-cc-tax") return cloister::bench::LlmCcTaxMain(args);
   absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
   return cloister::bench::kExitFailure;
 }

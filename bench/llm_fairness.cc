@@ -2,70 +2,29 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <map>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "attest/policy.h"
-#include "base/file.h"
 #include "base/flags.h"
 #include "base/status.h"
-#include "crypto/hash.h"
-#include "enclave/enclave.h"
+#include "bench/llm_enclave_driver.h"
 #include "nlohmann/json.hpp"
-#include "sdk/model_dir.h"
-#include "tests/support/enclave_tenant.h"
-#include "tests/support/temp_dir.h"
 
 namespace cloister::bench {
 namespace {
-
-using boundary::v1::EnclaveToHost;
-using boundary::v1::HostToEnclave;
 
 constexpr double kPromptCost = 1.0;      // llm::GeneratorOptions' defaults
 constexpr double kCompletionCost = 2.0;
 constexpr int kStepSequences = 16;       // GenerationOptions::max_sequences
 
-// The frames the enclave streams, handed to the benchmark's thread in order.
-class QueueSink : public enclave::FrameSink {
- public:
-  void Write(const EnclaveToHost& frame) override {
-    absl::MutexLock lock(&mu_);
-    frames_.push_back(frame);
-  }
-  // The frames that came since the last call, waiting up to `timeout` for one.
-  std::deque<EnclaveToHost> Take(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto any = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !frames_.empty(); };
-    mu_.AwaitWithTimeout(absl::Condition(&any), timeout);
-    std::deque<EnclaveToHost> out;
-    out.swap(frames_);
-    return out;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<EnclaveToHost> frames_ ABSL_GUARDED_BY(mu_);
-};
-
 struct Side {
-  std::unique_ptr<testing::EnclaveTenant> tenant;
   double weight = 1;
   double service = 0;
   double tokens = 0;
   bool started = false;  // has had a chunk
-};
-
-struct Open {
-  int side;
-  boundary::v1::ForwardedRequest item;
-  size_t prompt_tokens;
-  bool first = true;
 };
 
 }  // namespace
@@ -95,47 +54,19 @@ std::string LlmFairnessUsage() {
 
 absl::StatusOr<LlmFairnessResult> RunLlmFairness(const LlmFairnessOptions& options,
                                                  std::FILE* out, std::FILE* log) {
-  const std::string model_dir = options.models_dir + "/llm/tiny-llama";
-  const std::string dir = testing::MakeTempDir("cloister-llm-fairness");
   enclave::EnclaveOptions enclave_options;
-  enclave_options.sim_dir = dir + "/sim";
-  enclave_options.dev_policy_out = dir + "/dev-policy.yaml";
-  enclave_options.measurement = crypto::Sha384(AsBytes("llm-fairness bench"));
   enclave_options.generation.threads = options.threads;
-  ASSIGN_OR_RETURN(std::unique_ptr<enclave::Enclave> worker,
-                   enclave::Enclave::Create(std::move(enclave_options)));
-  ASSIGN_OR_RETURN(attest::v1::Policy policy, attest::LoadPolicyFile(dir + "/dev-policy.yaml"));
-  ASSIGN_OR_RETURN(Bytes package, sdk::PackModelDir(model_dir, uint64_t{1} << 30));
-  ASSIGN_OR_RETURN(std::string references, ReadFile(model_dir + "/reference.json", 16 << 20));
-  std::vector<std::vector<int32_t>> prompts;
-  const nlohmann::json parsed = nlohmann::json::parse(references);
-  for (const auto& prompt : parsed["prompts"]) {
-    prompts.push_back(prompt["prompt_ids"].get<std::vector<int32_t>>());
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<LlmEnclaveDriver> driver,
+                   LlmEnclaveDriver::Create(options.models_dir, std::move(enclave_options),
+                                            {"light", "heavy"}));
+  const auto& prompts = driver->prompts();
   size_t longest_prompt = 0;
   for (const auto& p : prompts) longest_prompt = std::max(longest_prompt, p.size());
 
   Side sides[2];
   sides[0].weight = options.light_weight;
   sides[1].weight = options.heavy_weight;
-  const char* names[2] = {"light", "heavy"};
-  for (int i = 0; i < 2; ++i) {
-    sides[i].tenant = std::make_unique<testing::EnclaveTenant>(worker.get(), names[i], policy);
-    RETURN_IF_ERROR(sides[i].tenant->attestation());
-    RETURN_IF_ERROR(sides[i].tenant->Open());
-    HostToEnclave load = sides[i].tenant->LoadCall("tiny", ToString(package));
-    EnclaveToHost loaded = worker->Handle(load);
-    if (loaded.status().code() != 0) {
-      return absl::InternalError(absl::StrCat("upload: ", loaded.status().message()));
-    }
-    RETURN_IF_ERROR(sides[i].tenant->OpenReply(crypto::MessageKind::kLoadModel,
-                                               load.load_model().request(),
-                                               loaded.load_model().reply()));
-  }
-
-  auto sink = std::make_shared<QueueSink>();
-  std::map<uint64_t, Open> open;
-  uint64_t next_call = 1;
+  std::map<uint64_t, size_t> prompt_tokens;  // of each open stream, until its first chunk
   size_t next_prompt = 0;
   auto send = [&](int side) -> absl::Status {
     api::v1::GenerateRequest request;
@@ -144,16 +75,9 @@ absl::StatusOr<LlmFairnessResult> RunLlmFairness(const LlmFairnessOptions& optio
     request.mutable_sampling()->set_temperature(0);
     request.set_max_tokens(options.max_tokens);
     request.set_ignore_eos(true);
-    HostToEnclave call;
-    call.set_call_id(next_call);
-    call.mutable_generate()->set_tenant_id(names[side]);
-    *call.mutable_generate()->mutable_request() = sides[side].tenant->Seal(
-        crypto::MessageKind::kGenerate, sides[side].tenant->Handle("tiny"), request);
-    call.mutable_generate()->mutable_limits()->set_weight(static_cast<uint32_t>(sides[side].weight));
-    open[next_call] = Open{side, call.generate().request(), prompt.size()};
-    ++next_call;
-    std::optional<EnclaveToHost> refused = worker->Handle(call, sink);
-    if (refused) return absl::InternalError(absl::StrCat("generate: ", refused->status().message()));
+    ASSIGN_OR_RETURN(uint64_t call,
+                     driver->Send(side, request, static_cast<uint32_t>(sides[side].weight)));
+    prompt_tokens[call] = prompt.size();
     return absl::OkStatus();
   };
   for (int i = 0; i < options.backlog; ++i) {
@@ -173,22 +97,17 @@ absl::StatusOr<LlmFairnessResult> RunLlmFairness(const LlmFairnessOptions& optio
     const absl::Time now = absl::Now();
     if (now >= measure_start + absl::Milliseconds(options.duration_ms)) break;
     if (now >= give_up) return absl::DeadlineExceededError("the streams stopped coming");
-    for (EnclaveToHost& frame : sink->Take(absl::Milliseconds(100))) {
-      auto it = open.find(frame.call_id());
-      if (it == open.end()) continue;
-      if (frame.status().code() != 0) {
-        return absl::InternalError(absl::StrCat("stream refused: ", frame.status().message()));
+    ASSIGN_OR_RETURN(std::vector<LlmEnclaveDriver::Chunk> chunks,
+                     driver->Take(absl::Milliseconds(100)));
+    for (const LlmEnclaveDriver::Chunk& c : chunks) {
+      if (c.chunk.code() != 0) return absl::InternalError(absl::StrCat("stream: ", c.chunk.message()));
+      Side& side = sides[c.tenant];
+      if (auto first = prompt_tokens.find(c.call_id); first != prompt_tokens.end()) {
+        side.service += kPromptCost * static_cast<double>(first->second);
+        prompt_tokens.erase(first);
       }
-      Side& side = sides[it->second.side];
-      ASSIGN_OR_RETURN(api::v1::GenerateChunk chunk,
-                       side.tenant->OpenChunk(it->second.item, frame.generate()));
-      if (chunk.code() != 0) return absl::InternalError(absl::StrCat("stream: ", chunk.message()));
-      if (it->second.first) {
-        side.service += kPromptCost * static_cast<double>(it->second.prompt_tokens);
-        it->second.first = false;
-      }
-      side.service += kCompletionCost * chunk.tokens_size();
-      side.tokens += chunk.tokens_size();
+      side.service += kCompletionCost * c.chunk.tokens_size();
+      side.tokens += c.chunk.tokens_size();
       side.started = true;
       if (measure_start == absl::InfiniteFuture() && sides[0].started && sides[1].started) {
         measure_start = absl::Now();
@@ -202,11 +121,7 @@ absl::StatusOr<LlmFairnessResult> RunLlmFairness(const LlmFairnessOptions& optio
                                     (sides[1].service - base[1]) / sides[1].weight);
         result.max_gap = std::max(result.max_gap, gap);
       }
-      if (frame.generate().final()) {
-        const int again = it->second.side;
-        open.erase(it);
-        RETURN_IF_ERROR(send(again));  // stays backlogged
-      }
+      if (c.final) RETURN_IF_ERROR(send(c.tenant));  // stays backlogged
     }
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - measure_start);
@@ -246,7 +161,6 @@ absl::StatusOr<LlmFairnessResult> RunLlmFairness(const LlmFairnessOptions& optio
                   static_cast<double>(result.heavy_weight) / result.light_weight, result.max_gap,
                   result.vtc_bound);
   }
-  // The streams still open end when the enclave does (here, on return).
   return result;
 }
 
