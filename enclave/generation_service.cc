@@ -211,8 +211,14 @@ void GenerationService::Loop() {
         next = engine.get();
       }
     }
-    if (next != nullptr) Step(*next);
     const absl::Time wall = absl::Now();
+    if (best && best->priority == static_cast<int>(llm::Priority::kRealtime)) last_realtime_ = wall;
+    if (next != nullptr) {
+      // Realtime work now or lately: the other classes' prefill goes in short chunks.
+      next->generator->set_prefill_cap(
+          wall - last_realtime_ < options_.realtime_guard ? options_.realtime_step_tokens : 0);
+      Step(*next);
+    }
     for (auto it = engines_.begin(); it != engines_.end();) {
       Engine& engine = *it->second;
       if (!engine.generator->idle()) {
@@ -250,6 +256,7 @@ void GenerationService::Admit(std::unique_ptr<Stream> stream) {
     options.threads = options_.threads;
     options.max_sequences = options_.max_sequences;
     options.max_step_tokens = options_.max_step_tokens;
+    options.realtime_step_tokens = options_.realtime_step_tokens;
     options.counters = counters_;
     absl::StatusOr<std::unique_ptr<llm::Generator>> generator = MakeGenerator(*model->llm, options);
     if (!generator.ok()) {

@@ -49,6 +49,11 @@ struct GenerationOptions {
   int threads = 1;            // each model's CPU engine
   int max_sequences = 16;     // running at once per model; more wait in the Generator's queue
   int max_step_tokens = 512;  // tokens one step may carry (decode first, then prefill chunks)
+  // For this long after a realtime tenant's last sequence, other tenants' prefill goes in chunks
+  // of at most realtime_step_tokens, so that a realtime request that arrives does not wait
+  // behind a long step (its time to first token stays short).
+  absl::Duration realtime_guard = absl::Seconds(2);
+  int realtime_step_tokens = 64;
   // Where each step's token ids and results cross (step_transfer.h): the enclave's host
   // transfer path; null: they do not cross (a device engine with a path of its own).
   pcie::TransferPath* transfer = nullptr;
@@ -132,6 +137,7 @@ class GenerationService {
   // counters all of them charge (so tenants share the cores fairly across models too).
   std::map<std::string, std::unique_ptr<Engine>> engines_;
   const std::shared_ptr<llm::TenantCounters> counters_;
+  absl::Time last_realtime_ = absl::InfinitePast();  // when a realtime sequence last ran
   std::thread thread_;  // last: it starts once everything above is set up
 };
 

@@ -172,6 +172,7 @@ class Generator::Impl {
     return best;
   }
   int64_t preemptions() const { return preemptions_; }
+  void set_prefill_cap(int32_t tokens) { prefill_cap_ = tokens; }
 
   absl::StatusOr<std::vector<TokenEvent>> Step() {
     std::vector<TokenEvent> events = TakeCancelled();
@@ -275,8 +276,9 @@ class Generator::Impl {
     int64_t used = options_.max_step_tokens - budget;
     for (Sequence* s : prefill) {
       int64_t room = budget;
-      if (realtime_decodes && s->request.priority != Priority::kRealtime) {
-        room = std::min<int64_t>(room, options_.realtime_step_tokens - used);
+      if (s->request.priority != Priority::kRealtime) {
+        if (realtime_decodes) room = std::min<int64_t>(room, options_.realtime_step_tokens - used);
+        if (prefill_cap_ > 0) room = std::min<int64_t>(room, prefill_cap_ - used);
       }
       if (room <= 0) continue;
       const int64_t count = std::min<int64_t>(room, Remaining(*s));
@@ -471,6 +473,7 @@ class Generator::Impl {
   std::vector<uint64_t> cancelled_;
   std::shared_ptr<TenantCounters> counters_;
   int64_t preemptions_ = 0;
+  int32_t prefill_cap_ = 0;
   StepResult result_;
 };
 
@@ -532,6 +535,7 @@ double Generator::tenant_service(const std::string& tenant) const {
 }
 int64_t Generator::preemptions() const { return impl_->preemptions(); }
 std::optional<Generator::Rank> Generator::next_rank() const { return impl_->next_rank(); }
+void Generator::set_prefill_cap(int32_t tokens) { impl_->set_prefill_cap(tokens); }
 absl::StatusOr<std::vector<TokenEvent>> Generator::Step() { return impl_->Step(); }
 const StepEngine& Generator::engine() const { return impl_->engine(); }
 

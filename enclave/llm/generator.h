@@ -146,6 +146,10 @@ class Generator {
     }
   };
   std::optional<Rank> next_rank() const;
+  // While a realtime sequence runs elsewhere (another model's generator on the same cores), the
+  // caller caps this generator's non-realtime prefill per step, as a realtime decode here does
+  // (GeneratorOptions::realtime_step_tokens); 0 lifts the cap.
+  void set_prefill_cap(int32_t tokens);
 
   class Impl;
 
