@@ -13,6 +13,7 @@
 //   cloister-bench llm-cuda [--json] [--models synthetic-1b] [--sequences 1,32] ...
 //   cloister-bench llm-fairness [--json] [--duration-ms N] [--light-weight N] ...
 //   cloister-bench llm-cc-tax [--json] [--concurrency 1,8,32] [--requests N] ...
+//   cloister-bench llm-noisy-neighbour [--json] [--rate N] [--duration-ms N] ...
 //
 // OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
 // kernels in VMs whose CPU it does not recognise (see deploy/README.md). The deployed enclave sets
@@ -42,6 +43,7 @@
 #include "bench/llm_cc_tax.h"
 #include "bench/llm_cuda.h"
 #include "bench/llm_fairness.h"
+#include "bench/llm_noisy_neighbour.h"
 #include "bench/llm_vs_llamacpp.h"
 #include "bench/ort_peer.h"
 #include "bench/runtime_vs_ort.h"
@@ -86,6 +88,28 @@ void PrintUsage(std::FILE* to) {
   absl::FPrintF(to, "  llm-cuda         %s", LlmCudaUsage());
   absl::FPrintF(to, "  llm-fairness     %s", LlmFairnessUsage());
   absl::FPrintF(to, "  llm-cc-tax       %s", LlmCcTaxUsage());
+  absl::FPrintF(to, "  llm-noisy-neighbour %s", LlmNoisyNeighbourUsage());
+}
+
+int LlmNoisyNeighbourMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", LlmNoisyNeighbourUsage());
+    return 0;
+  }
+  LlmNoisyNeighbourOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  auto options = ParseLlmNoisyNeighbourFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-noisy-neighbour: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto result = RunLlmNoisyNeighbour(*options, stdout, stderr);
+  if (!result.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-noisy-neighbour: %s\n", result.status().message());
+    return kExitFailure;
+  }
+  return 0;
 }
 
 int LlmCcTaxMain(const std::vector<std::string>& args) {
@@ -406,6 +430,7 @@ int main(int argc, char** argv) {
   if (subcommand == "llm-cuda") return cloister::bench::LlmCudaMain(args);
   if (subcommand == "llm-fairness") return cloister::bench::LlmFairnessMain(args);
   if (subcommand == "llm-cc-tax") return cloister::bench::LlmCcTaxMain(args);
+  if (subcommand == "llm-noisy-neighbour") return cloister::bench::LlmNoisyNeighbourMain(args);
   absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
   return cloister::bench::kExitFailure;
 }

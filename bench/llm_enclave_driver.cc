@@ -82,7 +82,7 @@ LlmEnclaveDriver::~LlmEnclaveDriver() { enclave_.reset(); }
 
 absl::StatusOr<uint64_t> LlmEnclaveDriver::Send(int tenant,
                                                 const api::v1::GenerateRequest& request,
-                                                uint32_t weight) {
+                                                const boundary::v1::GenerateLimits& limits) {
   testing::EnclaveTenant& t = *tenants_.at(tenant);
   HostToEnclave call;
   const uint64_t call_id = next_call_++;
@@ -90,7 +90,7 @@ absl::StatusOr<uint64_t> LlmEnclaveDriver::Send(int tenant,
   call.mutable_generate()->set_tenant_id(names_[tenant]);
   *call.mutable_generate()->mutable_request() =
       t.Seal(crypto::MessageKind::kGenerate, t.Handle("tiny"), request);
-  call.mutable_generate()->mutable_limits()->set_weight(weight);
+  *call.mutable_generate()->mutable_limits() = limits;
   open_[call_id] = Open{tenant, call.generate().request()};
   std::optional<EnclaveToHost> refused = enclave_->Handle(call, sink_);
   if (refused) {

@@ -34,9 +34,10 @@ class LlmEnclaveDriver {
   // The reference prompts' token ids of the tiny model.
   const std::vector<std::vector<int32_t>>& prompts() const { return prompts_; }
 
-  // Sends a Generate call for tenant `tenant` (an index into the names) with `weight`; its id.
+  // Sends a Generate call for tenant `tenant` (an index into the names) with the host's
+  // `limits` (class, weight, max_tokens cap); its call id.
   absl::StatusOr<uint64_t> Send(int tenant, const api::v1::GenerateRequest& request,
-                                uint32_t weight = 1);
+                                const boundary::v1::GenerateLimits& limits = {});
 
   // One opened chunk of a stream.
   struct Chunk {

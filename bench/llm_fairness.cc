@@ -75,8 +75,9 @@ absl::StatusOr<LlmFairnessResult> RunLlmFairness(const LlmFairnessOptions& optio
     request.mutable_sampling()->set_temperature(0);
     request.set_max_tokens(options.max_tokens);
     request.set_ignore_eos(true);
-    ASSIGN_OR_RETURN(uint64_t call,
-                     driver->Send(side, request, static_cast<uint32_t>(sides[side].weight)));
+    boundary::v1::GenerateLimits limits;
+    limits.set_weight(static_cast<uint32_t>(sides[side].weight));
+    ASSIGN_OR_RETURN(uint64_t call, driver->Send(side, request, limits));
     prompt_tokens[call] = prompt.size();
     return absl::OkStatus();
   };
