@@ -633,6 +633,9 @@ absl::Status Enclave::Generate(uint64_t call_id, boundary::v1::GenerateCall& cal
       request.priority = llm::Priority::kStandard;
   }
   request.weight = call.limits().weight() == 0 ? 1.0 : call.limits().weight();
+  request.kv_cache_tokens = call.limits().kv_cache_tokens();
+  request.tokens_per_second = call.limits().tokens_per_second();
+  request.token_burst = call.limits().token_burst();
   request.sink = sink;
   if (item.has_time_left()) {
     request.deadline = start + proto::FromProtoDuration(item.time_left());

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -139,6 +140,7 @@ struct GenerationService::Stream {
   uint32_t pending_tokens = 0;
   uint64_t prompt_tokens = 0;
   uint64_t tokens = 0;   // sampled so far
+  double charged = 0;    // tokens taken from the tenant's bucket at admission
   bool added = false;    // in the Generator (its prompt counts as used)
   double execution_ns = 0;  // this sequence's share of the steps it was in
   // Why the stream is being cut short (a deadline), sent once its sequence has left.
@@ -296,6 +298,14 @@ void GenerationService::Admit(std::unique_ptr<Stream> stream) {
   if (request.max_tokens() == 0 && limit != 0) {
     g.max_tokens = std::min<int64_t>(g.max_tokens, static_cast<int64_t>(limit));
   }
+  const double cost = static_cast<double>(prompt->size() + static_cast<size_t>(g.max_tokens));
+  if (absl::Status taken = TakeTokens(*stream, cost); !taken.ok()) {
+    Fail(*stream, taken);
+    return;
+  }
+  engine.generator->SetTenantKvQuota(stream->r.tenant_id,
+                                     static_cast<int64_t>(std::min<uint64_t>(
+                                         stream->r.kv_cache_tokens, uint64_t{1} << 40)));
   g.prompt_ids = *std::move(prompt);
   g.sampling = SamplingOf(request.sampling());
   g.stop.assign(request.stop().begin(), request.stop().end());
@@ -308,6 +318,7 @@ void GenerationService::Admit(std::unique_ptr<Stream> stream) {
   g.prefix_salt = crypto::Sha256(salt);
   absl::StatusOr<uint64_t> sequence = engine.generator->Add(std::move(g));
   if (!sequence.ok()) {
+    ReturnTokens(*stream, stream->charged);
     Fail(*stream, sequence.status());
     return;
   }
@@ -365,7 +376,51 @@ void GenerationService::Step(Engine& engine) {
   }
 }
 
+absl::Status GenerationService::TakeTokens(const Stream& stream, double cost) {
+  const double rate = stream.r.tokens_per_second;
+  if (!(rate > 0)) return absl::OkStatus();
+  const double burst = stream.r.token_burst > 0 ? stream.r.token_burst : 10 * rate;
+  if (cost > burst) {
+    return proto::WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "the request's ", cost, " tokens (prompt and max_tokens) exceed the tenant's token "
+            "burst of ", burst)),
+        api::v1::TOO_LARGE);
+  }
+  TokenBucket& bucket = buckets_[stream.r.tenant_id];
+  const absl::Time now = clock_->Now();
+  if (bucket.refilled == absl::InfinitePast()) {
+    bucket.level = burst;
+  } else {
+    bucket.level = std::min(burst, bucket.level + rate * absl::ToDoubleSeconds(now - bucket.refilled));
+  }
+  bucket.refilled = now;
+  if (bucket.level < cost) {
+    return proto::WithReason(
+        absl::ResourceExhaustedError(absl::StrFormat(
+            "token rate limit of %g tokens/s: the request needs %g tokens, %g are left; send "
+            "again in %.1f s",
+            rate, cost, bucket.level, (cost - bucket.level) / rate)),
+        api::v1::OVERLOADED);
+  }
+  bucket.level -= cost;
+  const_cast<Stream&>(stream).charged = cost;
+  return absl::OkStatus();
+}
+
+void GenerationService::ReturnTokens(const Stream& stream, double tokens) {
+  if (!(stream.r.tokens_per_second > 0) || tokens <= 0) return;
+  auto it = buckets_.find(stream.r.tenant_id);
+  if (it == buckets_.end()) return;
+  const double burst =
+      stream.r.token_burst > 0 ? stream.r.token_burst : 10 * stream.r.tokens_per_second;
+  it->second.level = std::min(burst, it->second.level + tokens);
+}
+
 void GenerationService::Finish(Stream& stream, const llm::TokenEvent& event) {
+  // What the request did not generate goes back to its tenant's bucket.
+  ReturnTokens(stream, stream.charged - static_cast<double>(stream.prompt_tokens) -
+                           static_cast<double>(event.completion_tokens));
   if (!stream.cut.ok()) {
     Fail(stream, stream.cut);
     return;

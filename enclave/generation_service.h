@@ -84,6 +84,9 @@ class GenerationService {
     uint64_t max_tokens_limit = 0;  // the host's cap (GenerateLimits.max_tokens); 0: none
     llm::Priority priority = llm::Priority::kStandard;  // and the tenant's class and weight
     double weight = 1;
+    uint64_t kv_cache_tokens = 0;  // the tenant's KV quota; 0: none
+    double tokens_per_second = 0;  // the tenant's token bucket; 0: none
+    double token_burst = 0;
     std::optional<absl::Time> deadline;
     std::shared_ptr<FrameSink> sink;
   };
@@ -138,6 +141,14 @@ class GenerationService {
   std::map<std::string, std::unique_ptr<Engine>> engines_;
   const std::shared_ptr<llm::TenantCounters> counters_;
   absl::Time last_realtime_ = absl::InfinitePast();  // when a realtime sequence last ran
+  struct TokenBucket {
+    double level = 0;
+    absl::Time refilled = absl::InfinitePast();
+  };
+  std::map<std::string, TokenBucket> buckets_;  // per tenant with a token rate
+  // Takes `cost` tokens from the tenant's bucket, or says why not (the stepping thread's).
+  absl::Status TakeTokens(const Stream& stream, double cost);
+  void ReturnTokens(const Stream& stream, double tokens);
   std::thread thread_;  // last: it starts once everything above is set up
 };
 

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "enclave/llm/block_manager.h"
 #include "enclave/llm/stop_matcher.h"
+#include "proto/error_reason.h"
 
 namespace cloister::llm {
 
@@ -127,6 +128,15 @@ class Generator::Impl {
           absl::StrCat("the tenant's weight must be a positive number, got ", request.weight));
     }
     const int64_t needed = BlocksFor(prompt + request.max_tokens, options_.block_size);
+    if (auto quota = kv_quotas_.find(request.tenant);
+        quota != kv_quotas_.end() && needed > quota->second) {
+      return proto::WithReason(
+          absl::ResourceExhaustedError(absl::StrCat(
+              "the sequence needs ", needed * options_.block_size,
+              " tokens of KV cache (prompt and max_tokens); the tenant's KV quota is ",
+              quota->second * options_.block_size, " tokens")),
+          api::v1::QUOTA_EXCEEDED);
+    }
     if (needed > engine_->num_blocks()) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the sequence needs ", needed, " KV blocks; the cache has ",
@@ -173,6 +183,16 @@ class Generator::Impl {
   }
   int64_t preemptions() const { return preemptions_; }
   void set_prefill_cap(int32_t tokens) { prefill_cap_ = tokens; }
+  void SetTenantKvQuota(const std::string& tenant, int64_t tokens) {
+    if (tokens <= 0) {
+      kv_quotas_.erase(tenant);
+      blocks_.SetTenantQuota(tenant, engine_->num_blocks());
+      return;
+    }
+    const int64_t blocks = std::min<int64_t>(tokens / options_.block_size, engine_->num_blocks());
+    kv_quotas_[tenant] = blocks;
+    blocks_.SetTenantQuota(tenant, static_cast<int32_t>(blocks));
+  }
 
   absl::StatusOr<std::vector<TokenEvent>> Step() {
     std::vector<TokenEvent> events = TakeCancelled();
@@ -382,12 +402,22 @@ class Generator::Impl {
         if (!PreemptBelow(s.request.priority)) return;
         --running;
       }
+      if (OverKvQuota(s)) continue;  // waits for its own tenant's blocks; others may go
       while (!TryAllocate(s)) {
         if (!PreemptBelow(s.request.priority)) return;  // wait for blocks
         --running;
       }
       ++running;
     }
+  }
+
+  // Whether `s` needs more fresh blocks than its tenant's KV quota has left (freeing other
+  // tenants' blocks would not help it).
+  bool OverKvQuota(const Sequence& s) const {
+    auto quota = kv_quotas_.find(s.request.tenant);
+    if (quota == kv_quotas_.end()) return false;
+    const int64_t needed = BlocksFor(s.prompt_size + s.request.max_tokens, options_.block_size);
+    return blocks_.used_blocks(s.request.tenant) + needed > quota->second;
   }
 
   // The newest running sequence of the lowest class below `priority` gives its blocks back and
@@ -474,6 +504,7 @@ class Generator::Impl {
   std::shared_ptr<TenantCounters> counters_;
   int64_t preemptions_ = 0;
   int32_t prefill_cap_ = 0;
+  std::unordered_map<std::string, int64_t> kv_quotas_;  // blocks, per tenant with a quota
   StepResult result_;
 };
 
@@ -536,6 +567,9 @@ double Generator::tenant_service(const std::string& tenant) const {
 int64_t Generator::preemptions() const { return impl_->preemptions(); }
 std::optional<Generator::Rank> Generator::next_rank() const { return impl_->next_rank(); }
 void Generator::set_prefill_cap(int32_t tokens) { impl_->set_prefill_cap(tokens); }
+void Generator::SetTenantKvQuota(const std::string& tenant, int64_t tokens) {
+  impl_->SetTenantKvQuota(tenant, tokens);
+}
 absl::StatusOr<std::vector<TokenEvent>> Generator::Step() { return impl_->Step(); }
 const StepEngine& Generator::engine() const { return impl_->engine(); }
 

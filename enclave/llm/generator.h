@@ -150,6 +150,10 @@ class Generator {
   // caller caps this generator's non-realtime prefill per step, as a realtime decode here does
   // (GeneratorOptions::realtime_step_tokens); 0 lifts the cap.
   void set_prefill_cap(int32_t tokens);
+  // The KV memory a tenant's sequences may hold at once, in tokens (rounded down to whole
+  // blocks; the host passes the operator's limit); a sequence that could never fit it is refused
+  // by Add, one that does not fit now waits for the tenant's own blocks. 0: no quota.
+  void SetTenantKvQuota(const std::string& tenant, int64_t tokens);
 
   class Impl;
 

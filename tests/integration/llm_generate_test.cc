@@ -121,8 +121,10 @@ class LlmGenerateTest : public ::testing::Test {
   // Sends one GenerateCall (call id `call_id`) for model `name`; its sealed item.
   boundary::v1::ForwardedRequest Send(uint64_t call_id, const api::v1::GenerateRequest& request,
                                       const std::string& name = "tiny", uint64_t limit = 0,
-                                      std::optional<absl::Duration> time_left = std::nullopt) {
+                                      std::optional<absl::Duration> time_left = std::nullopt,
+                                      boundary::v1::GenerateLimits limits = {}) {
     HostToEnclave call;
+    *call.mutable_generate()->mutable_limits() = limits;
     call.set_call_id(call_id);
     call.mutable_generate()->set_tenant_id("alpha");
     *call.mutable_generate()->mutable_request() =
@@ -383,6 +385,49 @@ TEST_F(LlmGenerateTest, ErrorsAfterOpeningComeSealedInTheFinalChunk) {
   // The engine still serves after all that.
   Stream fine = Read(600, Send(600, Greedy(references_["prompts"][3])));
   EXPECT_EQ(fine.ids, references_["prompts"][3]["generated_ids"].get<std::vector<int32_t>>());
+}
+
+// The host's per-tenant limits that only the enclave can enforce (it alone sees tokens): the
+// KV cache quota and the token-rate bucket, each refused in a sealed chunk naming the limit.
+TEST_F(LlmGenerateTest, TheTenantsKvQuotaAndTokenRateAreEnforcedInTheEnclave) {
+  const auto& prompt = references_["prompts"][3];  // 7 tokens
+  api::v1::GenerateRequest request = Greedy(prompt);  // max_tokens 48
+  auto refused = [&](uint64_t call_id, const boundary::v1::GenerateLimits& limits,
+                     const api::v1::GenerateRequest& r) {
+    Stream stream = Read(call_id, Send(call_id, r, "tiny", 0, std::nullopt, limits));
+    EXPECT_EQ(stream.chunks.size(), 1u);
+    return stream.chunks.empty() ? api::v1::GenerateChunk() : stream.chunks[0];
+  };
+  boundary::v1::GenerateLimits kv;
+  kv.set_kv_cache_tokens(32);
+  api::v1::GenerateChunk chunk = refused(900, kv, request);
+  EXPECT_EQ(chunk.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(chunk.reason(), api::v1::QUOTA_EXCEEDED);
+  EXPECT_THAT(chunk.message(), HasSubstr("the tenant's KV quota is 32 tokens"));
+  // Within the quota it runs.
+  kv.set_kv_cache_tokens(64);
+  Stream fits = Read(901, Send(901, request, "tiny", 0, std::nullopt, kv));
+  EXPECT_EQ(fits.ids, prompt["generated_ids"].get<std::vector<int32_t>>());
+
+  // A bucket of 100 tokens refilled at 1 a second: a request takes its prompt and max_tokens
+  // (7 + 48) and gets back what it did not generate.
+  boundary::v1::GenerateLimits rate;
+  rate.set_tokens_per_second(1);
+  rate.set_token_burst(100);
+  Stream first = Read(902, Send(902, request, "tiny", 0, std::nullopt, rate));  // 7 + 17 used
+  EXPECT_EQ(first.ids, prompt["generated_ids"].get<std::vector<int32_t>>());
+  request.set_ignore_eos(true);
+  Stream second = Read(905, Send(905, request, "tiny", 0, std::nullopt, rate));  // 7 + 48 used
+  EXPECT_EQ(second.ids.size(), 48u);
+  chunk = refused(903, rate, request);  // about 100 - 24 - 55 = 21 left
+  EXPECT_EQ(chunk.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(chunk.reason(), api::v1::OVERLOADED);
+  EXPECT_THAT(chunk.message(), HasSubstr("token rate limit of 1 tokens/s"));
+  api::v1::GenerateRequest huge = request;
+  huge.set_max_tokens(200);
+  chunk = refused(904, rate, huge);
+  EXPECT_EQ(chunk.reason(), api::v1::TOO_LARGE);
+  EXPECT_THAT(chunk.message(), HasSubstr("exceed the tenant's token burst of 100"));
 }
 
 TEST_F(LlmGenerateTest, ARequestThatDoesNotOpenIsRefusedUnsealed) {
