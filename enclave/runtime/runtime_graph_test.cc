@@ -233,11 +233,14 @@ TEST(GraphTest, IfRunsTheChosenBranchWithOuterValues) {
 // matter).
 class DeadlineInsideAStep : public ::testing::Test {
  protected:
-  // x [n, 1, 32, 32] -> Conv with 4 maps of 5x5 -> y; inside an If branch when `branched`.
+  // x [n, 1, 32, 32] -> Conv with 8 maps of 13x13 -> y; inside an If branch when `branched`.
+  // The kernel is large so that the product, not allocating and zeroing the output, is most
+  // of the step's time (with 4 maps of 5x5 the output's page faults were, once the products
+  // got fast, and a stopped run could not end before half the full time).
   static GraphBuilder ConvModel(bool branched) {
     GraphBuilder builder(13);
     builder.Input("x", onnx::TensorProto::FLOAT, {-1, 1, 32, 32})
-        .FloatInitializer("w", {4, 1, 5, 5}, std::vector<float>(100, 0.04f));
+        .FloatInitializer("w", {8, 1, 13, 13}, std::vector<float>(8 * 13 * 13, 0.004f));
     if (!branched) {
       builder.Node("Conv", {"x", "w"}, {"y"}, "conv");
       builder.Output("y");
