@@ -20,14 +20,16 @@ namespace {
 constexpr char kMainHelp[] = R"(usage: cloister SUBCOMMAND [flags]
 
 The Cloister tenant tool: attest the enclave behind a cloisterd, upload an encrypted model,
-run encrypted inference. Models and tensors are encrypted end to end to the attested enclave.
+run encrypted inference and text generation. Models, tensors, prompts and text are encrypted
+end to end to the attested enclave.
 
 subcommands:
   keygen   create a tenant identity key (owns your models)
   attest   check the server's attestation evidence against your policy
-  upload   encrypt and upload a model (ONNX file)
+  upload   encrypt and upload a model (ONNX file or LLM checkpoint folder)
   models   list your models
   infer    run a model on .npy inputs
+  generate generate text with an LLM, streamed as it comes
   delete   delete one of your models
   status   the appliance at a glance (operator port): workers, tenants, queues, evidence age
 
@@ -134,6 +136,38 @@ flags:
 needs: --server, --policy, --tenant, --token-file, --key
 )";
 
+constexpr char kGenerateHelp[] =
+    R"(usage: cloister generate --model NAME (--prompt TEXT | --chat FILE.json | --prompt-ids IDS)
+                         [--max-tokens N] [--temperature T] [--top-p P] [--top-k K]
+                         [--seed S] [--stop TEXT ...] [--json] [connection flags]
+
+Generates text with one of your LLMs (uploaded as a checkpoint folder). The prompt and the
+text are encrypted end to end; every chunk of the stream is checked (in order, none missing,
+replayed or altered, and the stream complete) before it is used. The text is printed as it
+arrives, then a newline; with --json one document at the end instead:
+{"ids": [...], "text", "finish_reason" ("stop", "length" or "cancelled"), "usage":
+{"prompt_tokens", "cached_tokens", "completion_tokens"}, "receipt", "receipt_signature"}
+(the enclave's signed usage receipt for the request, base64).
+
+flags:
+  --model NAME         the LLM to run
+  --prompt TEXT        the prompt as text (tokenized with the model's special tokens)
+  --chat FILE.json     a chat: a JSON list of {"role": ..., "content": ...} messages, rendered
+                       by the model's chat template
+  --prompt-ids IDS     the prompt as token ids, comma-separated (1,2,3)
+  --max-tokens N       at most N new tokens (default: up to the model's context)
+  --temperature T      0 to 2 (default 1; 0: greedy)
+  --top-p P            above 0, at most 1 (default 1: off)
+  --top-k K            sample among the K most likely tokens (default 0: off)
+  --seed S             fix the sampler's seed (a seeded generation is retried when the worker
+                       restarts before it starts; an unseeded one never is)
+  --stop TEXT          stop when TEXT is generated (not included); repeat for more
+  --json               print the result as one JSON document
+  --fresh              attest with fresh hardware evidence
+  --timeout SECONDS    a limit on the whole generation (default 60)
+needs: --server, --policy, --tenant, --token-file, --key
+)";
+
 constexpr char kDeleteHelp[] = R"(usage: cloister delete --model NAME [--json] [connection flags]
 
 Deletes one of your models from the enclave and its ciphertext and wrapped key from the
@@ -176,6 +210,20 @@ const std::vector<Subcommand>& Subcommands() {
         {"output-dir", FlagKind::kValue},
         {"json", FlagKind::kBool},
         {"fresh", FlagKind::kBool}}},
+      {"generate",
+       kGenerateHelp,
+       {{"model", FlagKind::kValue},
+        {"prompt", FlagKind::kValue},
+        {"chat", FlagKind::kValue},
+        {"prompt-ids", FlagKind::kValue},
+        {"max-tokens", FlagKind::kValue},
+        {"temperature", FlagKind::kValue},
+        {"top-p", FlagKind::kValue},
+        {"top-k", FlagKind::kValue},
+        {"seed", FlagKind::kValue},
+        {"stop", FlagKind::kRepeated},
+        {"json", FlagKind::kBool},
+        {"fresh", FlagKind::kBool}}},
       {"delete",
        kDeleteHelp,
        {{"model", FlagKind::kValue}, {"json", FlagKind::kBool}, {"fresh", FlagKind::kBool}}},
@@ -184,6 +232,8 @@ const std::vector<Subcommand>& Subcommands() {
   return *subcommands;
 }
 
+}  // namespace
+
 const Subcommand* FindSubcommand(absl::string_view name) {
   for (const Subcommand& sub : Subcommands()) {
     if (sub.name == name) return &sub;
@@ -191,7 +241,6 @@ const Subcommand* FindSubcommand(absl::string_view name) {
   return nullptr;
 }
 
-}  // namespace
 }  // namespace cli_internal
 
 using cli_internal::FindSubcommand;
@@ -200,6 +249,7 @@ using cli_internal::ParseFlags;
 using cli_internal::Result;
 using cli_internal::RunAttest;
 using cli_internal::RunDelete;
+using cli_internal::RunGenerate;
 using cli_internal::RunInfer;
 using cli_internal::RunKeygen;
 using cli_internal::RunModels;
@@ -227,8 +277,8 @@ int RunCli(const std::vector<std::string>& args, CliIo& io) {
   if (sub == nullptr) {
     io.err
         << "cloister: unknown subcommand '" << first
-        << "' (subcommands: keygen, attest, upload, models, infer, delete, status; see cloister "
-           "--help)\n";
+        << "' (subcommands: keygen, attest, upload, models, infer, generate, delete, status; see "
+           "cloister --help)\n";
     return kExitUsage;
   }
   auto flags = ParseFlags(*sub, std::vector<std::string>(args.begin() + 1, args.end()));
@@ -251,6 +301,8 @@ int RunCli(const std::vector<std::string>& args, CliIo& io) {
     result = RunModels(*flags, io);
   } else if (sub->name == "infer") {
     result = RunInfer(*flags, io);
+  } else if (sub->name == "generate") {
+    result = RunGenerate(*flags, io);
   } else if (sub->name == "status") {
     result = RunStatus(*flags, io);
   } else {

@@ -1,5 +1,5 @@
 // The `cloister` tenant command line (DESIGN.md section 8): keygen, attest, upload, models,
-// infer and delete, as a function so tests can run it in-process. sdk/cli_main.cc is the
+// infer, generate and delete, as a function so tests can run it in-process. sdk/cli_main.cc is the
 // program; RunCli is everything else.
 //
 // Contract: human-readable output by default and exactly one JSON document on stdout with

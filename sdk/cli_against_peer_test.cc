@@ -164,5 +164,71 @@ TEST_F(CliAgainstPeerTest, WrongTokenIsARefusal) {
   EXPECT_EQ(run.err, "cloister: GetEvidence: unknown tenant or wrong API token\n");
 }
 
+TEST_F(CliAgainstPeerTest, GenerateStreamsTheTextOrPrintsOneDocument) {
+  std::string model = WriteModel("llm.bin", Bytes(100, 7));
+  ASSERT_EQ(Run({"upload", "--model", model, "--name", "llm"}).exit_code, kExitOk);
+
+  CliRun text = Run({"generate", "--model", "llm", "--prompt", "hello"});
+  ASSERT_EQ(text.exit_code, kExitOk) << text.err;
+  EXPECT_EQ(text.out, "hello\n");
+  EXPECT_EQ(text.err, "");
+
+  CliRun json = Run({"generate", "--model", "llm", "--prompt", "hi", "--json"});
+  ASSERT_EQ(json.exit_code, kExitOk) << json.err;
+  EXPECT_EQ(json.out,
+            "{\"ids\":[104,105],\"text\":\"hi\",\"finish_reason\":\"stop\",\"usage\":{"
+            "\"prompt_tokens\":2,\"cached_tokens\":0,\"completion_tokens\":2},"
+            "\"receipt\":\"cGVlciByZWNlaXB0\",\"receipt_signature\":\"cGVlciBzaWduYXR1cmU=\"}\n");
+
+  // The flags reach the enclave as a GenerateRequest.
+  std::string chat = dir_ + "/chat.json";
+  ASSERT_TRUE(WriteFileAtomic(chat, R"([{"role": "system", "content": "be brief"},
+                                        {"role": "user", "content": "why?"}])")
+                  .ok());
+  CliRun chatted = Run({"generate", "--model", "llm", "--chat", chat, "--max-tokens", "3",
+                        "--temperature", "0.5", "--top-p", "0.9", "--top-k", "40", "--seed",
+                        "18446744073709551615", "--stop", "x", "--stop", "y z"});
+  ASSERT_EQ(chatted.exit_code, kExitOk) << chatted.err;
+  EXPECT_EQ(chatted.out, "why\n");
+  api::GenerateRequest sent = peer_->last_generate_request();
+  ASSERT_EQ(sent.chat().messages_size(), 2);
+  EXPECT_EQ(sent.chat().messages(0).role(), "system");
+  EXPECT_EQ(sent.chat().messages(1).content(), "why?");
+  EXPECT_EQ(sent.max_tokens(), 3u);
+  EXPECT_FLOAT_EQ(sent.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(sent.sampling().top_p(), 0.9f);
+  EXPECT_EQ(sent.sampling().top_k(), 40);
+  EXPECT_EQ(sent.sampling().seed(), 18446744073709551615u);
+  EXPECT_THAT(sent.stop(), ::testing::ElementsAre("x", "y z"));
+
+  CliRun ids = Run({"generate", "--model", "llm", "--prompt-ids", "1, 2,3"});
+  ASSERT_EQ(ids.exit_code, kExitOk) << ids.err;
+  EXPECT_EQ(ids.out, "[1][2][3]\n");
+  EXPECT_FALSE(peer_->last_generate_request().sampling().has_seed());
+}
+
+TEST_F(CliAgainstPeerTest, GenerateRefusals) {
+  CliRun unknown = Run({"generate", "--model", "nope", "--prompt", "x"});
+  EXPECT_EQ(unknown.exit_code, kExitRefused);
+  EXPECT_THAT(unknown.err, StartsWith("cloister: model not found: no model 'nope' uploaded"));
+  EXPECT_EQ(unknown.out, "");
+
+  std::string model = WriteModel("llm.bin", Bytes(100, 7));
+  ASSERT_EQ(Run({"upload", "--model", model, "--name", "llm"}).exit_code, kExitOk);
+  // The text that passed its checks is printed, its line ended, and the error reported.
+  peer_->SetStreamFault(EnclavePeer::StreamFault::kDropChunk1);
+  CliRun dropped = Run({"generate", "--model", "llm", "--prompt", "hello"});
+  EXPECT_EQ(dropped.exit_code, kExitRefused);
+  EXPECT_EQ(dropped.out, "h\n");
+  EXPECT_THAT(dropped.err, StartsWith("cloister: generation stream of request "));
+  EXPECT_THAT(dropped.err, HasSubstr("chunk 1 is missing"));
+  EXPECT_EQ(std::count(dropped.err.begin(), dropped.err.end(), '\n'), 1);
+  peer_->SetStreamFault(EnclavePeer::StreamFault::kNoFinal);
+  CliRun cut = Run({"generate", "--model", "llm", "--prompt", "hello", "--json"});
+  EXPECT_EQ(cut.exit_code, kExitRefused);
+  EXPECT_EQ(cut.out, "");
+  EXPECT_THAT(cut.err, HasSubstr("generation stream ended without its final chunk"));
+}
+
 }  // namespace
 }  // namespace cloister::sdk::client_test

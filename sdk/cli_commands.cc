@@ -31,10 +31,6 @@ namespace cloister::sdk::cli_internal {
 
 namespace api = ::cloister::api::v1;
 
-namespace {
-
-// A refusal of a call that named a model: the enclave's "model not found" (it sees only the
-// model's handle) gets the name the user typed and where to look.
 CliError RefusedForModel(const absl::Status& status, const std::string& name) {
   if (absl::IsNotFound(status) && status.message() == "model not found") {
     return Refused(
@@ -43,8 +39,6 @@ CliError RefusedForModel(const absl::Status& status, const std::string& name) {
   }
   return Refused(status);
 }
-
-}  // namespace
 
 Result RunKeygen(const Flags& flags, CliIo& io) {
   auto path = RequiredSetting(flags, io, "key", "CLOISTER_KEY", "key file");

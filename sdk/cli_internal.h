@@ -1,8 +1,8 @@
 // Internals of the `cloister` command line (cli.h) shared by its source files: cli.cc (help
 // texts, the subcommand table, RunCli), cli_flags.cc (flags, settings, connection options),
 // cli_output.cc (JSON and human-readable output), cli_commands.cc (keygen, attest, upload,
-// models, delete, infer) and cli_status.cc (status, from the operator port). Not for use
-// outside the CLI.
+// models, delete, infer), cli_generate.cc (generate) and cli_status.cc (status, from the
+// operator port). Not for use outside the CLI (and its tests).
 // Threading: as RunCli (cli.h).
 #pragma once
 
@@ -70,6 +70,9 @@ struct Subcommand {
   std::vector<FlagSpec> flags;  // besides the connection flags and --help
 };
 
+// The subcommand called `name` (cli.cc's table), or nullptr.
+const Subcommand* FindSubcommand(absl::string_view name);
+
 // Parses `--flag value`, `--flag=value`, boolean `--flag`, and `--help`/`-h` (with base/flags).
 // InvalidArgument for an unknown flag or a stray argument, a missing value, a value given to a
 // boolean flag, or a single-valued flag given twice.
@@ -103,6 +106,19 @@ std::string ShapeHuman(const google::protobuf::RepeatedField<int64_t>& shape);
 std::string ModelJson(const cloister::api::v1::ModelInfo& model);
 void PrintModelHuman(std::ostream& out, const cloister::api::v1::ModelInfo& model);
 
+// A refusal of a call that named a model: the enclave's "model not found" (it sees only the
+// model's handle) gets the name the user typed and where to look.
+CliError RefusedForModel(const absl::Status& status, const std::string& name);
+
+// The GenerateRequest that generate's flags describe (--prompt, --chat FILE.json read here,
+// --prompt-ids, --max-tokens, --temperature, --top-p, --top-k, --seed, --stop), checked
+// locally: InvalidArgument naming the flag for a missing or second prompt, a malformed value
+// or one out of range, or a chat file that cannot be read or is not a list of messages.
+absl::StatusOr<cloister::api::v1::GenerateRequest> GenerateRequestFromFlags(const Flags& flags);
+// {"ids", "text", "finish_reason", "usage": {"prompt_tokens", "cached_tokens",
+// "completion_tokens"}, "receipt", "receipt_signature"} (the receipt's bytes in base64).
+std::string GenerateResultJson(const GenerateResult& result);
+
 // ---- Subcommands. ----
 
 using Result = std::optional<CliError>;  // nullopt: success
@@ -113,6 +129,7 @@ Result RunUpload(const Flags& flags, CliIo& io);
 Result RunModels(const Flags& flags, CliIo& io);
 Result RunDelete(const Flags& flags, CliIo& io);
 Result RunInfer(const Flags& flags, CliIo& io);
+Result RunGenerate(const Flags& flags, CliIo& io);
 // The operator port's status (cli_status.cc).
 Result RunStatus(const Flags& flags, CliIo& io);
 

@@ -17,8 +17,10 @@
 #include "attest/policy.h"
 #include "attest/sim/sim_tee.h"
 #include "base/file.h"
+#include "base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sdk/cli_internal.h"
 #include "sdk/identity.h"
 #include "sdk/npy.h"
 #include "tests/support/temp_dir.h"
@@ -105,7 +107,7 @@ TEST_F(CliTest, HelpAndUsage) {
   EXPECT_EQ(none.exit_code, kExitUsage);
   EXPECT_THAT(none.err, HasSubstr("usage: cloister"));
 
-  for (const char* sub : {"keygen", "attest", "upload", "models", "infer", "delete"}) {
+  for (const char* sub : {"keygen", "attest", "upload", "models", "infer", "generate", "delete"}) {
     SCOPED_TRACE(sub);
     CliRun run = Run({sub, "--help"});
     EXPECT_EQ(run.exit_code, kExitOk);
@@ -327,6 +329,160 @@ TEST_F(CliTest, UnreachableServerIsARefusal) {
   CliRun infer = Run(Concat({"infer", "--model", "m", "--input", "x=" + input}, Connection()));
   EXPECT_EQ(infer.exit_code, kExitRefused);
   EXPECT_THAT(infer.err, HasSubstr("cannot reach cloisterd"));
+}
+
+TEST_F(CliTest, GenerateChecksItsFlagsBeforeConnecting) {
+  CliRun no_model = Run({"generate", "--prompt", "hi"});
+  EXPECT_EQ(no_model.exit_code, kExitUsage);
+  EXPECT_EQ(no_model.err, "cloister: `cloister generate` needs --model\n");
+
+  CliRun no_prompt = Run({"generate", "--model", "m"});
+  EXPECT_EQ(no_prompt.exit_code, kExitUsage);
+  EXPECT_THAT(no_prompt.err, HasSubstr("needs a prompt: --prompt TEXT, --chat FILE.json or"));
+
+  std::string chat = WriteText("chat.json", R"([{"role": "user", "content": "hi"}])");
+  for (const std::vector<std::string>& two :
+       {std::vector<std::string>{"--prompt", "a", "--chat", chat},
+        std::vector<std::string>{"--prompt", "a", "--prompt-ids", "1"},
+        std::vector<std::string>{"--chat", chat, "--prompt-ids", "1"}}) {
+    CliRun both = Run(Concat({"generate", "--model", "m"}, two));
+    EXPECT_EQ(both.exit_code, kExitUsage);
+    EXPECT_THAT(both.err, HasSubstr("exclude each other: give one prompt"));
+  }
+  CliRun twice = Run({"generate", "--model", "m", "--prompt", "a", "--prompt", "b"});
+  EXPECT_EQ(twice.exit_code, kExitUsage);
+  EXPECT_THAT(twice.err, HasSubstr("flag --prompt given more than once"));
+
+  const struct {
+    std::vector<std::string> flags;
+    const char* error;
+  } bad[] = {
+      {{"--max-tokens", "0"}, "--max-tokens must be a whole number of tokens from 1, not '0'"},
+      {{"--max-tokens", "-3"}, "--max-tokens must be a whole number"},
+      {{"--max-tokens", "+3"}, "--max-tokens must be a whole number"},
+      {{"--max-tokens", "ten"}, "--max-tokens must be a whole number"},
+      {{"--temperature", "2.5"}, "--temperature must be a number in [0, 2], not '2.5'"},
+      {{"--temperature", "-0.1"}, "--temperature must be a number in [0, 2]"},
+      {{"--temperature", "nan"}, "--temperature must be a number in [0, 2]"},
+      {{"--temperature", "warm"}, "--temperature must be a number in [0, 2]"},
+      {{"--top-p", "0"}, "--top-p must be a number in (0, 1], not '0'"},
+      {{"--top-p", "1.01"}, "--top-p must be a number in (0, 1]"},
+      {{"--top-k", "-1"}, "--top-k must be a whole number from 0 (0: off), not '-1'"},
+      {{"--top-k", "4.5"}, "--top-k must be a whole number from 0"},
+      {{"--seed", "-1"}, "--seed must be a whole number from 0 to 18446744073709551615"},
+      {{"--seed", "18446744073709551616"}, "--seed must be a whole number"},
+      {{"--stop", "x", "--stop", ""}, "--stop wants a non-empty string"},
+      {{"--max-tokens"}, "flag --max-tokens needs a value"},
+      {{"--temp", "1"}, "unknown flag --temp for `cloister generate`"},
+  };
+  for (const auto& c : bad) {
+    SCOPED_TRACE(c.error);
+    CliRun run = Run(Concat({"generate", "--model", "m", "--prompt", "hi"}, c.flags));
+    EXPECT_EQ(run.exit_code, kExitUsage);
+    EXPECT_THAT(run.err, HasSubstr(c.error));
+  }
+  for (const char* ids : {"", "1,,2", "1,a", "-1", "1,2,", "99999999999"}) {
+    SCOPED_TRACE(ids);
+    CliRun run = Run({"generate", "--model", "m", "--prompt-ids", ids});
+    EXPECT_EQ(run.exit_code, kExitUsage);
+    EXPECT_THAT(run.err, HasSubstr("--prompt-ids wants token ids from 0, comma-separated"));
+  }
+}
+
+TEST_F(CliTest, GenerateChecksTheChatFile) {
+  const struct {
+    const char* contents;
+    const char* error;
+  } bad[] = {
+      {"[{\"role\": \"user\", \"content\": \"hi\"}", "is not valid JSON"},
+      {"{\"role\": \"user\", \"content\": \"hi\"}", "must hold a JSON list of"},
+      {"[]", "(it is an empty list)"},
+      {"[\"hi\"]", "message 1 is not an object"},
+      {"[{\"role\": \"user\", \"content\": \"a\"}, {\"content\": \"b\"}]", "message 2 has no role"},
+      {"[{\"role\": \"\", \"content\": \"b\"}]", "message 1 has no role"},
+      {"[{\"role\": \"user\"}]", "message 1 has no content"},
+      {"[{\"role\": \"user\", \"content\": 3}]", "message 1: content is not a string"},
+      {"[{\"role\": \"user\", \"content\": \"a\", \"name\": \"b\"}]",
+       "message 1 has an unknown key \"name\" (a message has role and content)"},
+  };
+  for (const auto& c : bad) {
+    SCOPED_TRACE(c.contents);
+    std::string path = WriteText("chat.json", c.contents);
+    CliRun run = Run({"generate", "--model", "m", "--chat", path});
+    EXPECT_EQ(run.exit_code, kExitUsage);
+    EXPECT_THAT(run.err, HasSubstr("--chat file " + path));
+    EXPECT_THAT(run.err, HasSubstr(c.error));
+  }
+  CliRun missing = Run({"generate", "--model", "m", "--chat", dir_ + "/none.json"});
+  EXPECT_EQ(missing.exit_code, kExitUsage);
+  EXPECT_THAT(missing.err, HasSubstr("cannot read --chat file"));
+  EXPECT_THAT(missing.err, HasSubstr("none.json"));
+}
+
+TEST_F(CliTest, GenerateWithGoodFlagsGetsAsFarAsConnecting) {
+  WriteConnectionFiles();
+  std::string chat = WriteText("chat.json", R"([{"role": "user", "content": "hi"}])");
+  CliRun run = Run(Concat(
+      {"generate", "--model", "m", "--chat", chat, "--temperature", "0", "--top-p", "1", "--json"},
+      Connection()));
+  EXPECT_EQ(run.exit_code, kExitRefused);
+  EXPECT_THAT(run.err, HasSubstr("cannot reach cloisterd"));
+  EXPECT_EQ(run.out, "");
+}
+
+// Parses generate's flags as RunCli does.
+absl::StatusOr<cloister::api::v1::GenerateRequest> GenerateRequestOf(
+    const std::vector<std::string>& args) {
+  const cli_internal::Subcommand* sub = cli_internal::FindSubcommand("generate");
+  CLOISTER_CHECK(sub != nullptr);
+  absl::StatusOr<cli_internal::Flags> flags = cli_internal::ParseFlags(*sub, args);
+  if (!flags.ok()) return flags.status();
+  return cli_internal::GenerateRequestFromFlags(*flags);
+}
+
+TEST(CliGenerateTest, FlagsMakeTheRequest) {
+  auto plain = GenerateRequestOf({"--model", "m", "--prompt", ""});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->has_text());  // an empty prompt is a prompt
+  EXPECT_EQ(plain->max_tokens(), 0u);
+  EXPECT_FALSE(plain->sampling().has_temperature());
+  EXPECT_FALSE(plain->sampling().has_top_p());
+  EXPECT_FALSE(plain->sampling().has_seed());
+  EXPECT_EQ(plain->stop_size(), 0);
+
+  auto full = GenerateRequestOf({"--model", "m", "--prompt-ids", " 7,0 ,2147483647",
+                                 "--max-tokens=12", "--temperature", "0", "--top-p", "0.25",
+                                 "--top-k", "5", "--seed", "0", "--stop", "\n\n", "--stop", "."});
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_THAT(full->ids().ids(), ::testing::ElementsAre(7, 0, 2147483647));
+  EXPECT_EQ(full->max_tokens(), 12u);
+  EXPECT_TRUE(full->sampling().has_temperature());
+  EXPECT_EQ(full->sampling().temperature(), 0.0f);
+  EXPECT_FLOAT_EQ(full->sampling().top_p(), 0.25f);
+  EXPECT_EQ(full->sampling().top_k(), 5);
+  EXPECT_TRUE(full->sampling().has_seed());
+  EXPECT_EQ(full->sampling().seed(), 0u);
+  EXPECT_THAT(full->stop(), ::testing::ElementsAre("\n\n", "."));
+}
+
+TEST(CliGenerateTest, ResultAsJson) {
+  GenerateResult result;
+  result.ids = {1, 22, 333};
+  result.text = "say \"hi\"\n";
+  result.finish_reason = "length";
+  result.usage.set_prompt_tokens(4);
+  result.usage.set_cached_tokens(2);
+  result.usage.set_completion_tokens(3);
+  result.receipt = std::string("\x00\xff", 2);
+  result.receipt_signature = "sig";
+  EXPECT_EQ(cli_internal::GenerateResultJson(result),
+            "{\"ids\":[1,22,333],\"text\":\"say \\\"hi\\\"\\n\",\"finish_reason\":\"length\","
+            "\"usage\":{\"prompt_tokens\":4,\"cached_tokens\":2,\"completion_tokens\":3},"
+            "\"receipt\":\"AP8=\",\"receipt_signature\":\"c2ln\"}");
+  EXPECT_EQ(cli_internal::GenerateResultJson(GenerateResult()),
+            "{\"ids\":[],\"text\":\"\",\"finish_reason\":\"\",\"usage\":{\"prompt_tokens\":0,"
+            "\"cached_tokens\":0,\"completion_tokens\":0},\"receipt\":\"\","
+            "\"receipt_signature\":\"\"}");
 }
 
 TEST(CliFormatTest, SanitizesOutputNames) {

@@ -1,6 +1,7 @@
 // The tenant client: attests the enclave behind a `cloisterd`, opens an end-to-end encrypted
 // session to it (docs/PROTOCOL.md sections 2 and 3), and uploads models, lists and deletes
-// them and runs inference through that session (sections 4 and 5). The host relays only
+// them, runs inference and streams text generations through that session (sections 4 and 5,
+// and "Generation streams"). The host relays only
 // ciphertext; every reply is a sealed ReplyEnvelope, so errors come from the enclave itself
 // and a non-OK code in it becomes an absl::Status with that code and message.
 //
@@ -53,6 +54,7 @@
 #include "cloister/api/v1/api.pb.h"
 #include "cloister/attest/v1/evidence.pb.h"
 #include "crypto/channel.h"
+#include "sdk/generate_stream.h"
 #include "sdk/identity.h"
 
 namespace cloister::sdk {
@@ -106,6 +108,10 @@ struct ClientOptions {
 
 // Called after each upload message with the ciphertext bytes sent so far and in total.
 using UploadProgress = std::function<void(uint64_t sent_size, uint64_t total_size)>;
+
+// Called with each chunk of a generation as it arrives, after the chunk passed every check
+// (GenerateStreamVerifier); on the thread that called Generate.
+using GenerateChunkCallback = std::function<void(const cloister::api::v1::GenerateChunk& chunk)>;
 
 // Splits ClientOptions::server into its endpoints. InvalidArgument naming the bad entry for
 // an empty list or entry, whitespace, a missing or out-of-range port, or a repeated endpoint.
@@ -168,6 +174,23 @@ class Client {
   absl::StatusOr<std::vector<cloister::api::v1::Tensor>> Infer(
       const std::string& name, const std::vector<cloister::api::v1::Tensor>& inputs,
       const std::vector<std::string>& outputs = {}, absl::Duration timeout = absl::ZeroDuration());
+  // Generates text with the LLM `name` (one of this identity's): seals `request` for the
+  // model, opens the Generate stream and checks every chunk before it is used; `on_chunk`
+  // (when set) gets each one as it arrives, the final one included. Returns the assembled
+  // result once the final chunk has been accepted. `timeout` above zero replaces
+  // options.call_timeout for the whole stream (the RPC deadline and the request's own).
+  // Errors: InvalidArgument for an empty name or a request without a prompt; the enclave's
+  // status (its code, message and reason) when it ends the stream with an error chunk; DATA_LOSS
+  // naming what was wrong when a chunk fails a check (a gap, chunks out of order, a replayed
+  // chunk, a chunk that does not open, anything after the final chunk) or the stream ends
+  // without its final chunk; the gRPC error when the stream fails before its final chunk. A
+  // sampled generation is not idempotent, so a failed one is tried again (the retries of Infer,
+  // ClientOptions::max_attempts) only when the request fixes the seed and no chunk of it has
+  // arrived yet.
+  absl::StatusOr<GenerateResult> Generate(const std::string& name,
+                                          const cloister::api::v1::GenerateRequest& request,
+                                          const GenerateChunkCallback& on_chunk = {},
+                                          absl::Duration timeout = absl::ZeroDuration());
 
  private:
   struct Session;
@@ -202,6 +225,16 @@ class Client {
   // Writes a call's plaintext into the buffer it is sealed in (proto/sealing.h): the span to
   // seal, ending in room for the tag.
   using Serializer = std::function<absl::StatusOr<std::span<uint8_t>>(std::string& buffer)>;
+  // One try of a call through the current session; `used` receives the session it went
+  // through (if any).
+  using Attempt = std::function<absl::Status(std::shared_ptr<Session>& used)>;
+  // Runs `attempt` until it succeeds or fails for good. A failure that IsRetryable is tried
+  // again while `may_retry()` (asked after each failure) says so: after retry_backoff (doubling)
+  // through a new session, up to ClientOptions::max_attempts on a node, then on the next node.
+  // A retryable failure leaves its session behind either way. `names_model`: a NotFound names
+  // the node that lacks the model when there are several.
+  absl::Status CallWithRetries(const Attempt& attempt, const std::function<bool()>& may_retry,
+                               bool names_model);
   // Seals the request `serialize` writes, runs one unary RPC and opens the sealed ReplyEnvelope
   // into `reply`. `timeout` above zero replaces options_.call_timeout. Infer and ListModels are
   // retried as ClientOptions::max_attempts says (each attempt serializes afresh).
@@ -212,6 +245,13 @@ class Client {
   absl::Status SealedUnaryCallOnce(crypto::MessageKind kind, const std::string& model_handle,
                                    const Serializer& serialize, google::protobuf::Message& reply,
                                    absl::Duration timeout, std::shared_ptr<Session>& used);
+  // One attempt of Generate for `model_handle`; `delivered` is set once a chunk has been
+  // accepted (from then on the attempt is not repeated).
+  absl::StatusOr<GenerateResult> GenerateOnce(const std::string& model_handle,
+                                              const cloister::api::v1::GenerateRequest& request,
+                                              const GenerateChunkCallback& on_chunk,
+                                              absl::Duration timeout,
+                                              std::shared_ptr<Session>& used, bool& delivered);
   // Forgets `session` if it is still the current one, so the next call attests again.
   void DropSession(const std::shared_ptr<Session>& session);
 

@@ -1,7 +1,8 @@
 // Internals of Client (client.h) shared by its source files: client.cc (options, channels, gRPC
 // errors, Connect), client_session.cc (attestation, sessions, failover), client_sealed_call.cc
-// (sealed unary calls and their retries), client_upload.cc (UploadModel) and client_calls.cc
-// (ListModels, DeleteModel, Infer). Not for use outside the Client.
+// (sealed unary calls and the retries of every call), client_upload.cc (UploadModel),
+// client_calls.cc (ListModels, DeleteModel, Infer) and client_generate.cc (Generate); also
+// generate_stream.cc. Not for use outside the SDK.
 // Threading: the functions keep no state; a Session's channel is guarded by its own mutex.
 #pragma once
 
@@ -68,6 +69,12 @@ std::string StringOf(ByteSpan b);
 
 // Wipes a std::string that held plaintext or a key.
 void WipeString(std::string& s);
+
+// The status of an error the enclave decided (a ReplyEnvelope's or a GenerateChunk's code,
+// message and reason): that code (UNKNOWN when it is not an absl::StatusCode), the message (a
+// stock one when it is empty) and the reason.
+absl::Status EnclaveError(int code, const std::string& message,
+                          cloister::api::v1::ErrorReason reason);
 
 // Opens a sealed reply to `header` and unpacks its ReplyEnvelope into `reply`.
 // The reply is opened in place, in its own ciphertext field.

@@ -1,6 +1,7 @@
 // Client (client.h): the sealed unary calls (docs/PROTOCOL.md section 5): sealing a request,
-// opening its ReplyEnvelope, and the retries and failover of idempotent calls.
+// opening its ReplyEnvelope, and the retries and failover of idempotent calls (Generate's too).
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,6 +19,17 @@ namespace api = ::cloister::api::v1;
 
 namespace client_internal {
 
+absl::Status EnclaveError(int code, const std::string& message, api::ErrorReason reason) {
+  auto status_code =
+      (code > 0 && code <= 16) ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown;
+  return proto::WithReason(
+      absl::Status(status_code,
+                   message.empty()
+                       ? absl::StrCat("the enclave refused the request (code ", code, ")")
+                       : message),
+      reason);
+}
+
 absl::Status OpenReply(crypto::ChannelReceiver& receiver, const crypto::MessageHeader& header,
                        api::SealedReply& sealed, google::protobuf::Message& reply) {
   std::string& buffer = *sealed.mutable_ciphertext();
@@ -33,13 +45,7 @@ absl::Status OpenReply(crypto::ChannelReceiver& receiver, const crypto::MessageH
   WipeString(buffer);
   if (!parsed) return absl::DataLossError("the enclave's reply is not a ReplyEnvelope");
   if (envelope.code() != 0) {
-    int code = envelope.code();
-    auto status_code =
-        (code > 0 && code <= 16) ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown;
-    std::string message = envelope.message().empty()
-                              ? absl::StrCat("the enclave refused the request (code ", code, ")")
-                              : envelope.message();
-    return proto::WithReason(absl::Status(status_code, message), envelope.reason());
+    return EnclaveError(envelope.code(), envelope.message(), envelope.reason());
   }
   bool body_parsed = reply.ParseFromString(envelope.body());
   WipeString(*envelope.mutable_body());
@@ -66,21 +72,17 @@ using client_internal::PrepareContext;
 using client_internal::StringOf;
 using client_internal::WipeString;
 
-absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string& model_handle,
-                                     const Serializer& serialize, google::protobuf::Message& reply,
-                                     absl::Duration timeout) {
-  const bool idempotent =
-      kind == crypto::MessageKind::kInfer || kind == crypto::MessageKind::kListModels;
-  const int attempts = idempotent ? std::max(1, options_.max_attempts) : 1;
+absl::Status Client::CallWithRetries(const Attempt& attempt, const std::function<bool()>& may_retry,
+                                     bool names_model) {
+  const int attempts = std::max(1, options_.max_attempts);
   // Each failover gives the call a fresh budget of attempts on the next node; a call moves
   // across each other node at most once.
   size_t failovers_left = endpoints_.size() - 1;
   absl::Duration pause = options_.retry_backoff;
-  for (int attempt = 1;; ++attempt) {
+  for (int tried = 1;; ++tried) {
     std::shared_ptr<Session> used;
-    absl::Status status = SealedUnaryCallOnce(kind, model_handle, serialize, reply, timeout, used);
-    if (absl::IsNotFound(status) && used != nullptr && endpoints_.size() > 1 &&
-        (kind == crypto::MessageKind::kInfer || kind == crypto::MessageKind::kDeleteModel)) {
+    absl::Status status = attempt(used);
+    if (names_model && absl::IsNotFound(status) && used != nullptr && endpoints_.size() > 1) {
       // Models live in one node's store; say which node lacks it.
       return absl::NotFoundError(absl::StrCat(
           status.message(), " (on ", endpoints_[used->endpoint].address,
@@ -88,24 +90,38 @@ absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string
           "may move to)"));
     }
     if (status.ok() || !IsRetryable(status)) return status;
-    if (attempt >= attempts) {
-      // This node's budget is spent: an idempotent call moves on to the next node. Any call
-      // leaves the session behind, so the next call attests again (and moves on when the node
-      // is down).
+    const bool retry = may_retry();
+    if (!retry || tried >= attempts) {
+      // This node's budget is spent: a call that may be retried moves on to the next node. Any
+      // call leaves the session behind, so the next call attests again (and moves on when the
+      // node is down).
       if (used != nullptr) DropSession(used);
-      if (!idempotent || used == nullptr || failovers_left == 0) return status;
+      if (!retry || used == nullptr || failovers_left == 0) return status;
       if (!FailOver(used->endpoint)) return status;
       --failovers_left;
-      attempt = 0;
+      tried = 0;
       pause = options_.retry_backoff;
-      reply.Clear();
       continue;
     }
     if (used != nullptr) DropSession(used);
-    reply.Clear();
     absl::SleepFor(pause);
     pause *= 2;
   }
+}
+
+absl::Status Client::SealedUnaryCall(crypto::MessageKind kind, const std::string& model_handle,
+                                     const Serializer& serialize, google::protobuf::Message& reply,
+                                     absl::Duration timeout) {
+  const bool idempotent =
+      kind == crypto::MessageKind::kInfer || kind == crypto::MessageKind::kListModels;
+  return CallWithRetries(
+      [&](std::shared_ptr<Session>& used) {
+        reply.Clear();
+        return SealedUnaryCallOnce(kind, model_handle, serialize, reply, timeout, used);
+      },
+      [idempotent] { return idempotent; },
+      /*names_model=*/kind == crypto::MessageKind::kInfer ||
+          kind == crypto::MessageKind::kDeleteModel);
 }
 
 absl::Status Client::SealedUnaryCallOnce(crypto::MessageKind kind, const std::string& model_handle,

@@ -72,9 +72,31 @@ class EnclavePeer final : public api::Cloister::Service {
     bool tamper_replies = false;
   };
 
-  // The next `count` sealed calls (ListModels, DeleteModel, Infer) are refused with `code` and
-  // `message`, as cloisterd refuses calls whose enclave worker died.
-  // Refuses the next `count` sealed calls as cloisterd would, `reason` in the status details.
+  // What the peer does to its next Generate streams, as a host could (the chunks themselves are
+  // sealed correctly).
+  enum class StreamFault {
+    kNone,
+    kDropChunk1,       // chunk 1 is never sent
+    kSwapChunks1And2,  // chunks 1 and 2 are sent the other way round
+    kReplayChunk0,     // chunk 0 is sent twice
+    kTamperChunk1,     // a bit of chunk 1's ciphertext is flipped
+    kNoFinal,          // the stream ends (OK) without its final chunk
+    kChunkAfterFinal,  // one more chunk, sealed properly, follows the final one
+    kFailAfterChunk0,  // the RPC fails UNAVAILABLE after chunk 0, as when a worker dies
+  };
+  void SetStreamFault(StreamFault fault) {
+    absl::MutexLock lock(&mu);
+    stream_fault_ = fault;
+  }
+  // The plaintext of the last Generate request that opened.
+  api::GenerateRequest last_generate_request() {
+    absl::MutexLock lock(&mu);
+    return last_generate_request_;
+  }
+
+  // The next `count` sealed calls (ListModels, DeleteModel, Infer, Generate) are refused with
+  // `code` and `message` (and `reason` in the status details), as cloisterd refuses calls whose
+  // enclave worker died.
   void RefuseNextSealedCalls(int count, grpc::StatusCode code, std::string message,
                              api::ErrorReason reason = api::ERROR_REASON_UNSPECIFIED) {
     absl::MutexLock lock(&mu);
@@ -250,6 +272,76 @@ class EnclavePeer final : public api::Cloister::Service {
         });
   }
 
+  // The peer's LLMs echo the prompt: each character of a text prompt is one token (its byte as
+  // the id), sent one token per chunk; token ids come back as they were sent, text "[id]"; a
+  // chat answers with its last message's content. max_tokens cuts the echo ("length"); a stop
+  // string ends it before the stop ("stop"). An unknown model is an error chunk.
+  grpc::Status Generate(grpc::ServerContext* context, const api::SealedRequest* call,
+                        grpc::ServerWriter<api::SealedChunk>* writer) override {
+    if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
+    ++sealed_calls;
+    std::vector<api::SealedChunk> chunks;
+    StreamFault fault;
+    {
+      absl::MutexLock lock(&mu);
+      if (refusals_left_ > 0) {
+        --refusals_left_;
+        return refusal_;
+      }
+      fault = stream_fault_;
+      auto it = sessions_.find(call->session_id());
+      if (it == sessions_.end()) return Refuse("unknown session");
+      PeerSession& session = *it->second;
+      crypto::MessageHeader header{crypto::MessageKind::kGenerate, call->request_id(),
+                                   call->model_handle()};
+      auto plaintext = session.receiver->Open(call->sequence(), header, Span(call->ciphertext()));
+      if (!plaintext.ok()) return Refuse(std::string(plaintext.status().message()));
+      api::GenerateRequest request;
+      if (!request.ParseFromArray(plaintext->data(), plaintext->size())) return Refuse("request");
+      last_generate_request_ = request;
+      std::vector<api::GenerateChunk> plain = EchoChunks(session.identity, *call, request);
+      auto seal = [&](uint64_t number, bool final, const api::GenerateChunk& plaintext) {
+        crypto::MessageHeader chunk_header{crypto::MessageKind::kGenerateChunk, call->request_id(),
+                                           call->model_handle(), number, final};
+        auto sealed = session.sender->Seal(chunk_header, Span(plaintext.SerializeAsString()));
+        api::SealedChunk& chunk = chunks.emplace_back();
+        chunk.set_sequence(sealed->first);
+        chunk.set_chunk(number);
+        chunk.set_final(final);
+        chunk.set_ciphertext(Str(sealed->second));
+      };
+      for (size_t i = 0; i < plain.size(); ++i) seal(i, i + 1 == plain.size(), plain[i]);
+      // One more chunk, sealed properly, after the final one.
+      if (fault == StreamFault::kChunkAfterFinal) seal(plain.size(), false, plain.front());
+    }
+    switch (fault) {
+      case StreamFault::kDropChunk1:
+        if (chunks.size() > 1) chunks.erase(chunks.begin() + 1);
+        break;
+      case StreamFault::kSwapChunks1And2:
+        if (chunks.size() > 2) std::swap(chunks[1], chunks[2]);
+        break;
+      case StreamFault::kReplayChunk0:
+        chunks.insert(chunks.begin() + 1, chunks.front());
+        break;
+      case StreamFault::kTamperChunk1:
+        if (chunks.size() > 1) (*chunks[1].mutable_ciphertext())[0] ^= 1;
+        break;
+      case StreamFault::kNoFinal:
+        chunks.pop_back();
+        break;
+      case StreamFault::kFailAfterChunk0:
+        writer->Write(chunks.front());
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "enclave worker 0 exited");
+      default:
+        break;
+    }
+    for (const api::SealedChunk& chunk : chunks) {
+      if (!writer->Write(chunk)) break;
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status UploadModel(grpc::ServerContext* context,
                            grpc::ServerReader<api::UploadModelRequest>* reader,
                            api::UploadModelResponse* response) override {
@@ -341,6 +433,54 @@ class EnclavePeer final : public api::Cloister::Service {
 
   EnclavePeer() = default;
 
+  // The plaintext chunks of one echo generation (see Generate), the final one last.
+  std::vector<api::GenerateChunk> EchoChunks(const Bytes& identity, const api::SealedRequest& call,
+                                             const api::GenerateRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = models_.find(call.model_handle());
+    if (it == models_.end() || it->second.first != identity) {
+      api::GenerateChunk error;
+      error.set_code(static_cast<int>(absl::StatusCode::kNotFound));
+      error.set_message("model not found");
+      return {error};
+    }
+    std::vector<std::pair<int32_t, std::string>> tokens;
+    if (request.has_ids()) {
+      for (int32_t id : request.ids().ids()) tokens.emplace_back(id, absl::StrCat("[", id, "]"));
+    } else {
+      std::string text = request.has_chat() && request.chat().messages_size() > 0
+                             ? request.chat().messages().rbegin()->content()
+                             : request.text();
+      for (char c : text) tokens.emplace_back(static_cast<uint8_t>(c), std::string(1, c));
+    }
+    std::string finish = "stop";
+    std::string so_far;
+    std::vector<api::GenerateChunk> chunks;
+    for (const auto& [id, text] : tokens) {
+      if (request.max_tokens() > 0 && chunks.size() >= request.max_tokens()) {
+        finish = "length";
+        break;
+      }
+      so_far += text;
+      bool stopped = false;
+      for (const std::string& stop : request.stop()) {
+        stopped = stopped || so_far.find(stop) != std::string::npos;
+      }
+      if (stopped) break;
+      api::GenerateChunk& chunk = chunks.emplace_back();
+      chunk.set_text(text);
+      chunk.add_tokens()->set_id(id);
+      chunk.set_padding(std::string(16, '\0'));
+    }
+    api::GenerateChunk& last = chunks.emplace_back();
+    last.set_finish_reason(finish);
+    last.mutable_usage()->set_prompt_tokens(tokens.size());
+    last.mutable_usage()->set_completion_tokens(chunks.size() - 1);
+    last.set_receipt("peer receipt");
+    last.set_receipt_signature("peer signature");
+    return chunks;
+  }
+
   static grpc::Status Refuse(const std::string& why) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
   }
@@ -400,6 +540,8 @@ class EnclavePeer final : public api::Cloister::Service {
 
   Options options_;
   int refusals_left_ ABSL_GUARDED_BY(mu) = 0;
+  StreamFault stream_fault_ ABSL_GUARDED_BY(mu) = StreamFault::kNone;
+  api::GenerateRequest last_generate_request_ ABSL_GUARDED_BY(mu);
   grpc::Status refusal_ ABSL_GUARDED_BY(mu);
   std::unique_ptr<attest::EvidenceCollector> collector_;
   crypto::X25519KeyPair hpke_;
