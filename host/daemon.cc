@@ -267,6 +267,12 @@ absl::Status Daemon::CreateServices() {
           return identities->AdmitByCertificate(tenant_id, peer);
         };
   }
+  // A generation's receipt comes on its final chunk, past the scheduler; it goes the same way.
+  service_options.on_generate_receipt = [sink = receipt_sink_.get(), keys = enclave_keys_.get()](
+                                            int worker,
+                                            const boundary::v1::SignedUsageReceipt& receipt) {
+    sink->Submit(absl::StrCat("worker", worker), keys->Get(worker), receipt);
+  };
   plane_->InstallServiceHooks(service_options);
   service_ = std::make_unique<CloisterService>(registry_.get(), workers, scheduler_.get(),
                                                blobs_.get(), service_options);

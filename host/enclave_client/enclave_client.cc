@@ -36,6 +36,10 @@ EnclaveToHost::ResultCase ExpectedResultCase(HostToEnclave::CallCase call_case) 
       return EnclaveToHost::kSignAuditCheckpoint;
     case HostToEnclave::kGetStats:
       return EnclaveToHost::kGetStats;
+    case HostToEnclave::kGenerate:
+      return EnclaveToHost::kGenerate;
+    case HostToEnclave::kCancel:
+      return EnclaveToHost::kCancel;
     case HostToEnclave::CALL_NOT_SET:
       return EnclaveToHost::RESULT_NOT_SET;
   }
@@ -54,6 +58,25 @@ absl::Status CheckReply(HostToEnclave::CallCase call_case, const EnclaveToHost& 
                                             static_cast<int>(reply.result_case())));
   }
   return absl::OkStatus();
+}
+
+bool IsStreamingCall(HostToEnclave::CallCase call_case) {
+  return call_case == HostToEnclave::kGenerate;
+}
+
+bool IsLastFrame(HostToEnclave::CallCase call_case, const EnclaveToHost& frame) {
+  return !IsStreamingCall(call_case) || !frame.has_generate() || frame.generate().final();
+}
+
+absl::Status StreamingCallError() {
+  return absl::InvalidArgumentError(
+      "a GenerateCall is answered by a stream of frames: send it with CallStream");
+}
+
+HostToEnclave CancelCallFor(uint64_t target_call_id) {
+  HostToEnclave call;
+  call.mutable_cancel()->set_target_call_id(target_call_id);
+  return call;
 }
 
 absl::StatusOr<EnclaveToHost> CallAndWait(EnclaveClient& client, HostToEnclave call,

@@ -165,10 +165,31 @@ ProcessEnclaveClient::ProcessEnclaveClient(ProcessEnclaveOptions options, pid_t 
 ProcessEnclaveClient::~ProcessEnclaveClient() { Stop(); }
 
 void ProcessEnclaveClient::Call(HostToEnclave call, Done done) {
+  if (IsStreamingCall(call.call_case())) {
+    done(StreamingCallError());
+    return;
+  }
+  Send(std::move(call), nullptr, std::move(done));
+}
+
+uint64_t ProcessEnclaveClient::CallStream(HostToEnclave call, OnFrame on_frame, Done done) {
+  return Send(std::move(call), std::make_shared<OnFrame>(std::move(on_frame)), std::move(done));
+}
+
+void ProcessEnclaveClient::Cancel(uint64_t stream_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stream_id == 0 || !pending_.contains(stream_id)) return;
+  }
+  Send(CancelCallFor(stream_id), nullptr, [](Reply) {});
+}
+
+uint64_t ProcessEnclaveClient::Send(HostToEnclave call, std::shared_ptr<OnFrame> on_frame,
+                                    Done done) {
   HostToEnclave::CallCase call_case = call.call_case();
   if (call_case == HostToEnclave::CALL_NOT_SET) {
     done(absl::InvalidArgumentError("enclave call without a call kind"));
-    return;
+    return 0;
   }
   uint64_t call_id;
   {
@@ -180,17 +201,18 @@ void ProcessEnclaveClient::Call(HostToEnclave call, Done done) {
     done(absl::InvalidArgumentError(absl::StrCat("enclave call of ", size,
                                                  " bytes exceeds the boundary frame limit of ",
                                                  boundary::kMaxFrameSize)));
-    return;
+    return 0;
   }
   {
     absl::MutexLock lock(&mu_);
     if (connected_) {
-      pending_.emplace(call_id, PendingCall{call_case, std::move(done)});
+      pending_.emplace(call_id, PendingCall{call_case, std::move(done), std::move(on_frame)});
       outgoing_.push_back(std::move(call));
-      return;
+      return call_id;
     }
   }
   done(WorkerExitedError());
+  return 0;
 }
 
 void ProcessEnclaveClient::WriterLoop() {
@@ -231,24 +253,7 @@ void ProcessEnclaveClient::ReaderLoop() {
       reason = absl::DataLossError("enclave worker sent a frame that is not an EnclaveToHost");
       break;
     }
-    PendingCall pending;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = pending_.find(reply.call_id());
-      if (it == pending_.end()) {
-        Log(LogLevel::kWarning, "enclave_reply_for_unknown_call",
-            {{"call_id", static_cast<unsigned long>(reply.call_id())}});
-        continue;
-      }
-      pending = std::move(it->second);
-      pending_.erase(it);
-    }
-    absl::Status status = CheckReply(pending.call_case, reply);
-    if (status.ok()) {
-      pending.done(std::move(reply));
-    } else {
-      pending.done(std::move(status));
-    }
+    Dispatch(std::move(reply));
   }
   ::shutdown(socket_fd_, SHUT_RDWR);
   bool unexpected;
@@ -261,6 +266,35 @@ void ProcessEnclaveClient::ReaderLoop() {
     Log(LogLevel::kError, "enclave_worker_disconnected",
         {{"pid", static_cast<long long>(pid_)}, {"reason", reason.ToString()}});
     if (options_.on_exit) options_.on_exit(reason);
+  }
+}
+
+void ProcessEnclaveClient::Dispatch(EnclaveToHost reply) {
+  PendingCall pending;
+  std::shared_ptr<OnFrame> on_frame;  // set for a frame of a stream that stays open
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(reply.call_id());
+    if (it == pending_.end()) {
+      Log(LogLevel::kWarning, "enclave_reply_for_unknown_call",
+          {{"call_id", static_cast<unsigned long>(reply.call_id())}});
+      return;
+    }
+    status = CheckReply(it->second.call_case, reply);
+    if (status.ok() && !IsLastFrame(it->second.call_case, reply)) {
+      on_frame = it->second.on_frame;  // the call stays outstanding until its last frame
+    } else {
+      pending = std::move(it->second);
+      pending_.erase(it);
+    }
+  }
+  if (on_frame != nullptr) {
+    (*on_frame)(std::move(reply));
+  } else if (status.ok()) {
+    pending.done(std::move(reply));
+  } else {
+    pending.done(std::move(status));
   }
 }
 

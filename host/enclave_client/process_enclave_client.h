@@ -13,11 +13,13 @@
 //
 // Frames (proto/frame.h) go out through a writer thread fed by a queue, so Call() never blocks
 // on the socket, and replies come back on a reader thread that completes calls by call id (in
-// any order). When the connection ends for any reason, every outstanding call completes with
+// any order). A streaming call (CallStream) stays outstanding until its last frame. When the
+// connection ends for any reason, every outstanding call, open streams included, completes with
 // UNAVAILABLE "enclave worker exited" and so does every later call.
 //
-// Threading: Call() is thread-safe. Completion callbacks and `on_exit` run on the reader
-// thread; they must not block for long and must not call Stop(). Stop() (also run by the
+// Threading: Call(), CallStream() and Cancel() are thread-safe. Completion and frame callbacks
+// and `on_exit` run on the reader thread (or, for a call refused at once, on the caller's);
+// they must not block for long and must not call Stop(). Stop() (also run by the
 // destructor) must be called from a thread that is not the reader thread.
 // Ownership: the object owns the child process, the socket and both threads.
 #pragma once
@@ -77,6 +79,10 @@ class ProcessEnclaveClient : public EnclaveClient {
   ProcessEnclaveClient& operator=(const ProcessEnclaveClient&) = delete;
 
   void Call(boundary::v1::HostToEnclave call, Done done) override;
+  // The stream id is the call id.
+  uint64_t CallStream(boundary::v1::HostToEnclave call, OnFrame on_frame, Done done) override;
+  // Sends the CancelCall only while the stream is still outstanding.
+  void Cancel(uint64_t stream_id) override;
 
   // Closes the socket, sends SIGTERM, waits up to stop_grace, then SIGKILL; joins the threads.
   // Outstanding calls complete with UNAVAILABLE. Idempotent.
@@ -90,14 +96,21 @@ class ProcessEnclaveClient : public EnclaveClient {
   struct PendingCall {
     boundary::v1::HostToEnclave::CallCase call_case;
     Done done;
+    // A streaming call's frames before the last; shared so that the reader thread can run it
+    // without the lock while the call stays in `pending_`.
+    std::shared_ptr<OnFrame> on_frame;
   };
 
   ProcessEnclaveClient(ProcessEnclaveOptions options, pid_t pid, int socket_fd);
 
+  // Call() and CallStream(): assigns the id and queues the call; 0 if refused (done has run).
+  uint64_t Send(boundary::v1::HostToEnclave call, std::shared_ptr<OnFrame> on_frame, Done done);
+
   void ReaderLoop();
   void WriterLoop();
-  // Completes one frame read from the worker.
-  void Dispatch(const std::string& frame);
+  // Hands one frame read from the worker to its call: to `on_frame` for a frame of a stream
+  // before its last, else to `done` (the call is no longer outstanding). On the reader thread.
+  void Dispatch(boundary::v1::EnclaveToHost reply);
   // Marks the connection closed and fails every outstanding call.
   void FailAll();
 

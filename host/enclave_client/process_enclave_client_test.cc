@@ -9,11 +9,13 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "base/file.h"
 #include "gtest/gtest.h"
@@ -214,6 +216,194 @@ TEST_F(ProcessEnclaveClientTest, MissingOrBrokenBinary) {
   auto started = ProcessEnclaveClient::Start(options);
   EXPECT_EQ(started.status().code(), absl::StatusCode::kInternal);
   EXPECT_NE(started.status().message().find("cannot start enclave worker"), std::string::npos);
+}
+
+// What a stream delivered: its frames and its one end, in the order the reader thread saw them.
+struct StreamLog {
+  absl::Mutex mu;
+  std::vector<EnclaveToHost> frames ABSL_GUARDED_BY(mu);
+  std::vector<EnclaveClient::Reply> ends ABSL_GUARDED_BY(mu);
+  int frames_after_end ABSL_GUARDED_BY(mu) = 0;
+
+  EnclaveClient::OnFrame OnFrame() {
+    return [this](EnclaveToHost frame) {
+      absl::MutexLock lock(&mu);
+      if (!ends.empty()) ++frames_after_end;
+      frames.push_back(std::move(frame));
+    };
+  }
+  EnclaveClient::Done Done() {
+    return [this](EnclaveClient::Reply reply) {
+      absl::MutexLock lock(&mu);
+      ends.push_back(std::move(reply));
+    };
+  }
+  bool WaitFor(size_t frame_count, size_t end_count, absl::Duration timeout = absl::Seconds(10)) {
+    absl::MutexLock lock(&mu);
+    auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return frames.size() >= frame_count && ends.size() >= end_count;
+    };
+    return mu.AwaitWithTimeout(absl::Condition(&arrived), timeout);
+  }
+};
+
+class ProcessEnclaveStreamTest : public ProcessEnclaveClientTest {
+ protected:
+  void SetUp() override {
+    ProcessEnclaveClientTest::SetUp();
+    ProcessEnclaveOptions options = Options();
+    options.on_exit = [this](const absl::Status&) { exits_.fetch_add(1); };
+    auto client = ProcessEnclaveClient::Start(std::move(options));
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+    HostToEnclave open;
+    open.mutable_open_session()->set_tenant_id("acme");
+    open.mutable_open_session()->set_sealed_hello("hello:acme");
+    auto opened = CallAndWait(*client_, open, absl::Seconds(10));
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    session_ = opened->open_session().session_id();
+  }
+  void TearDown() override {
+    client_.reset();
+    ProcessEnclaveClientTest::TearDown();
+  }
+
+  HostToEnclave Generate(const std::string& parts, const std::string& request_id = "r1") {
+    HostToEnclave call;
+    call.mutable_generate()->set_tenant_id("acme");
+    boundary::v1::ForwardedRequest* request = call.mutable_generate()->mutable_request();
+    request->set_session_id(session_);
+    request->set_request_id(request_id);
+    request->set_model_handle("0123456789abcdef0123456789abcdef");
+    request->set_ciphertext(parts);
+    return call;
+  }
+
+  std::atomic<int> exits_{0};
+  std::unique_ptr<ProcessEnclaveClient> client_;
+  std::string session_;
+};
+
+TEST_F(ProcessEnclaveStreamTest, FramesArriveInOrderAndDoneRunsOnceWithTheFinalFrame) {
+  StreamLog log;
+  const uint64_t id = client_->CallStream(Generate("a,b,c"), log.OnFrame(), log.Done());
+  EXPECT_NE(id, 0u);
+  ASSERT_TRUE(log.WaitFor(2, 1));
+  // Another call on the same connection still works after the stream (the reader kept going).
+  ASSERT_TRUE(CallAndWait(*client_, EvidenceCall("after"), absl::Seconds(10)).ok());
+  absl::MutexLock lock(&log.mu);
+  ASSERT_EQ(log.frames.size(), 2u);
+  for (uint64_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(log.frames[i].call_id(), id);
+    EXPECT_EQ(log.frames[i].generate().chunk(), i);
+    EXPECT_FALSE(log.frames[i].generate().final());
+    EXPECT_EQ(log.frames[i].generate().request_id(), "r1");
+  }
+  EXPECT_EQ(log.frames[0].generate().ciphertext(), "chunk:a");
+  EXPECT_EQ(log.frames[1].generate().ciphertext(), "chunk:b");
+  // Sequence numbers are the session's: they rise.
+  EXPECT_LT(log.frames[0].generate().sequence(), log.frames[1].generate().sequence());
+  ASSERT_EQ(log.ends.size(), 1u);
+  ASSERT_TRUE(log.ends[0].ok()) << log.ends[0].status();
+  EXPECT_EQ(log.ends[0]->call_id(), id);
+  EXPECT_TRUE(log.ends[0]->generate().final());
+  EXPECT_EQ(log.ends[0]->generate().chunk(), 2u);
+  EXPECT_EQ(log.ends[0]->generate().ciphertext(), "chunk:c");
+  EXPECT_TRUE(log.ends[0]->generate().has_receipt());
+  EXPECT_EQ(log.frames_after_end, 0);
+}
+
+TEST_F(ProcessEnclaveStreamTest, StreamsInterleaveAndAreMatchedById) {
+  StreamLog held, quick;
+  const uint64_t held_id =
+      client_->CallStream(Generate("x,hold", "r-held"), held.OnFrame(), held.Done());
+  client_->CallStream(Generate("a,b", "r-quick"), quick.OnFrame(), quick.Done());
+  ASSERT_TRUE(quick.WaitFor(1, 1));
+  ASSERT_TRUE(held.WaitFor(1, 0));
+  client_->Cancel(held_id);
+  ASSERT_TRUE(held.WaitFor(1, 1));
+  absl::MutexLock held_lock(&held.mu);
+  absl::MutexLock quick_lock(&quick.mu);
+  ASSERT_TRUE(quick.ends[0].ok()) << quick.ends[0].status();
+  EXPECT_EQ(quick.ends[0]->generate().request_id(), "r-quick");
+  ASSERT_EQ(held.frames.size(), 1u);
+  EXPECT_EQ(held.frames[0].generate().request_id(), "r-held");
+  ASSERT_EQ(held.ends.size(), 1u);
+  ASSERT_TRUE(held.ends[0].ok()) << held.ends[0].status();
+  EXPECT_EQ(held.ends[0]->generate().ciphertext(), "chunk:cancelled");
+  EXPECT_EQ(held.ends[0]->generate().chunk(), 1u);
+}
+
+// The fake worker keeps a "hold" stream open until a CancelCall names it: the stream ending is
+// the proof that Cancel() sent one with the stream's call id.
+TEST_F(ProcessEnclaveStreamTest, CancelSendsACancelCallForTheStream) {
+  StreamLog log;
+  const uint64_t id = client_->CallStream(Generate("a,hold"), log.OnFrame(), log.Done());
+  ASSERT_TRUE(log.WaitFor(1, 0));
+  EXPECT_FALSE(log.WaitFor(1, 1, absl::Milliseconds(100)));  // still open
+  client_->Cancel(id);
+  ASSERT_TRUE(log.WaitFor(1, 1));
+  {
+    absl::MutexLock lock(&log.mu);
+    ASSERT_TRUE(log.ends[0].ok()) << log.ends[0].status();
+    EXPECT_EQ(log.ends[0]->generate().ciphertext(), "chunk:cancelled");
+  }
+  // Cancelling an ended stream, or nothing, does nothing; the connection is still good.
+  client_->Cancel(id);
+  client_->Cancel(0);
+  ASSERT_TRUE(CallAndWait(*client_, EvidenceCall("n"), absl::Seconds(10)).ok());
+  absl::MutexLock lock(&log.mu);
+  EXPECT_EQ(log.ends.size(), 1u);
+}
+
+TEST_F(ProcessEnclaveStreamTest, WorkerDeathMidStreamEndsEveryOpenStreamOnceUnavailable) {
+  StreamLog held, crashing;
+  client_->CallStream(Generate("x,hold", "r-held"), held.OnFrame(), held.Done());
+  ASSERT_TRUE(held.WaitFor(1, 0));
+  client_->CallStream(Generate("a,b,crash", "r-crash"), crashing.OnFrame(), crashing.Done());
+  ASSERT_TRUE(crashing.WaitFor(2, 1));
+  ASSERT_TRUE(held.WaitFor(1, 1));
+  for (int i = 0; i < 100 && exits_.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(exits_.load(), 1);
+  for (StreamLog* log : {&held, &crashing}) {
+    absl::MutexLock lock(&log->mu);
+    ASSERT_EQ(log->ends.size(), 1u);
+    EXPECT_EQ(log->ends[0].status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(log->ends[0].status().message(), "enclave worker exited");
+    EXPECT_EQ(proto::ReasonOf(log->ends[0].status()), api::v1::WORKER_EXITED);
+    EXPECT_EQ(log->frames_after_end, 0);
+  }
+  absl::MutexLock lock(&crashing.mu);
+  EXPECT_EQ(crashing.frames.size(), 2u);
+  // A stream sent to the dead worker is refused at once.
+  StreamLog late;
+  EXPECT_EQ(client_->CallStream(Generate("a"), late.OnFrame(), late.Done()), 0u);
+  ASSERT_TRUE(late.WaitFor(0, 1, absl::Seconds(1)));
+}
+
+TEST_F(ProcessEnclaveStreamTest, RefusedRequestAndMisuse) {
+  // A request that does not open (unknown session) ends with the frame's boundary status.
+  StreamLog log;
+  HostToEnclave unknown = Generate("a");
+  unknown.mutable_generate()->mutable_request()->set_session_id("no-such-session");
+  client_->CallStream(std::move(unknown), log.OnFrame(), log.Done());
+  ASSERT_TRUE(log.WaitFor(0, 1));
+  {
+    absl::MutexLock lock(&log.mu);
+    EXPECT_TRUE(log.frames.empty());
+    EXPECT_EQ(log.ends[0].status().code(), absl::StatusCode::kNotFound);
+  }
+  // A GenerateCall is answered by a stream: Call() refuses it without sending it.
+  auto reply = CallAndWait(*client_, Generate("a"), absl::Seconds(10));
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument);
+  // A call of another kind through CallStream: one answer, no frames.
+  StreamLog unary;
+  client_->CallStream(EvidenceCall("u"), unary.OnFrame(), unary.Done());
+  ASSERT_TRUE(unary.WaitFor(0, 1));
+  absl::MutexLock lock(&unary.mu);
+  EXPECT_TRUE(unary.frames.empty());
+  ASSERT_TRUE(unary.ends[0].ok());
+  EXPECT_EQ(unary.ends[0]->get_evidence().challenge_response(), "evidence:u");
 }
 
 TEST(DefaultEnclaveBinaryPathTest, IsBesideTheRunningExecutable) {

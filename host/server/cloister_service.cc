@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "host/common/ids.h"
 #include "host/common/std_string_view.h"
+#include "host/server/generate_reactor.h"
 #include "host/server/infer_reactor.h"
 #include "host/server/sealed_relay.h"
 #include "host/server/upload_reactor.h"
@@ -23,12 +24,13 @@ using api::v1::GetEvidenceRequest;
 using api::v1::GetEvidenceResponse;
 using api::v1::OpenSessionRequest;
 using api::v1::OpenSessionResponse;
-using api::v1::SealedRequest;
+using api::v1::SealedChunk;
 using api::v1::SealedReply;
+using api::v1::SealedRequest;
 using api::v1::UploadModelRequest;
 using api::v1::UploadModelResponse;
-using boundary::v1::HostToEnclave;
 using boundary::v1::EnclaveReply;
+using boundary::v1::HostToEnclave;
 
 constexpr char kUnauthenticated[] = "unknown tenant or wrong API token";
 constexpr size_t kNonceSize = 32;
@@ -192,7 +194,16 @@ void CloisterService::RecordModelMemory(const std::string& tenant_id, const std:
   }
 }
 
-CloisterService::~CloisterService() = default;
+CloisterService::~CloisterService() {
+  // A Generate reactor outlives its RPC until the enclave's stream has ended, and uses the
+  // service until then; the server's shutdown cancelled the RPC, so the end comes soon (or the
+  // worker is stopped, which ends it too).
+  if (!rpcs_.WaitUntilIdle(absl::Seconds(5))) {
+    Log(LogLevel::kWarning, "service_waiting_for_streams",
+        {{"active_rpcs", rpcs_.count()}, {"reason", "generation streams have not ended yet"}});
+    rpcs_.WaitUntilIdle(absl::InfiniteDuration());
+  }
+}
 
 absl::StatusOr<std::string> CloisterService::Authenticate(
     const grpc::CallbackServerContext& context, absl::string_view method) const {
@@ -515,6 +526,85 @@ grpc::ServerUnaryReactor* CloisterService::Infer(grpc::CallbackServerContext* co
   // May run after the answer: the reactor stays alive until SetTicket.
   reactor->SetTicket(ticket);
   return reactor;
+}
+
+grpc::ServerWriteReactor<SealedChunk>* CloisterService::Generate(
+    grpc::CallbackServerContext* context, const SealedRequest* request) {
+  auto* reactor = new GenerateReactor(RpcInFlight(&rpcs_));
+  absl::StatusOr<std::string> tenant = Authenticate(*context, "Generate");
+  if (!tenant.ok()) {
+    reactor->Refuse(tenant.status());
+    return reactor;
+  }
+  absl::StatusOr<int> worker = CheckSealedRequest(*request, *tenant, /*require_handle=*/true);
+  absl::Status status = worker.status();
+  // What the enclave may still take: the RPC's deadline or the request's own, the earlier.
+  absl::Duration time_left = absl::InfiniteDuration();
+  if (context->deadline() != std::chrono::system_clock::time_point::max()) {
+    time_left = absl::FromChrono(context->deadline()) - absl::Now();
+  }
+  if (request->has_deadline()) {
+    time_left = std::min(time_left, proto::FromProtoDuration(request->deadline()));
+  }
+  if (status.ok() && time_left <= absl::ZeroDuration()) {
+    status = absl::DeadlineExceededError("generation deadline passed before it started");
+  }
+  if (status.ok()) {
+    const TenantLimits& limits = scheduler_->LimitsFor(*tenant);
+    if (request->ciphertext().size() > limits.max_payload_size) {
+      status =
+          proto::WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                                "tenant ", *tenant, ": payload of ", request->ciphertext().size(),
+                                " bytes exceeds the limit of ", limits.max_payload_size, " bytes")),
+                            api::v1::TOO_LARGE);
+    }
+  }
+  if (status.ok()) status = AdmitGeneration(*tenant);
+  if (!status.ok()) {
+    Refused("Generate", *tenant, status);
+    reactor->Refuse(status);
+    return reactor;
+  }
+  HostToEnclave call;
+  boundary::v1::GenerateCall* generate = call.mutable_generate();
+  generate->set_tenant_id(*tenant);
+  // As in Infer: the ciphertext moves into the call; nothing reads it from `request` later.
+  *generate->mutable_request() = ToForwardedRequest(
+      *request, std::move(*const_cast<SealedRequest*>(request)->mutable_ciphertext()));
+  if (time_left != absl::InfiniteDuration()) {
+    *generate->mutable_request()->mutable_time_left() = proto::ToProtoDuration(time_left);
+  }
+  // TODO: the tenant's completion-token cap (GenerateLimits.max_tokens) once the config has one.
+  reactor->Start(
+      workers_[*worker], std::move(call), request->request_id(),
+      [this, worker = *worker, tenant_id = *tenant](const EnclaveClient::Reply& last) {
+        ReleaseGeneration(tenant_id);
+        if (last.ok() && last->generate().has_receipt() && options_.on_generate_receipt) {
+          options_.on_generate_receipt(worker, last->generate().receipt());
+        }
+      });
+  return reactor;
+}
+
+absl::Status CloisterService::AdmitGeneration(const std::string& tenant_id) {
+  const int limit = scheduler_->LimitsFor(tenant_id).max_queued_requests;
+  absl::MutexLock lock(&generation_mu_);
+  int& running = generations_[tenant_id];
+  if (running >= limit) {
+    return proto::WithReason(
+        absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant_id, ": at its limit of ", limit,
+                                                  limit == 1 ? " generation" : " generations",
+                                                  " at once (max_queued_requests); retry later")),
+        api::v1::OVERLOADED);
+  }
+  ++running;
+  return absl::OkStatus();
+}
+
+void CloisterService::ReleaseGeneration(const std::string& tenant_id) {
+  absl::MutexLock lock(&generation_mu_);
+  auto it = generations_.find(tenant_id);
+  if (it != generations_.end() && --it->second <= 0) generations_.erase(it);
 }
 
 }  // namespace cloister::host

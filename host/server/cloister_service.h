@@ -15,7 +15,13 @@
 //                  (ReloadModelCall with the wrapped key), commits the blob and the wrapped key
 //                  only if the enclave returned one,
 //   ListModels / DeleteModel -> TenantCall (a confirmed delete also removes the stored
-//                  blob and wrapped key), Infer -> Scheduler (a cancelled RPC leaves the queue).
+//                  blob and wrapped key), Infer -> Scheduler (a cancelled RPC leaves the queue),
+//   Generate -> GenerateCall on the session's worker, past the scheduler (the enclave batches
+//                  token steps itself), its frames relayed as SealedChunks; a cancelled RPC (or
+//                  one whose deadline passed) sends a CancelCall. Admission: at most the tenant's
+//                  max_queued_requests generations at once (RESOURCE_EXHAUSTED, OVERLOADED) and
+//                  its max_payload_size (TOO_LARGE); the final chunk's usage receipt goes to
+//                  ServiceOptions::on_generate_receipt.
 //
 // Several enclave workers: each holds its own keys and sessions. GetEvidence goes round robin,
 // OpenSession goes to the worker whose evidence the client verified (tried in order until one
@@ -25,7 +31,8 @@
 //
 // Threading: handlers run on gRPC threads and return at once; completions run on the enclave
 // client's thread or on the service's SerialWorker (file work); the service's own upload
-// watchdog thread ends idle uploads. The reactors are in infer_reactor.h and upload_reactor.h;
+// watchdog thread ends idle uploads. The reactors are in infer_reactor.h, upload_reactor.h and
+// generate_reactor.h;
 // each counts as in flight (rpc_in_flight.h) until gRPC is done with it.
 // Ownership: the registry, enclave clients, scheduler and blob store are borrowed and must
 // outlive the service; the service must outlive the grpc::Server that serves it.
@@ -82,6 +89,11 @@ struct ServiceOptions {
       admit_by_certificate;
   // Sees every GetEvidence answer (and which worker gave it), on the completion thread.
   std::function<void(int worker, const boundary::v1::GetEvidenceResult& result)> on_evidence;
+  // Sees the signed usage receipt of every generation that carried one on its final chunk
+  // (unverified: the receipt log checks it against the worker's key), on the enclave client's
+  // thread. Must not block.
+  std::function<void(int worker, const boundary::v1::SignedUsageReceipt& receipt)>
+      on_generate_receipt;
 };
 
 class CloisterService final : public api::v1::Cloister::CallbackService {
@@ -110,6 +122,8 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   grpc::ServerUnaryReactor* Infer(grpc::CallbackServerContext* context,
                                   const api::v1::SealedRequest* request,
                                   api::v1::SealedReply* response) override;
+  grpc::ServerWriteReactor<api::v1::SealedChunk>* Generate(
+      grpc::CallbackServerContext* context, const api::v1::SealedRequest* request) override;
 
   // Shutdown, step 1: from now on every new RPC is refused with UNAVAILABLE "cloisterd is
   // shutting down"; RPCs already running carry on.
@@ -159,6 +173,10 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   void Audit(absl::string_view event, absl::string_view tenant_id, const AuditDetails& details);
   // Removes every stored copy of a model the enclave confirmed deleted.
   void RemoveStoredModel(const std::string& handle);
+  // Generate's admission: counts one more generation of `tenant_id`, or RESOURCE_EXHAUSTED
+  // (OVERLOADED) when it already runs its limit; ReleaseGeneration when its stream has ended.
+  absl::Status AdmitGeneration(const std::string& tenant_id);
+  void ReleaseGeneration(const std::string& tenant_id);
 
   TenantRegistry* const tenants_;
   const std::vector<EnclaveClient*> workers_;
@@ -179,6 +197,10 @@ class CloisterService final : public api::v1::Cloister::CallbackService {
   // counts its ciphertext size.
   absl::flat_hash_map<std::pair<std::string, std::string>, uint64_t> model_memory_size_
       ABSL_GUARDED_BY(quota_mu_);
+
+  absl::Mutex generation_mu_;
+  // Generations whose enclave stream has not ended, per tenant (no entry: none).
+  absl::flat_hash_map<std::string, int> generations_ ABSL_GUARDED_BY(generation_mu_);
 
   SerialWorker file_worker_;
   UploadWatchdog upload_watchdog_;  // last: its thread starts once everything above exists

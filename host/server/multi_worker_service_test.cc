@@ -42,6 +42,10 @@ class MemoryReportingClient : public EnclaveClient {
       done(std::move(reply));
     });
   }
+  uint64_t CallStream(boundary::v1::HostToEnclave call, OnFrame on_frame, Done done) override {
+    return inner_->CallStream(std::move(call), std::move(on_frame), std::move(done));
+  }
+  void Cancel(uint64_t stream_id) override { inner_->Cancel(stream_id); }
 
  private:
   EnclaveClient* const inner_;

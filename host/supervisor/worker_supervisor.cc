@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/bytes.h"
 #include "base/log.h"
@@ -28,6 +29,8 @@ const std::string* SessionOf(const HostToEnclave& call) {
       return &call.delete_model().request().session_id();
     case HostToEnclave::kLoadModel:
       return &call.load_model().request().session_id();
+    case HostToEnclave::kGenerate:
+      return &call.generate().request().session_id();
     default:
       return nullptr;
   }
@@ -105,8 +108,40 @@ class WorkerSupervisor::Worker : public EnclaveClient {
       : index_(index), max_stale_sessions_(std::max(1, max_stale_sessions)) {}
 
   void Call(HostToEnclave call, Done done) override {
+    if (IsStreamingCall(call.call_case())) {
+      done(StreamingCallError());
+      return;
+    }
+    Send(std::move(call), nullptr, std::move(done));
+  }
+
+  // The stream id is the supervisor's own: a process's call ids start again with each
+  // incarnation, so a Cancel() for a stream of a dead one must not reach the next one.
+  uint64_t CallStream(HostToEnclave call, OnFrame on_frame, Done done) override {
+    return Send(std::move(call), std::move(on_frame), std::move(done));
+  }
+
+  void Cancel(uint64_t stream_id) override {
+    ProcessEnclaveClient* target = nullptr;
+    uint64_t call_id = 0;
+    {
+      absl::MutexLock lock(&mu);
+      auto it = streams.find(stream_id);
+      if (it == streams.end()) return;
+      target = it->second.first;
+      call_id = it->second.second;
+    }
+    // A dead incarnation is stopped but kept: it no longer holds the call and does nothing.
+    target->Cancel(call_id);
+  }
+
+  // Call() and CallStream() (`on_frame` set): routed to the current incarnation unless the
+  // worker restarts or the call names a session of an earlier one. Returns the stream id (0 for
+  // a call, or a refusal).
+  uint64_t Send(HostToEnclave call, OnFrame on_frame, Done done) {
     ProcessEnclaveClient* target = nullptr;
     uint64_t generation = 0;
+    uint64_t stream_id = 0;
     std::vector<bool> stale_items;  // InferBatch: items naming a dead incarnation's session
     absl::Status refusal;
     {
@@ -115,13 +150,13 @@ class WorkerSupervisor::Worker : public EnclaveClient {
         // A model uploaded while this worker restarts: held and handed to the new incarnation
         // before it serves, so that it does not miss the model.
         held_reloads.emplace_back(std::move(call), std::move(done));
-        return;
+        return 0;
       }
       if ((!ready || current == nullptr) && call.has_get_evidence() && !given_up) {
         // A client attesting (again): answered by the new incarnation once it serves, whose
         // evidence its session will need.
         held_evidence.emplace_back(std::move(call), std::move(done));
-        return;
+        return 0;
       }
       if (!ready || current == nullptr) {
         refusal = absl::UnavailableError(
@@ -141,40 +176,56 @@ class WorkerSupervisor::Worker : public EnclaveClient {
         }
         target = current;
         generation = this->generation;
+        if (on_frame != nullptr) {
+          // Registered before the call goes out: its `done` may run before CallStream returns.
+          stream_id = next_stream_id++;
+          streams.emplace(stream_id, std::make_pair(target, uint64_t{0}));
+        }
       }
     }
     if (!refusal.ok()) {
       done(std::move(refusal));
-      return;
+      return 0;
     }
     const HostToEnclave::CallCase call_case = call.call_case();
-    target->Call(
-        std::move(call), [this, generation, call_case, stale_items = std::move(stale_items),
-                          done = std::move(done)](Reply reply) mutable {
-          if (!reply.ok()) {
-            if (proto::ReasonOf(reply.status()) == api::v1::WORKER_EXITED) {
-              reply = proto::WithReason(
-                  absl::UnavailableError(
-                      absl::StrCat("enclave worker ", index_,
-                                   " exited while holding this call; it is restarting, retry")),
-                  api::v1::WORKER_EXITED);
-            }
-            done(std::move(reply));
-            return;
+    Done relay = [this, generation, call_case, stream_id, stale_items = std::move(stale_items),
+                  done = std::move(done)](Reply reply) mutable {
+      if (stream_id != 0) {
+        absl::MutexLock lock(&mu);
+        streams.erase(stream_id);
+      }
+      if (!reply.ok()) {
+        if (proto::ReasonOf(reply.status()) == api::v1::WORKER_EXITED) {
+          reply =
+              proto::WithReason(absl::UnavailableError(absl::StrCat(
+                                    "enclave worker ", index_,
+                                    " exited while holding this call; it is restarting, retry")),
+                                api::v1::WORKER_EXITED);
+        }
+        done(std::move(reply));
+        return;
+      }
+      if (call_case == HostToEnclave::kOpenSession) {
+        RecordSession(generation, reply->open_session().session_id());
+      } else if (!stale_items.empty() && reply->has_infer_batch()) {
+        auto* replies = reply->mutable_infer_batch()->mutable_replies();
+        for (int i = 0; i < replies->size() && i < static_cast<int>(stale_items.size()); ++i) {
+          boundary::v1::EnclaveReply& item = (*replies)[i];
+          if (stale_items[i] && item.has_status() && item.status().code() != 0) {
+            proto::SetBoundaryStatus(SessionLostError(), *item.mutable_status());
           }
-          if (call_case == HostToEnclave::kOpenSession) {
-            RecordSession(generation, reply->open_session().session_id());
-          } else if (!stale_items.empty() && reply->has_infer_batch()) {
-            auto* replies = reply->mutable_infer_batch()->mutable_replies();
-            for (int i = 0; i < replies->size() && i < static_cast<int>(stale_items.size()); ++i) {
-              boundary::v1::EnclaveReply& item = (*replies)[i];
-              if (stale_items[i] && item.has_status() && item.status().code() != 0) {
-                proto::SetBoundaryStatus(SessionLostError(), *item.mutable_status());
-              }
-            }
-          }
-          done(std::move(reply));
-        });
+        }
+      }
+      done(std::move(reply));
+    };
+    if (stream_id == 0) {
+      target->Call(std::move(call), std::move(relay));
+      return 0;
+    }
+    uint64_t call_id = target->CallStream(std::move(call), std::move(on_frame), std::move(relay));
+    absl::MutexLock lock(&mu);
+    if (auto it = streams.find(stream_id); it != streams.end()) it->second.second = call_id;
+    return stream_id;
   }
 
   // A session opened by incarnation `generation`.
@@ -232,6 +283,11 @@ class WorkerSupervisor::Worker : public EnclaveClient {
   std::deque<std::string> live_order ABSL_GUARDED_BY(mu);  // live_sessions, oldest first
   absl::flat_hash_set<std::string> stale_sessions ABSL_GUARDED_BY(mu);
   std::deque<std::string> stale_order ABSL_GUARDED_BY(mu);
+  // Open streams: stream id -> the incarnation holding it and its call id there (0 until
+  // CallStream has returned it).
+  absl::flat_hash_map<uint64_t, std::pair<ProcessEnclaveClient*, uint64_t>> streams
+      ABSL_GUARDED_BY(mu);
+  uint64_t next_stream_id ABSL_GUARDED_BY(mu) = 1;
 };
 
 WorkerSupervisor::WorkerSupervisor(WorkerSupervisorOptions options) : options_(std::move(options)) {

@@ -6,7 +6,9 @@
 // The rest of cloisterd (scheduler, service, operator plane) sees one stable EnclaveClient per
 // worker index, `client(index)`; behind it the process is swapped on each restart:
 // - A call held by a worker that dies completes exactly once with UNAVAILABLE "enclave worker N
-//   exited ...; retry" (ProcessEnclaveClient already answers each call once; this keeps that).
+//   exited ...; retry" (ProcessEnclaveClient already answers each call once; this keeps that),
+//   an open stream (CallStream) too. Stream ids are the supervisor's, so a Cancel() for a
+//   stream of a dead incarnation never reaches its successor.
 // - While a worker restarts (until its models are reloaded) every call is answered at once with
 //   UNAVAILABLE "enclave worker N is restarting; retry", except two kinds that are held:
 //   ReloadModel (a model uploaded meanwhile through another worker) is handed to the new

@@ -218,6 +218,78 @@ TEST_F(WorkerSupervisorTest, CallsHeldByAKilledWorkerGetExactlyOneUnavailable) {
   for (int i = 0; i < kCalls; ++i) EXPECT_EQ(per_call[i].load(), 1) << "call " << i;
 }
 
+// A stream through the supervisor: its frames, its one UNAVAILABLE when the worker dies, and a
+// Cancel() for it that never reaches the next incarnation (whose call ids start again).
+TEST_F(WorkerSupervisorTest, StreamsEndWithTheirWorkerAndCancelStaysWithTheirIncarnation) {
+  StartSupervisor(Options(1));
+  struct Stream {
+    absl::Mutex mu;
+    std::vector<std::string> frames ABSL_GUARDED_BY(mu);
+    std::vector<EnclaveClient::Reply> ends ABSL_GUARDED_BY(mu);
+    bool WaitFor(size_t frame_count, size_t end_count, absl::Duration timeout = kWait) {
+      absl::MutexLock lock(&mu);
+      auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+        return frames.size() >= frame_count && ends.size() >= end_count;
+      };
+      return mu.AwaitWithTimeout(absl::Condition(&arrived), timeout);
+    }
+  };
+  auto generate = [this](const std::string& session, const std::string& parts, Stream& stream) {
+    HostToEnclave call;
+    call.mutable_generate()->set_tenant_id(kTenant);
+    call.mutable_generate()->mutable_request()->set_session_id(session);
+    call.mutable_generate()->mutable_request()->set_request_id("g");
+    call.mutable_generate()->mutable_request()->set_ciphertext(parts);
+    return supervisor_->client(0)->CallStream(
+        std::move(call),
+        [&stream](EnclaveToHost frame) {
+          absl::MutexLock lock(&stream.mu);
+          stream.frames.push_back(frame.generate().ciphertext());
+        },
+        [&stream](EnclaveClient::Reply reply) {
+          absl::MutexLock lock(&stream.mu);
+          stream.ends.push_back(std::move(reply));
+        });
+  };
+  auto old_session = OpenSession(0);
+  ASSERT_TRUE(old_session.ok()) << old_session.status();
+  Stream first;
+  const uint64_t first_id = generate(*old_session, "a,hold", first);
+  EXPECT_NE(first_id, 0u);
+  ASSERT_TRUE(first.WaitFor(1, 0));
+  KillAndWait(0, 1);
+  ASSERT_TRUE(first.WaitFor(1, 1));
+  {
+    absl::MutexLock lock(&first.mu);
+    ASSERT_EQ(first.ends.size(), 1u);
+    EXPECT_TRUE(absl::IsUnavailable(first.ends[0].status())) << first.ends[0].status();
+    EXPECT_TRUE(absl::StrContains(first.ends[0].status().message(), "restarting, retry"));
+    EXPECT_EQ(proto::ReasonOf(first.ends[0].status()), api::v1::WORKER_EXITED);
+  }
+  // The dead incarnation's session is refused at once.
+  Stream stale;
+  EXPECT_EQ(generate(*old_session, "x", stale), 0u);
+  ASSERT_TRUE(stale.WaitFor(0, 1, absl::Seconds(1)));
+  {
+    absl::MutexLock lock(&stale.mu);
+    EXPECT_EQ(proto::ReasonOf(stale.ends[0].status()), api::v1::SESSION_LOST);
+  }
+
+  auto new_session = OpenSession(0);
+  ASSERT_TRUE(new_session.ok()) << new_session.status();
+  Stream second;
+  const uint64_t second_id = generate(*new_session, "b,hold", second);
+  ASSERT_TRUE(second.WaitFor(1, 0));
+  EXPECT_NE(second_id, first_id);
+  supervisor_->client(0)->Cancel(first_id);  // ended: nothing is sent
+  EXPECT_FALSE(second.WaitFor(1, 1, absl::Milliseconds(200)));
+  supervisor_->client(0)->Cancel(second_id);
+  ASSERT_TRUE(second.WaitFor(1, 1));
+  absl::MutexLock lock(&second.mu);
+  ASSERT_TRUE(second.ends[0].ok()) << second.ends[0].status();
+  EXPECT_EQ(second.ends[0]->generate().ciphertext(), "chunk:cancelled");
+}
+
 TEST_F(WorkerSupervisorTest, ReloadsStoredModelsIntoTheNewWorker) {
   StoreModel("model-bytes");
   StartSupervisor(Options(1));

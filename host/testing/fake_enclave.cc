@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "base/bytes.h"
 #include "crypto/hash.h"
 
@@ -51,6 +52,81 @@ void FakeEnclave::Seal(const ForwardedRequest& item, std::string plaintext, Encl
   reply.set_request_id(item.request_id());
   reply.set_sequence(session_sequences_[item.session_id()]++);
   reply.set_ciphertext(std::move(plaintext));
+}
+
+FakeEnclave::Response FakeEnclave::Respond(const HostToEnclave& call) {
+  if (call.has_generate()) return Generate(call);
+  Response response;
+  if (call.has_cancel()) {
+    EnclaveToHost& reply = response.frames.emplace_back();
+    reply.set_call_id(call.call_id());
+    auto held = held_streams_.find(call.cancel().target_call_id());
+    reply.mutable_cancel()->set_found(held != held_streams_.end());
+    if (held != held_streams_.end()) {
+      response.frames.push_back(Chunk(held->first, held->second.request, held->second.next_chunk,
+                                      /*final=*/true, "chunk:cancelled"));
+      held_streams_.erase(held);
+    }
+    return response;
+  }
+  std::optional<EnclaveToHost> reply = Handle(call);
+  if (reply.has_value()) {
+    response.frames.push_back(*std::move(reply));
+  } else {
+    response.crash = true;
+  }
+  return response;
+}
+
+EnclaveToHost FakeEnclave::Chunk(uint64_t call_id, const ForwardedRequest& request, uint64_t chunk,
+                                 bool final, std::string text) {
+  EnclaveToHost frame;
+  frame.set_call_id(call_id);
+  boundary::v1::GenerateResult* result = frame.mutable_generate();
+  result->set_request_id(request.request_id());
+  result->set_sequence(session_sequences_[request.session_id()]++);
+  result->set_chunk(chunk);
+  result->set_final(final);
+  result->set_ciphertext(std::move(text));
+  return frame;
+}
+
+FakeEnclave::Response FakeEnclave::Generate(const HostToEnclave& call) {
+  const boundary::v1::GenerateCall& generate = call.generate();
+  const ForwardedRequest& request = generate.request();
+  Response response;
+  EnclaveReply checked;
+  if (!CheckSession(generate.tenant_id(), request, checked)) {
+    EnclaveToHost& refusal = response.frames.emplace_back();
+    refusal.set_call_id(call.call_id());
+    *refusal.mutable_status() = checked.status();
+    return response;
+  }
+  std::vector<std::string> parts = absl::StrSplit(request.ciphertext(), ',');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i] == "crash") {
+      response.crash = true;
+      return response;
+    }
+    if (parts[i] == "hold") {
+      held_streams_[call.call_id()] = HeldStream{request, i};
+      return response;
+    }
+    const bool final = i + 1 == parts.size();
+    EnclaveToHost frame = Chunk(call.call_id(), request, i, final, "chunk:" + parts[i]);
+    if (final) {
+      boundary::v1::UsageReceipt receipt;
+      receipt.set_tenant_id(generate.tenant_id());
+      receipt.set_model_handle(request.model_handle());
+      receipt.mutable_batch()->set_sequences(1);
+      receipt.mutable_batch()->set_completion_tokens(parts.size());
+      auto* signed_receipt = frame.mutable_generate()->mutable_receipt();
+      signed_receipt->set_receipt(receipt.SerializeAsString());
+      signed_receipt->set_signature("fake");
+    }
+    response.frames.push_back(std::move(frame));
+  }
+  return response;
 }
 
 std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
@@ -178,6 +254,10 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
       }
       break;
     }
+    case HostToEnclave::kGenerate:
+    case HostToEnclave::kCancel:
+      SetStatus(reply.mutable_status(), 3, "answered by Respond, not Handle");
+      break;
     case HostToEnclave::CALL_NOT_SET:
       SetStatus(reply.mutable_status(), 3, "empty call");
       break;

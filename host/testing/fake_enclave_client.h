@@ -4,7 +4,9 @@
 // - manual (default constructor): calls wait until the test answers them with Complete() or
 //   Fail(); WaitForPending() lets a test wait for the code under test to send them.
 // - automatic (with a FakeEnclave): a background thread answers every call in order with the
-//   FakeEnclave, like a worker process would.
+//   FakeEnclave (FakeEnclave::Respond, streams included), like a worker process would. A stream
+//   the FakeEnclave holds open ("a,hold": at least one chunk first) ends when a CancelCall
+//   names it.
 // The bookkeeping is InProcessCalls (host/enclave_client/function_enclave_client.h), as for
 // FunctionEnclaveClient.
 // Threading: thread-safe. Completions run on the thread that calls Complete()/Fail() (manual)
@@ -32,16 +34,21 @@ class FakeEnclaveClient : public EnclaveClient {
   ~FakeEnclaveClient() override;
 
   void Call(boundary::v1::HostToEnclave call, Done done) override;
+  uint64_t CallStream(boundary::v1::HostToEnclave call, OnFrame on_frame, Done done) override;
+  void Cancel(uint64_t stream_id) override;
 
   // Manual mode. Waits until at least `count` calls are pending; false on timeout.
   bool WaitForPending(size_t count, absl::Duration timeout = absl::Seconds(10));
   // The pending calls, oldest first.
   std::vector<boundary::v1::HostToEnclave> Pending() const;
-  // Answers a pending call (by call id) with `reply` after checking it like a real client.
-  // Returns false if there is no such pending call.
+  // Answers a pending call (by call id) with `reply` after checking it like a real client; for
+  // a streaming call `reply` is its next frame (the stream stays open until its last).
+  // Returns false if there is no such pending call or open stream.
   bool Complete(uint64_t call_id, absl::StatusOr<boundary::v1::EnclaveToHost> reply);
-  // Answers every pending call with `status`.
+  // Answers every pending call and open stream with `status`.
   void FailAll(const absl::Status& status);
+  // Streams that have had a frame and have not ended.
+  size_t open_stream_count() const;
 
   // Every call the worker accepted, in order (both modes); calls refused as dead are not kept.
   std::vector<boundary::v1::HostToEnclave> History() const;

@@ -1,7 +1,8 @@
 // fake_enclave_worker: a stand-in for `cloister-enclave` in host tests only. It accepts the
 // worker command line that ProcessEnclaveClient passes (--fd N --data-dir D --sim-dir S
 // [--dev-policy-out P]), writes S/ready and P (when given) like the real worker writes its
-// simulated roots and development policy, then answers frames on fd N with FakeEnclave until the socket closes.
+// simulated roots and development policy, then answers frames on fd N with FakeEnclave (streams
+// and cancellations included: FakeEnclave::Respond) until the socket closes.
 // Test knobs (environment): FAKE_ENCLAVE_EXIT_AT_START=CODE exits before answering anything;
 // FAKE_ENCLAVE_IGNORE_SIGTERM=1 ignores SIGTERM (to test the SIGKILL fallback);
 // FAKE_ENCLAVE_FIRST_EVIDENCE_ERROR=1 answers the first GetEvidenceCall with FAILED_PRECONDITION
@@ -78,17 +79,19 @@ int main(int argc, char** argv) {
     if (!frame.ok()) return 0;  // cloisterd closed the socket
     cloister::boundary::v1::HostToEnclave call;
     if (!call.ParseFromString(*frame)) return 4;
-    std::optional<cloister::boundary::v1::EnclaveToHost> reply;
+    cloister::host::testing::FakeEnclave::Response response;
     if (fail_first_evidence && call.has_get_evidence()) {
       fail_first_evidence = false;
-      reply.emplace();
-      reply->set_call_id(call.call_id());
-      reply->mutable_status()->set_code(9);
-      reply->mutable_status()->set_message("not ready yet");
+      auto& reply = response.frames.emplace_back();
+      reply.set_call_id(call.call_id());
+      reply.mutable_status()->set_code(9);
+      reply.mutable_status()->set_message("not ready yet");
     } else {
-      reply = enclave.Handle(call);
+      response = enclave.Respond(call);
     }
-    if (!reply.has_value()) _exit(3);  // asked to crash
-    if (!cloister::boundary::WriteFrame(fd, reply->SerializeAsString()).ok()) return 0;
+    for (const auto& frame : response.frames) {
+      if (!cloister::boundary::WriteFrame(fd, frame.SerializeAsString()).ok()) return 0;
+    }
+    if (response.crash) _exit(3);  // asked to crash
   }
 }
