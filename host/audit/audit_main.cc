@@ -190,7 +190,11 @@ int Receipts(const Flags& flags) {
                                    {"input_size", counters.input_size()},
                                    {"output_size", counters.output_size()},
                                    {"execution_ns", counters.execution_ns()},
-                                   {"transfer_ns", counters.transfer_ns()}});
+                                   {"transfer_ns", counters.transfer_ns()},
+                                   {"sequences", counters.sequences()},
+                                   {"prompt_tokens", counters.prompt_tokens()},
+                                   {"cached_tokens", counters.cached_tokens()},
+                                   {"completion_tokens", counters.completion_tokens()}});
       }
     } else {
       out["error"] = std::string(audit.status().message());
@@ -216,6 +220,13 @@ int Receipts(const Flags& flags) {
                                      counters.failed_requests(), counters.input_size(),
                                      counters.output_size(), counters.execution_ns() / 1e6,
                                      counters.transfer_ns() / 1e6);
+        if (counters.sequences() > 0) {
+          // Generation: the tokens the enclave counted for this tenant and model.
+          std::cout << absl::StrFormat(
+              "%-16s %-32s %8s sequences %d, tokens: prompt %d (cached %d), completion %d\n", "",
+              "", "", counters.sequences(), counters.prompt_tokens(), counters.cached_tokens(),
+              counters.completion_tokens());
+        }
       }
     }
     if (flags.keys.empty()) {

@@ -34,6 +34,10 @@ UsageCounters Sum(const UsageCounters& a, const UsageCounters& b) {
   sum.set_output_size(a.output_size() + b.output_size());
   sum.set_execution_ns(a.execution_ns() + b.execution_ns());
   sum.set_transfer_ns(a.transfer_ns() + b.transfer_ns());
+  sum.set_sequences(a.sequences() + b.sequences());
+  sum.set_prompt_tokens(a.prompt_tokens() + b.prompt_tokens());
+  sum.set_cached_tokens(a.cached_tokens() + b.cached_tokens());
+  sum.set_completion_tokens(a.completion_tokens() + b.completion_tokens());
   return sum;
 }
 
