@@ -272,6 +272,68 @@ grpc::Status GrpcTamperProxy::DeleteModel(grpc::ServerContext* context, const Se
   return ForwardSealed("DeleteModel", context, *request, response);
 }
 
+grpc::Status GrpcTamperProxy::Generate(grpc::ServerContext* context, const SealedRequest* request,
+                                       grpc::ServerWriter<api::v1::SealedChunk>* writer) {
+  grpc::ClientContext upstream;
+  CopyCallerContext(*context, upstream);
+  auto reader = upstream_->Generate(&upstream, *request);
+  std::vector<api::v1::SealedChunk> chunks;
+  api::v1::SealedChunk chunk;
+  while (reader->Read(&chunk)) chunks.push_back(chunk);
+  grpc::Status status = reader->Finish();
+  {
+    absl::MutexLock lock(&mu_);
+    const bool long_enough = chunks.size() >= 3;
+    if (!applied_ && long_enough) {
+      switch (mutation_) {
+        case GrpcMutation::kDropChunk:
+          chunks.erase(chunks.begin() + 1);
+          applied_ = true;
+          break;
+        case GrpcMutation::kReorderChunks:
+          std::swap(chunks[1], chunks[2]);
+          applied_ = true;
+          break;
+        case GrpcMutation::kReplayChunk:
+          chunks.insert(chunks.begin() + 2, chunks[0]);
+          applied_ = true;
+          break;
+        case GrpcMutation::kTruncateStream:
+          chunks.pop_back();
+          applied_ = true;
+          break;
+        case GrpcMutation::kFlipChunk:
+          FlipBit(*chunks[1].mutable_ciphertext());
+          applied_ = true;
+          break;
+        case GrpcMutation::kMarkFinal:
+          chunks.resize(2);
+          chunks[1].set_final(true);
+          applied_ = true;
+          break;
+        case GrpcMutation::kSpliceChunk:
+          if (!remembered_chunk_) {
+            remembered_chunk_ = chunks[1];
+          } else {
+            chunks[1] = *remembered_chunk_;
+            applied_ = true;
+          }
+          break;
+        case GrpcMutation::kAfterFinal:
+          chunks.push_back(chunks[1]);
+          applied_ = true;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  for (const api::v1::SealedChunk& out : chunks) {
+    if (!writer->Write(out)) break;
+  }
+  return status;
+}
+
 grpc::Status GrpcTamperProxy::Infer(grpc::ServerContext* context, const SealedRequest* request,
                                     SealedReply* response) {
   return ForwardSealed("Infer", context, *request, response);

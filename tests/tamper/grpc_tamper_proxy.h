@@ -60,6 +60,15 @@ enum class GrpcMutation {
   kFlipUploadFinish,       // flip one bit of the sealed load request
   kReplayUploadFinish,     // remember the first upload's finish; use it in the next upload
   kFlipUploadReply,        // flip one bit of the sealed load reply
+  // Generate streams (the whole stream is read from cloisterd, then relayed changed).
+  kDropChunk,          // leave out chunk 1
+  kReorderChunks,      // send chunk 2 before chunk 1
+  kReplayChunk,        // send chunk 0 again after chunk 1
+  kTruncateStream,     // leave out the final chunk and end the RPC with OK
+  kFlipChunk,          // flip one bit of chunk 1's ciphertext
+  kMarkFinal,          // mark chunk 1 final and end the stream there
+  kSpliceChunk,        // remember chunk 1 of the first stream; put it in place of the next one's
+  kAfterFinal,         // send chunk 1 again after the final chunk
 };
 
 class GrpcTamperProxy final : public api::v1::Cloister::Service {
@@ -89,6 +98,8 @@ class GrpcTamperProxy final : public api::v1::Cloister::Service {
                            api::v1::SealedReply* response) override;
   grpc::Status Infer(grpc::ServerContext* context, const api::v1::SealedRequest* request,
                      api::v1::SealedReply* response) override;
+  grpc::Status Generate(grpc::ServerContext* context, const api::v1::SealedRequest* request,
+                        grpc::ServerWriter<api::v1::SealedChunk>* writer) override;
 
  private:
   GrpcTamperProxy() = default;
@@ -112,6 +123,7 @@ class GrpcTamperProxy final : public api::v1::Cloister::Service {
   std::optional<api::v1::SealedReply> remembered_reply_ ABSL_GUARDED_BY(mu_);
   std::optional<api::v1::OpenSessionRequest> remembered_open_ ABSL_GUARDED_BY(mu_);
   std::optional<api::v1::GetEvidenceResponse> remembered_evidence_ ABSL_GUARDED_BY(mu_);
+  std::optional<api::v1::SealedChunk> remembered_chunk_ ABSL_GUARDED_BY(mu_);
   // kSwapReplies: the reply of the first call, waiting for a partner to swap with.
   api::v1::SealedReply* waiting_reply_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool swapped_ ABSL_GUARDED_BY(mu_) = false;

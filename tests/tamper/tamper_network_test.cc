@@ -340,5 +340,64 @@ TEST_F(Network, FlippedUploadReply) {
   EXPECT_TRUE(acme_->DeleteModel("loaded").ok());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Generate streams: every chunk dropped, reordered, replayed, cut off, flipped, marked final
+// early, spliced from another stream or sent after the final one is caught by the SDK, with
+// DATA_LOSS and never as a shorter or other answer; a clean stream right after gives the
+// reference ids again.
+
+const std::string kTinyLlama = kModels + "/llm/tiny-llama";
+
+class NetworkStream : public TamperTest, public ::testing::WithParamInterface<GrpcMutation> {
+ protected:
+  // The model stays with acme's identity for the rest of the suite: uploaded once.
+  void SetUp() override {
+    TamperTest::SetUp();
+    static bool uploaded = false;
+    if (uploaded) return;
+    auto loaded = acme_->UploadModel(kTinyLlama, "tiny");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    uploaded = true;
+  }
+  static api::v1::GenerateRequest Request() {
+    api::v1::GenerateRequest request;
+    request.set_text("The meaning of life");
+    request.mutable_sampling()->set_temperature(0);
+    request.set_max_tokens(12);
+    request.set_ignore_eos(true);
+    return request;
+  }
+};
+
+TEST_P(NetworkStream, IsDetected) {
+  const GrpcMutation mutation = GetParam();
+  auto clean = acme_->Generate("tiny", Request());
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  ASSERT_EQ(clean->ids.size(), 12u);
+  proxy_->SetPlan(mutation);
+  if (mutation == GrpcMutation::kSpliceChunk) {
+    // The first stream is the one whose chunk is kept; it passes unchanged.
+    auto first = acme_->Generate("tiny", Request());
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_FALSE(proxy_->applied());
+  }
+  auto tampered = acme_->Generate("tiny", Request());
+  EXPECT_TRUE(proxy_->applied());
+  ASSERT_FALSE(tampered.ok()) << "a tampered stream gave " << tampered->ids.size() << " ids";
+  EXPECT_EQ(tampered.status().code(), absl::StatusCode::kDataLoss) << tampered.status();
+  EXPECT_THAT(std::string(tampered.status().message()), HasSubstr("generation stream"));
+  proxy_->SetPlan(GrpcMutation::kOff);
+  auto after = acme_->Generate("tiny", Request());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->ids, clean->ids);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mutations, NetworkStream,
+    ::testing::Values(GrpcMutation::kDropChunk, GrpcMutation::kReorderChunks,
+                      GrpcMutation::kReplayChunk, GrpcMutation::kTruncateStream,
+                      GrpcMutation::kFlipChunk, GrpcMutation::kMarkFinal,
+                      GrpcMutation::kSpliceChunk, GrpcMutation::kAfterFinal));
+
 }  // namespace
 }  // namespace cloister::tamper_test
