@@ -574,7 +574,25 @@ grpc::ServerWriteReactor<SealedChunk>* CloisterService::Generate(
   if (time_left != absl::InfiniteDuration()) {
     *generate->mutable_request()->mutable_time_left() = proto::ToProtoDuration(time_left);
   }
-  // TODO: the tenant's completion-token cap (GenerateLimits.max_tokens) once the config has one.
+  // The tenant's class and weight, for the enclave's step scheduler (boundary numbering: the
+  // config's PriorityClass values). The token cap, KV quota and token rate have no config fields
+  // yet, so they go as 0 (none).
+  {
+    const TenantLimits& limits = scheduler_->LimitsFor(*tenant);
+    boundary::v1::GenerateLimits* out = generate->mutable_limits();
+    switch (limits.priority) {
+      case PriorityClass::kRealtime:
+        out->set_priority_class(1);
+        break;
+      case PriorityClass::kStandard:
+        out->set_priority_class(2);
+        break;
+      case PriorityClass::kBatch:
+        out->set_priority_class(3);
+        break;
+    }
+    out->set_weight(static_cast<uint32_t>(limits.weight));
+  }
   reactor->Start(
       workers_[*worker], std::move(call), request->request_id(),
       [this, worker = *worker, tenant_id = *tenant](const EnclaveClient::Reply& last) {

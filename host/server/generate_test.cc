@@ -112,6 +112,9 @@ TEST_F(GenerateTest, RelaysTheChunksInOrderAndEndsOk) {
   EXPECT_EQ(call.request().sequence(), 7u);
   EXPECT_EQ(call.request().ciphertext(), "a,b,c");
   EXPECT_FALSE(call.request().has_time_left());  // no deadline
+  // The tenant's class and weight (the defaults: standard, 1) for the enclave's scheduler.
+  EXPECT_EQ(call.limits().priority_class(), 2);
+  EXPECT_EQ(call.limits().weight(), 1u);
   // The final chunk's receipt went to the receipt hook, with the worker that signed it.
   absl::MutexLock lock(&mu_);
   ASSERT_EQ(receipts_.size(), 1u);
