@@ -7,8 +7,9 @@
 // turns into the exception class that the package's error factory picks for its code (set
 // once at import with _set_error_factory). The message is the C++ status message unchanged.
 // Threading: the GIL is released for all network, crypto and file work; a NativeClient may be
-// used from several Python threads at once (the C++ Client is thread-safe). Progress callbacks
-// take the GIL back while they run.
+// used from several Python threads at once (the C++ Client is thread-safe). Progress and chunk
+// callbacks take the GIL back while they run. A NativeGeneration runs on one thread (the
+// package's background thread for a stream); its stop() may be called from any other.
 // Ownership: a NativeClient shares its Client with the calls in flight, so close() while
 // another thread waits on a reply only drops this object's reference.
 #include <pybind11/numpy.h>
@@ -17,8 +18,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,6 +44,7 @@
 #include "base/status.h"
 #include "proto/error_reason.h"
 #include "sdk/client.h"
+#include "sdk/generate_stream.h"
 #include "sdk/identity.h"
 #include "sdk/npy.h"
 
@@ -165,6 +170,148 @@ absl::StatusOr<ClientOptions> MakeOptions(const Connection& connection) {
   if (connection.timeout.has_value()) options.call_timeout = absl::Seconds(*connection.timeout);
   return options;
 }
+
+// The arguments of a generation as the package passes them. The package checks them first,
+// for messages that name its keyword arguments; the enclave checks them again.
+struct GenerateArgs {
+  std::optional<std::string> text;
+  std::optional<std::vector<int32_t>> ids;
+  std::optional<std::vector<std::pair<std::string, std::string>>> messages;  // (role, content)
+  uint64_t max_tokens = 0;  // 0: up to the model's context
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  int32_t top_k = 0;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  bool ignore_eos = false;
+};
+
+absl::StatusOr<api::GenerateRequest> MakeGenerateRequest(const GenerateArgs& args) {
+  const int prompts = args.text.has_value() + args.ids.has_value() + args.messages.has_value();
+  if (prompts != 1) {
+    return absl::InvalidArgumentError(
+        "a generation needs exactly one prompt: text, token ids or chat messages");
+  }
+  api::GenerateRequest request;
+  if (args.text.has_value()) {
+    request.set_text(*args.text);
+  } else if (args.ids.has_value()) {
+    request.mutable_ids()->mutable_ids()->Add(args.ids->begin(), args.ids->end());
+  } else {
+    for (const auto& [role, content] : *args.messages) {
+      api::ChatMessage& message = *request.mutable_chat()->add_messages();
+      message.set_role(role);
+      message.set_content(content);
+    }
+  }
+  request.set_max_tokens(args.max_tokens);
+  api::SamplingParameters& sampling = *request.mutable_sampling();
+  if (args.temperature.has_value()) sampling.set_temperature(*args.temperature);
+  if (args.top_p.has_value()) sampling.set_top_p(*args.top_p);
+  sampling.set_top_k(args.top_k);
+  if (args.seed.has_value()) sampling.set_seed(*args.seed);
+  sampling.set_logprobs(args.logprobs);
+  sampling.set_top_logprobs(args.top_logprobs);
+  for (const std::string& stop : args.stop) request.add_stop(stop);
+  request.set_ignore_eos(args.ignore_eos);
+  return request;
+}
+
+py::tuple UsageTuple(const api::GenerateUsage& usage) {
+  return py::make_tuple(usage.prompt_tokens(), usage.cached_tokens(), usage.completion_tokens());
+}
+
+// (text, [ids], [logprob] | None, [[(id, logprob)]] | None, finish_reason, usage | None,
+// receipt, receipt_signature); the last four are empty or None except on the final chunk.
+py::tuple ChunkTuple(const api::GenerateChunk& chunk, bool logprobs, bool top_logprobs) {
+  py::list ids;
+  py::list chosen;
+  py::list top;
+  for (const api::SampledTokenInfo& token : chunk.tokens()) {
+    ids.append(token.id());
+    chosen.append(token.logprob());
+    py::list alternatives;
+    for (const api::TokenLogprob& other : token.top()) {
+      alternatives.append(py::make_tuple(other.id(), other.logprob()));
+    }
+    top.append(alternatives);
+  }
+  const bool final = !chunk.finish_reason().empty();
+  return py::make_tuple(
+      Text(chunk.text()), ids, logprobs ? py::object(chosen) : py::none(),
+      top_logprobs ? py::object(top) : py::none(), Text(chunk.finish_reason()),
+      final ? py::object(UsageTuple(chunk.usage())) : py::none(),
+      BytesOf(chunk.receipt().data(), chunk.receipt().size()),
+      BytesOf(chunk.receipt_signature().data(), chunk.receipt_signature().size()));
+}
+
+// One generation, made by NativeClient::Generate (which checked the client and the request)
+// and run once by Run. Client::Generate has no way to be cancelled from outside, so Stop only
+// stops the deliveries: the stream itself runs to its end (its max_tokens, a stop, or its
+// timeout) and what still arrives is dropped without taking the GIL.
+class NativeGeneration {
+ public:
+  NativeGeneration(std::shared_ptr<Client> client, std::string name, api::GenerateRequest request,
+                   absl::Duration timeout)
+      : client_(std::move(client)),
+        name_(std::move(name)),
+        request_(std::move(request)),
+        timeout_(timeout) {}
+
+  // Runs the generation to its end with the GIL released and returns the assembled result,
+  // (ids, text, finish_reason, usage, receipt, receipt_signature, chunk_count). `on_chunk`
+  // (unless None) is called with each chunk's tuple, the GIL held, until Stop; an exception
+  // from it stops further calls and is raised once the stream has ended. Errors: the
+  // stream's status (the enclave's refusal, DATA_LOSS from the chunk checks, the gRPC error).
+  py::tuple Run(const py::object& on_chunk) {
+    if (started_.exchange(true)) {
+      ThrowIfError(absl::FailedPreconditionError("this generation has already run"));
+    }
+    const bool logprobs = request_.sampling().logprobs();
+    const bool top_logprobs = request_.sampling().top_logprobs() > 0;
+    std::exception_ptr callback_error;  // written and read with the GIL held
+    GenerateChunkCallback deliver;
+    if (!on_chunk.is_none()) {
+      deliver = [&](const api::GenerateChunk& chunk) {
+        if (stopped_.load(std::memory_order_acquire)) return;
+        py::gil_scoped_acquire gil;
+        try {
+          on_chunk(ChunkTuple(chunk, logprobs, top_logprobs));
+        } catch (...) {
+          callback_error = std::current_exception();
+          stopped_.store(true, std::memory_order_release);
+        }
+      };
+    }
+    absl::StatusOr<GenerateResult> result;
+    {
+      py::gil_scoped_release release;
+      result = client_->Generate(name_, request_, deliver, timeout_);
+    }
+    if (callback_error) std::rethrow_exception(callback_error);
+    ThrowIfError(result.status());
+    py::tuple out = py::make_tuple(
+        result->ids, Text(result->text), Text(result->finish_reason), UsageTuple(result->usage),
+        BytesOf(result->receipt.data(), result->receipt.size()),
+        BytesOf(result->receipt_signature.data(), result->receipt_signature.size()),
+        result->chunk_count);
+    SecureWipe(result->text.data(), result->text.size());
+    return out;
+  }
+
+  // No more chunks are handed to Python; safe from any thread.
+  void Stop() { stopped_.store(true, std::memory_order_release); }
+
+ private:
+  const std::shared_ptr<Client> client_;
+  const std::string name_;
+  const api::GenerateRequest request_;
+  const absl::Duration timeout_;
+  std::atomic<bool> started_{false};
+  std::atomic<bool> stopped_{false};
+};
 
 class NativeClient {
  public:
@@ -358,6 +505,18 @@ class NativeClient {
     return out;
   }
 
+  // A generation with `name`, ready to run (NativeGeneration::Run). FailedPrecondition for a
+  // closed client, InvalidArgument for a bad timeout or a request without exactly one prompt.
+  std::unique_ptr<NativeGeneration> Generate(const std::string& name, const GenerateArgs& args,
+                                             std::optional<double> timeout) {
+    std::shared_ptr<Client> client = Get();
+    ThrowIfError(CheckTimeout(timeout));
+    absl::StatusOr<api::GenerateRequest> request = MakeGenerateRequest(args);
+    ThrowIfError(request.status());
+    return std::make_unique<NativeGeneration>(std::move(client), name, *std::move(request),
+                                              DurationOf(timeout));
+  }
+
  private:
   explicit NativeClient(std::unique_ptr<Client> client) : client_(std::move(client)) {}
 
@@ -511,7 +670,28 @@ PYBIND11_MODULE(_native, m) {
       .def("list_models", &NativeClient::ListModels)
       .def("delete_model", &NativeClient::DeleteModel, py::arg("name"))
       .def("infer", &NativeClient::Infer, py::arg("name"), py::arg("inputs"), py::arg("outputs"),
+           py::arg("timeout"))
+      .def("generate", &NativeClient::Generate, py::arg("name"), py::arg("args"),
            py::arg("timeout"));
+
+  py::class_<GenerateArgs>(m, "GenerateArgs")
+      .def(py::init<>())
+      .def_readwrite("text", &GenerateArgs::text)
+      .def_readwrite("ids", &GenerateArgs::ids)
+      .def_readwrite("messages", &GenerateArgs::messages)
+      .def_readwrite("max_tokens", &GenerateArgs::max_tokens)
+      .def_readwrite("temperature", &GenerateArgs::temperature)
+      .def_readwrite("top_p", &GenerateArgs::top_p)
+      .def_readwrite("top_k", &GenerateArgs::top_k)
+      .def_readwrite("seed", &GenerateArgs::seed)
+      .def_readwrite("stop", &GenerateArgs::stop)
+      .def_readwrite("logprobs", &GenerateArgs::logprobs)
+      .def_readwrite("top_logprobs", &GenerateArgs::top_logprobs)
+      .def_readwrite("ignore_eos", &GenerateArgs::ignore_eos);
+
+  py::class_<NativeGeneration>(m, "NativeGeneration")
+      .def("run", &NativeGeneration::Run, py::arg("on_chunk"))
+      .def("stop", &NativeGeneration::Stop);
 
   m.def("attest", &Attest, py::arg("connection"));
   m.def("verify", &Verify, py::arg("evidence"), py::arg("policy"), py::arg("nonce"), py::arg("at"));

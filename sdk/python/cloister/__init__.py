@@ -1,7 +1,7 @@
 """Cloister: confidential inference from Python.
 
 Attest the enclave behind a ``cloisterd``, then upload models and run inference end to end
-encrypted, with numpy arrays in and out::
+encrypted, with numpy arrays in and out, or generate text with an LLM::
 
     import numpy as np
     import cloister
@@ -10,6 +10,10 @@ encrypted, with numpy arrays in and out::
                               token=open("demo.token").read().strip(), key="tenant.key")
     client.upload_model("model.onnx", "cls")
     outputs = client.infer("cls", {"x": np.zeros((1, 3, 48, 192), np.float32)})
+
+    client.upload_model("tiny-llama/", "llm")            # a checkpoint folder
+    for chunk in client.generate("llm", "The meaning of life", max_tokens=16):
+        print(chunk.text, end="", flush=True)
 
 See docs/PYTHON.md for the whole API. Errors are subclasses of :class:`cloister.Error`.
 """
@@ -25,6 +29,7 @@ except ImportError as e:  # the pure-Python sources without the built module
         f"on PYTHONPATH ({e})"
     ) from e
 from ._client import DEFAULT_SERVER, Client, attest, connect, generate_key, verify
+from ._generate import AsyncGenerateStream, GenerateStream
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -46,7 +51,16 @@ from .errors import (
     Unknown,
     _make_error,
 )
-from .types import Check, ModelInfo, TensorInfo, Verdict
+from .types import (
+    Check,
+    GenerateChunk,
+    GenerateResult,
+    ModelInfo,
+    TensorInfo,
+    TokenLogprob,
+    Usage,
+    Verdict,
+)
 
 _native._set_error_factory(_make_error)
 
@@ -63,6 +77,12 @@ __all__ = [
     "Verdict",
     "ModelInfo",
     "TensorInfo",
+    "GenerateStream",
+    "AsyncGenerateStream",
+    "GenerateChunk",
+    "GenerateResult",
+    "TokenLogprob",
+    "Usage",
     "Error",
     "Aborted",
     "AlreadyExists",

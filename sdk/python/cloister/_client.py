@@ -1,18 +1,20 @@
-"""The Cloister client: connect (attest and open a session), then upload models and infer."""
+"""The Cloister client: connect (attest and open a session), then upload models, infer and
+generate text."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import os
 import threading
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _native
 from ._convert import to_wire
+from ._generate import AsyncGenerateStream, GenerateStream, Messages, make_args
 from .errors import InvalidArgument
-from .types import ModelInfo, Verdict
+from .types import GenerateResult, ModelInfo, Verdict
 
 __all__ = [
     "Client",
@@ -85,7 +87,9 @@ class Client:
     Make one with :func:`connect`. Every call is encrypted to the enclave that passed
     attestation; the host only relays ciphertext. A client is thread-safe: several threads
     may call :meth:`infer` at once (the GIL is released while a call waits), and
-    :meth:`infer_async` runs calls on the client's own thread pool. Sessions that expire are
+    :meth:`infer_async` runs calls on the client's own thread pool; :meth:`generate` (and
+    :meth:`agenerate`, :meth:`chat`, :meth:`generate_text`) streams text from an LLM, each
+    stream on a thread of its own. Sessions that expire are
     replaced (after attesting again) transparently. Use it as a context manager, or call
     :meth:`close` when done.
     """
@@ -229,10 +233,132 @@ class Client:
 
         return self._pool().submit(run)
 
+    # ---- Generation ----
+
+    def generate(
+        self,
+        model: str,
+        prompt: Optional[str] = None,
+        *,
+        messages: Optional[Messages] = None,
+        prompt_ids: Optional[Sequence[int]] = None,
+        max_tokens: Optional[int] = None,
+        temperature: Optional[float] = None,
+        top_p: Optional[float] = None,
+        top_k: int = 0,
+        seed: Optional[int] = None,
+        stop: Union[str, Sequence[str], None] = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        ignore_eos: bool = False,
+        timeout: Optional[float] = None,
+    ) -> GenerateStream:
+        """Generates text with the LLM ``model`` (a checkpoint folder you uploaded) and returns
+        its chunks as they arrive: ``for chunk in client.generate(...): print(chunk.text)``.
+
+        Give exactly one prompt: ``prompt`` (text, tokenized with the model's special tokens),
+        ``messages`` (a chat, rendered by the model's chat template with the generation
+        prompt added) or ``prompt_ids`` (token ids, used as given).
+
+        Args:
+            model: the name the model was uploaded under.
+            prompt: the prompt text.
+            messages: ``[{"role": "user", "content": "..."}, ...]``.
+            prompt_ids: the prompt's token ids.
+            max_tokens: the most tokens to generate (None: up to the model's context).
+            temperature: in [0, 2] (None: 1); 0 is greedy, the same tokens every time.
+            top_p: nucleus sampling, in (0, 1] (None: 1, off).
+            top_k: sample among the k most likely tokens (0: off).
+            seed: the sampler's seed, for a repeatable sampled answer (None: the enclave picks
+                one). A seeded generation that fails before its first chunk is retried.
+            stop: a string or strings that end the generation; not included in the text.
+            logprobs: give each token's log-probability (``chunk.logprobs``).
+            top_logprobs: also give the 0..20 most likely alternatives of each token
+                (``chunk.top_logprobs``); needs ``logprobs=True``.
+            ignore_eos: go on past the end-of-sequence token (until max_tokens).
+            timeout: seconds for the whole stream (default: the client's timeout).
+
+        Returns:
+            A :class:`GenerateStream` of :class:`GenerateChunk`; the generation starts when
+            the first chunk is asked for. Once it has ended, ``stream.result`` is the whole
+            :class:`GenerateResult`. :meth:`GenerateStream.close` stops the deliveries, but
+            the generation runs on to its end in the enclave (docs/PYTHON.md, "Generation").
+
+        Raises:
+            InvalidArgument: at once, for arguments that are missing or out of range (none or
+                several prompts, a bad sampling value).
+            FailedPrecondition: at once, for a closed client.
+            While iterating, the stream's failure, as :meth:`infer` raises them:
+            NotFound (no such model for your key), FailedPrecondition (not an LLM),
+            InvalidArgument (the enclave refused the request), ResourceExhausted,
+            DeadlineExceeded, DataLoss (a chunk failed the client's checks: dropped,
+            reordered, replayed, tampered with, or a stream cut short).
+        """
+        args = make_args(prompt, messages, prompt_ids, max_tokens, temperature, top_p, top_k,
+                         seed, stop, logprobs, top_logprobs, ignore_eos)
+        return GenerateStream(self._native.generate(model, args, timeout))
+
+    def agenerate(
+        self,
+        model: str,
+        prompt: Optional[str] = None,
+        *,
+        messages: Optional[Messages] = None,
+        prompt_ids: Optional[Sequence[int]] = None,
+        max_tokens: Optional[int] = None,
+        temperature: Optional[float] = None,
+        top_p: Optional[float] = None,
+        top_k: int = 0,
+        seed: Optional[int] = None,
+        stop: Union[str, Sequence[str], None] = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        ignore_eos: bool = False,
+        timeout: Optional[float] = None,
+    ) -> AsyncGenerateStream:
+        """:meth:`generate` for asyncio: ``async for chunk in client.agenerate(...)``. The
+        arguments and errors are those of :meth:`generate`; the chunks come into the running
+        event loop without blocking it."""
+        args = make_args(prompt, messages, prompt_ids, max_tokens, temperature, top_p, top_k,
+                         seed, stop, logprobs, top_logprobs, ignore_eos)
+        return AsyncGenerateStream(self._native.generate(model, args, timeout))
+
+    def generate_text(
+        self,
+        model: str,
+        prompt: Optional[str] = None,
+        *,
+        messages: Optional[Messages] = None,
+        prompt_ids: Optional[Sequence[int]] = None,
+        max_tokens: Optional[int] = None,
+        temperature: Optional[float] = None,
+        top_p: Optional[float] = None,
+        top_k: int = 0,
+        seed: Optional[int] = None,
+        stop: Union[str, Sequence[str], None] = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        ignore_eos: bool = False,
+        timeout: Optional[float] = None,
+    ) -> GenerateResult:
+        """:meth:`generate` without streaming: waits (GIL released) for the whole generation
+        and returns it, ``result.text`` and ``result.ids`` with its usage and receipt. The
+        arguments and errors are those of :meth:`generate`, all raised here. (Log-probabilities
+        come only with the chunks of :meth:`generate`.)"""
+        args = make_args(prompt, messages, prompt_ids, max_tokens, temperature, top_p, top_k,
+                         seed, stop, logprobs, top_logprobs, ignore_eos)
+        return GenerateResult._from_native(self._native.generate(model, args, timeout).run(None))
+
+    def chat(self, model: str, messages: Messages, **options: Any) -> GenerateStream:
+        """``generate(model, messages=messages, **options)``: streams the model's answer to a
+        chat, ``[{"role": "system", "content": ...}, {"role": "user", "content": ...}]``."""
+        return self.generate(model, messages=messages, **options)
+
     # ---- Lifetime ----
 
     def close(self) -> None:
-        """Waits for calls started with infer_async, then drops the session."""
+        """Waits for calls started with infer_async, then drops the session. Streams still
+        open keep it until they end."""
         with self._executor_lock:
             executor, self._executor = self._executor, None
         if executor is not None:
