@@ -112,6 +112,10 @@ using UploadProgress = std::function<void(uint64_t sent_size, uint64_t total_siz
 // Called with each chunk of a generation as it arrives, after the chunk passed every check
 // (GenerateStreamVerifier); on the thread that called Generate.
 using GenerateChunkCallback = std::function<void(const cloister::api::v1::GenerateChunk& chunk)>;
+// Asked before the stream starts and after each chunk (from the thread that called Generate):
+// true stops the generation there. The RPC is cancelled, so cloisterd cancels the sequence in
+// the enclave, and Generate returns CANCELLED.
+using GenerateCancelled = std::function<bool()>;
 
 // Splits ClientOptions::server into its endpoints. InvalidArgument naming the bad entry for
 // an empty list or entry, whitespace, a missing or out-of-range port, or a repeated endpoint.
@@ -186,11 +190,12 @@ class Client {
   // without its final chunk; the gRPC error when the stream fails before its final chunk. A
   // sampled generation is not idempotent, so a failed one is tried again (the retries of Infer,
   // ClientOptions::max_attempts) only when the request fixes the seed and no chunk of it has
-  // arrived yet.
+  // arrived yet. `cancelled` (when set) stops the generation early (GenerateCancelled).
   absl::StatusOr<GenerateResult> Generate(const std::string& name,
                                           const cloister::api::v1::GenerateRequest& request,
                                           const GenerateChunkCallback& on_chunk = {},
-                                          absl::Duration timeout = absl::ZeroDuration());
+                                          absl::Duration timeout = absl::ZeroDuration(),
+                                          const GenerateCancelled& cancelled = {});
 
  private:
   struct Session;
@@ -251,6 +256,7 @@ class Client {
                                               const cloister::api::v1::GenerateRequest& request,
                                               const GenerateChunkCallback& on_chunk,
                                               absl::Duration timeout,
+                                              const GenerateCancelled& cancelled,
                                               std::shared_ptr<Session>& used, bool& delivered);
   // Forgets `session` if it is still the current one, so the next call attests again.
   void DropSession(const std::shared_ptr<Session>& session);

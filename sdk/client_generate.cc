@@ -27,8 +27,10 @@ using client_internal::WipeString;
 absl::StatusOr<GenerateResult> Client::Generate(const std::string& name,
                                                 const api::GenerateRequest& request,
                                                 const GenerateChunkCallback& on_chunk,
-                                                absl::Duration timeout) {
+                                                absl::Duration timeout,
+                                                const GenerateCancelled& cancelled) {
   if (name.empty()) return absl::InvalidArgumentError("the model name is empty");
+  if (cancelled && cancelled()) return absl::CancelledError("generation cancelled by the caller");
   if (request.prompt_case() == api::GenerateRequest::PROMPT_NOT_SET) {
     return absl::InvalidArgumentError("the generate request has no prompt (text, ids or chat)");
   }
@@ -41,7 +43,7 @@ absl::StatusOr<GenerateResult> Client::Generate(const std::string& name,
   absl::Status status = CallWithRetries(
       [&](std::shared_ptr<Session>& used) {
         absl::StatusOr<GenerateResult> once =
-            GenerateOnce(handle, request, on_chunk, timeout, used, delivered);
+            GenerateOnce(handle, request, on_chunk, timeout, cancelled, used, delivered);
         if (!once.ok()) return once.status();
         result = *std::move(once);
         return absl::OkStatus();
@@ -55,6 +57,7 @@ absl::StatusOr<GenerateResult> Client::GenerateOnce(const std::string& model_han
                                                     const api::GenerateRequest& request,
                                                     const GenerateChunkCallback& on_chunk,
                                                     absl::Duration timeout,
+                                                    const GenerateCancelled& cancelled,
                                                     std::shared_ptr<Session>& used,
                                                     bool& delivered) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, CurrentSession());
@@ -100,6 +103,11 @@ absl::StatusOr<GenerateResult> Client::GenerateOnce(const std::string& model_han
     }
     delivered = true;
     if (on_chunk) on_chunk(*chunk);
+    if (cancelled && !verifier.done() && cancelled()) {
+      context.TryCancel();
+      reader->Finish();
+      return absl::CancelledError("generation cancelled by the caller");
+    }
   }
   grpc::Status finished = reader->Finish();
   // After its final chunk the answer is whole and checked, whatever the RPC's ending says.

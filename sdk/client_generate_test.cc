@@ -63,6 +63,23 @@ TEST_F(GenerateTest, HandsOverEachChunkAndReturnsTheWhole) {
   EXPECT_EQ(again->text, "ab");
 }
 
+// A caller that stops after two chunks gets CANCELLED at once, and the session serves on.
+TEST_F(GenerateTest, ACallerCanStopTheGeneration) {
+  std::unique_ptr<Client> client = ConnectWithModel();
+  ASSERT_NE(client, nullptr);
+  int seen = 0;
+  auto result = client->Generate(
+      "llm", Prompt("hello"), [&](const api::GenerateChunk&) { ++seen; }, absl::ZeroDuration(),
+      [&] { return seen >= 2; });
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
+  EXPECT_EQ(seen, 2);
+  auto before = client->Generate("llm", Prompt("hi"), {}, absl::ZeroDuration(), [] { return true; });
+  EXPECT_EQ(before.status().code(), absl::StatusCode::kCancelled);
+  auto again = client->Generate("llm", Prompt("ab"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->text, "ab");
+}
+
 TEST_F(GenerateTest, SendsTheRequestAsGiven) {
   std::unique_ptr<Client> client = ConnectWithModel();
   ASSERT_NE(client, nullptr);

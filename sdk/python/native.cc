@@ -248,9 +248,9 @@ py::tuple ChunkTuple(const api::GenerateChunk& chunk, bool logprobs, bool top_lo
 }
 
 // One generation, made by NativeClient::Generate (which checked the client and the request)
-// and run once by Run. Client::Generate has no way to be cancelled from outside, so Stop only
-// stops the deliveries: the stream itself runs to its end (its max_tokens, a stop, or its
-// timeout) and what still arrives is dropped without taking the GIL.
+// and run once by Run. Stop stops the deliveries at once and the stream after the next chunk
+// (Client::Generate's GenerateCancelled): the RPC is cancelled, and with it the sequence in the
+// enclave; what arrives before that is dropped without taking the GIL.
 class NativeGeneration {
  public:
   NativeGeneration(std::shared_ptr<Client> client, std::string name, api::GenerateRequest request,
@@ -288,7 +288,8 @@ class NativeGeneration {
     absl::StatusOr<GenerateResult> result;
     {
       py::gil_scoped_release release;
-      result = client_->Generate(name_, request_, deliver, timeout_);
+      result = client_->Generate(name_, request_, deliver, timeout_,
+                                 [this] { return stopped_.load(std::memory_order_acquire); });
     }
     if (callback_error) std::rethrow_exception(callback_error);
     ThrowIfError(result.status());

@@ -7,12 +7,11 @@ a moment to put each chunk on the stream's queue, and the consumer takes them of
 ``queue.SimpleQueue`` for :class:`GenerateStream`, an ``asyncio.Queue`` filled through
 ``loop.call_soon_threadsafe`` for :class:`AsyncGenerateStream`. A stream belongs to one consumer.
 
-The C++ call cannot be cancelled from outside, so closing a stream early only stops the
-deliveries: the generation runs on to its end in the enclave (``max_tokens``, an end of
-sequence or stop string, or the call's ``timeout``) and what still arrives is dropped without
-taking the GIL. The thread is not a daemon (a daemon thread that comes back into Python while
-the interpreter shuts down would be killed inside C++), so a program that exits while a closed
-stream is still running waits for it to end.
+Closing a stream early stops the deliveries at once and the generation after its next chunk
+(the call is cancelled, and with it the sequence in the enclave); what arrives meanwhile is
+dropped without taking the GIL. The thread is not a daemon (a daemon thread that comes back into
+Python while the interpreter shuts down would be killed inside C++), so a program that exits
+while a closed stream is still running waits for that chunk.
 """
 
 from __future__ import annotations
@@ -215,8 +214,8 @@ class _Stream:
 
     def close(self) -> None:
         """Stops handing chunks to this stream; iterating further ends at once. The generation
-        itself runs on to its end in the background (it cannot be cancelled from here); what it
-        still produces is dropped."""
+        itself stops after its next chunk (the call is cancelled, and with it the sequence in
+        the enclave)."""
         if not self._done:
             self._done = True
             self._generation.stop()
