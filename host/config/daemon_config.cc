@@ -56,6 +56,9 @@ proto::YamlReadOptions ReadOptions() {
            {"TenantLimits.max_queued_requests", 1, 1 << 24},
            {"TenantLimits.default_deadline_ms", 0, 3.6e6},
            {"TenantLimits.max_deadline_ms", 0, 3.6e6},
+           {"TenantLimits.max_generations", 1, 1 << 20},
+           {"TenantLimits.tokens_per_second", 0, 1e12},
+           {"TenantLimits.token_burst", 0, 1e15},
            {"Device.run_threads", 1, 64},
            {"Limits.session_ttl_seconds", 60, 86400},
            {"Limits.max_sessions_per_tenant", 1, 1000000},
@@ -154,6 +157,13 @@ absl::Status ApplyLimits(const Loader& loader, const v1::TenantLimits& written,
   if (written.has_max_queued_requests()) {
     limits.max_queued_requests = static_cast<int>(written.max_queued_requests());
   }
+  if (written.has_max_generations()) {
+    limits.max_generations = static_cast<int>(written.max_generations());
+  }
+  if (written.has_max_tokens()) limits.max_tokens = written.max_tokens();
+  if (written.has_kv_cache_tokens()) limits.kv_cache_tokens = written.kv_cache_tokens();
+  if (written.has_tokens_per_second()) limits.tokens_per_second = written.tokens_per_second();
+  if (written.has_token_burst()) limits.token_burst = written.token_burst();
   for (const auto& [has, value, name, target] :
        {std::tuple{written.has_max_queued_bytes(), written.max_queued_bytes(), "max_queued_bytes",
                    &limits.max_queued_size},

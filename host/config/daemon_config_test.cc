@@ -133,6 +133,11 @@ TEST(DaemonConfigTest, SchedulerAndTenantLimits) {
       "    model_memory_quota_bytes: 2GiB\n"
       "    default_deadline_ms: 250\n"
       "    max_deadline_ms: 2000\n"
+      "    max_generations: 8\n"
+      "    max_tokens: 256\n"
+      "    kv_cache_tokens: 4096\n"
+      "    tokens_per_second: 500\n"
+      "    token_burst: 2000\n"
       "  - id: globex\n"
       "    token_sha256: " +
       kHash +
@@ -166,6 +171,11 @@ TEST(DaemonConfigTest, SchedulerAndTenantLimits) {
   EXPECT_EQ(acme.model_memory_quota, uint64_t{2} << 30);
   EXPECT_EQ(acme.default_deadline, absl::Milliseconds(250));
   EXPECT_EQ(acme.max_deadline, absl::Seconds(2));
+  EXPECT_EQ(acme.max_generations, 8);
+  EXPECT_EQ(acme.max_tokens, 256u);
+  EXPECT_EQ(acme.kv_cache_tokens, 4096u);
+  EXPECT_EQ(acme.tokens_per_second, 500);
+  EXPECT_EQ(acme.token_burst, 2000);
   const TenantLimits& globex = config->tenants[1].limits;
   EXPECT_EQ(globex.priority, PriorityClass::kBatch);
   EXPECT_EQ(globex.max_queued_requests, 10);

@@ -43,6 +43,13 @@ struct TenantLimits {
   // Sum of the tenant's stored model sizes. Checked by the service at upload; the scheduler
   // does not use it.
   uint64_t model_memory_quota = uint64_t{4} << 30;
+  // Generation: streams at once (checked by the service) and the token limits the enclave
+  // enforces (GenerateLimits; 0: none). The scheduler does not use them.
+  int max_generations = 64;
+  uint64_t max_tokens = 0;
+  uint64_t kv_cache_tokens = 0;
+  double tokens_per_second = 0;
+  double token_burst = 0;
 };
 
 // InvalidArgument naming the field when a limit is out of range.

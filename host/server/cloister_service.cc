@@ -575,8 +575,7 @@ grpc::ServerWriteReactor<SealedChunk>* CloisterService::Generate(
     *generate->mutable_request()->mutable_time_left() = proto::ToProtoDuration(time_left);
   }
   // The tenant's class and weight, for the enclave's step scheduler (boundary numbering: the
-  // config's PriorityClass values). The token cap, KV quota and token rate have no config fields
-  // yet, so they go as 0 (none).
+  // config's PriorityClass values), and the token limits only the enclave can enforce.
   {
     const TenantLimits& limits = scheduler_->LimitsFor(*tenant);
     boundary::v1::GenerateLimits* out = generate->mutable_limits();
@@ -592,6 +591,10 @@ grpc::ServerWriteReactor<SealedChunk>* CloisterService::Generate(
         break;
     }
     out->set_weight(static_cast<uint32_t>(limits.weight));
+    out->set_max_tokens(limits.max_tokens);
+    out->set_kv_cache_tokens(limits.kv_cache_tokens);
+    out->set_tokens_per_second(limits.tokens_per_second);
+    out->set_token_burst(limits.token_burst);
   }
   reactor->Start(
       workers_[*worker], std::move(call), request->request_id(),
@@ -605,14 +608,14 @@ grpc::ServerWriteReactor<SealedChunk>* CloisterService::Generate(
 }
 
 absl::Status CloisterService::AdmitGeneration(const std::string& tenant_id) {
-  const int limit = scheduler_->LimitsFor(tenant_id).max_queued_requests;
+  const int limit = scheduler_->LimitsFor(tenant_id).max_generations;
   absl::MutexLock lock(&generation_mu_);
   int& running = generations_[tenant_id];
   if (running >= limit) {
     return proto::WithReason(
         absl::ResourceExhaustedError(absl::StrCat("tenant ", tenant_id, ": at its limit of ", limit,
                                                   limit == 1 ? " generation" : " generations",
-                                                  " at once (max_queued_requests); retry later")),
+                                                  " at once (max_generations); retry later")),
         api::v1::OVERLOADED);
   }
   ++running;

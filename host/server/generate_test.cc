@@ -35,8 +35,12 @@ class GenerateTest : public testing::ServiceTest {
         std::make_unique<testing::FakeEnclaveClient>(std::make_unique<testing::FakeEnclave>());
     SchedulerOptions scheduler_options;
     scheduler_options.max_queue_delay = absl::Milliseconds(1);
-    scheduler_options.tenant_limits["acme"].max_queued_requests = 1;
+    scheduler_options.tenant_limits["acme"].max_generations = 1;
     scheduler_options.tenant_limits["acme"].max_payload_size = 64;
+    scheduler_options.tenant_limits["acme"].max_tokens = 300;
+    scheduler_options.tenant_limits["acme"].kv_cache_tokens = 2048;
+    scheduler_options.tenant_limits["acme"].tokens_per_second = 100;
+    scheduler_options.tenant_limits["acme"].token_burst = 1000;
     ServiceOptions options;
     options.on_generate_receipt = [this](int worker,
                                          const boundary::v1::SignedUsageReceipt& receipt) {
@@ -115,6 +119,11 @@ TEST_F(GenerateTest, RelaysTheChunksInOrderAndEndsOk) {
   // The tenant's class and weight (the defaults: standard, 1) for the enclave's scheduler.
   EXPECT_EQ(call.limits().priority_class(), 2);
   EXPECT_EQ(call.limits().weight(), 1u);
+  // And the token limits from its config, which the enclave enforces.
+  EXPECT_EQ(call.limits().max_tokens(), 300u);
+  EXPECT_EQ(call.limits().kv_cache_tokens(), 2048u);
+  EXPECT_EQ(call.limits().tokens_per_second(), 100);
+  EXPECT_EQ(call.limits().token_burst(), 1000);
   // The final chunk's receipt went to the receipt hook, with the worker that signed it.
   absl::MutexLock lock(&mu_);
   ASSERT_EQ(receipts_.size(), 1u);
@@ -211,7 +220,7 @@ TEST_F(GenerateTest, TheTenantsLimitOfGenerationsAtOnceRefusesTheNext) {
   grpc::Status refused = Generate(Sealed(session, "g2", kHandle, "b"), chunks);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(refused.error_message(),
-            "tenant acme: at its limit of 1 generation at once (max_queued_requests); retry "
+            "tenant acme: at its limit of 1 generation at once (max_generations); retry "
             "later");
   EXPECT_EQ(proto::ReasonFromGrpcDetails(refused.error_details()), api::v1::OVERLOADED);
   EXPECT_TRUE(chunks.empty());

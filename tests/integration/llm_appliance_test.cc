@@ -40,9 +40,13 @@ class LlmApplianceTest : public ::testing::Test {
     const std::string config = work_ + "/cloisterd.yaml";
     std::ofstream out(config);
     out << "operator:\n  listen: 127.0.0.1:0\ntenants:\n";
-    for (const std::string& tenant : kTenants) {
+    // hooli's requests may generate at most 8 tokens.
+    std::vector<std::string> tenants = kTenants;
+    tenants.push_back("hooli");
+    for (const std::string& tenant : tenants) {
       out << "  - id: " << tenant << "\n    token_sha256: "
           << HexEncode(host::TokenHash(TokenOf(tenant))) << "\n";
+      if (tenant == "hooli") out << "    max_tokens: 8\n";
       std::ofstream(work_ + "/" + tenant + ".token") << TokenOf(tenant) << "\n";
     }
     out.close();
@@ -136,6 +140,24 @@ TEST_F(LlmApplianceTest, TheCliGeneratesEveryReferencePromptExactly) {
   ASSERT_EQ(totals["usage"].size(), 1u) << audit.out;
   EXPECT_EQ(totals["usage"][0]["sequences"].get<size_t>(), references_["prompts"].size() + 1);
   EXPECT_EQ(totals["usage"][0]["completion_tokens"].get<size_t>(), completion);
+}
+
+// The operator's token cap reaches the enclave, which refuses a request over it in a sealed
+// error that names the limit; a request within it runs.
+TEST_F(LlmApplianceTest, TheOperatorsTokenCapIsEnforcedInTheEnclave) {
+  ASSERT_EQ(Cli("hooli", {"keygen"}).exit_code, 0);
+  ASSERT_EQ(Cli("hooli", {"upload", "--model", kTinyLlama, "--name", "tiny"}).exit_code, 0);
+  RunResult over = Cli("hooli", {"generate", "--model", "tiny", "--prompt", "Hello",
+                                 "--max-tokens", "20"});
+  EXPECT_NE(over.exit_code, 0);
+  EXPECT_NE(over.err.find("max_tokens 20 is over the tenant's limit of 8"), std::string::npos)
+      << over.err;
+  RunResult within = Cli("hooli", {"generate", "--model", "tiny", "--prompt", "Hello",
+                                   "--max-tokens", "8", "--temperature", "0", "--json"});
+  ASSERT_EQ(within.exit_code, 0) << within.err;
+  nlohmann::json doc = nlohmann::json::parse(within.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded());
+  EXPECT_LE(doc["ids"].size(), 8u);
 }
 
 TEST_F(LlmApplianceTest, ThirtyTwoStreamsOfThreeTenantsEachGiveTheirReferenceIds) {
