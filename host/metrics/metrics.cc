@@ -132,7 +132,38 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                        .Name("cloister_audit_signed_entries")
                        .Help("Audit log entries covered by an enclave-signed checkpoint")
                        .Register(r);
+  first_chunk_latency_ =
+      &prometheus::BuildHistogram()
+           .Name("cloister_generation_first_chunk_seconds")
+           .Help("Generation streams: time from the call to its first sealed chunk (time to "
+                 "first token)")
+           .Register(r);
+  chunk_gap_latency_ =
+      &prometheus::BuildHistogram()
+           .Name("cloister_generation_chunk_gap_seconds")
+           .Help("Generation streams: time between consecutive sealed chunks (inter-token "
+                 "latency at one token per chunk)")
+           .Register(r);
+  chunks_ = &prometheus::BuildCounter()
+                 .Name("cloister_generation_chunks_total")
+                 .Help("Sealed chunks relayed from generation streams (tokens at one per chunk)")
+                 .Register(r);
   collector_ = std::make_shared<Collector>(this);
+}
+
+void Metrics::RecordGeneration(absl::string_view tenant_id, absl::Duration first_chunk,
+                               const std::vector<absl::Duration>& gaps) {
+  std::string priority = "-";
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = priority_by_tenant_.find(tenant_id);
+    if (it != priority_by_tenant_.end()) priority = it->second;
+  }
+  Labels labels = {{"tenant", TenantLabel(tenant_id)}, {"priority", PriorityLabel(priority)}};
+  first_chunk_latency_->Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(first_chunk));
+  prometheus::Histogram& gap = chunk_gap_latency_->Add(labels, LatencyBuckets());
+  for (absl::Duration d : gaps) gap.Observe(absl::ToDoubleSeconds(d));
+  chunks_->Add(labels).Increment(static_cast<double>(gaps.size() + 1));
 }
 
 Metrics::~Metrics() = default;

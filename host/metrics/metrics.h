@@ -90,6 +90,10 @@ class Metrics {
   // One finished batch: its size, each request's queue wait, and its execution time.
   void RecordBatch(absl::string_view tenant_id, absl::string_view priority, int count,
                    const std::vector<absl::Duration>& queue_waits, absl::Duration execution);
+  // One generation stream that ended: the time to its first chunk and the gaps between its
+  // chunks (inter-token latency at one token per chunk), and its chunks as tokens streamed.
+  void RecordGeneration(absl::string_view tenant_id, absl::Duration first_chunk,
+                        const std::vector<absl::Duration>& gaps);
   // One batch's PCIe traffic (plaintext tensor bytes both ways) and transfer time.
   void RecordTransfer(absl::string_view pcie_mode, uint64_t size, absl::Duration time);
 
@@ -110,6 +114,9 @@ class Metrics {
   std::shared_ptr<Collector> collector_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* errors_;
+  prometheus::Family<prometheus::Histogram>* first_chunk_latency_;
+  prometheus::Family<prometheus::Histogram>* chunk_gap_latency_;
+  prometheus::Family<prometheus::Counter>* chunks_;
   prometheus::Family<prometheus::Histogram>* batch_size_;
   prometheus::Family<prometheus::Histogram>* queue_latency_;
   prometheus::Family<prometheus::Histogram>* execution_latency_;

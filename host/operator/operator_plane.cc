@@ -76,6 +76,10 @@ void OperatorPlane::InstallServiceHooks(ServiceOptions& options) {
   options.on_evidence = [this](int worker, const boundary::v1::GetEvidenceResult& result) {
     evidence_.Observe(worker, result);
   };
+  options.on_generation_done = [this](const std::string& tenant_id, absl::Duration first_chunk,
+                                      const std::vector<absl::Duration>& gaps, bool) {
+    metrics_.RecordGeneration(tenant_id, first_chunk, gaps);
+  };
 }
 
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>

@@ -598,8 +598,17 @@ grpc::ServerWriteReactor<SealedChunk>* CloisterService::Generate(
   }
   reactor->Start(
       workers_[*worker], std::move(call), request->request_id(),
-      [this, worker = *worker, tenant_id = *tenant](const EnclaveClient::Reply& last) {
+      [this, worker = *worker, tenant_id = *tenant](const EnclaveClient::Reply& last,
+                                                    const GenerateReactor::Timing& timing) {
         ReleaseGeneration(tenant_id);
+        if (options_.on_generation_done && !timing.chunk_times.empty()) {
+          std::vector<absl::Duration> gaps;
+          for (size_t i = 1; i < timing.chunk_times.size(); ++i) {
+            gaps.push_back(timing.chunk_times[i] - timing.chunk_times[i - 1]);
+          }
+          options_.on_generation_done(tenant_id, timing.chunk_times.front() - timing.started,
+                                      gaps, last.ok());
+        }
         if (last.ok() && last->generate().has_receipt() && options_.on_generate_receipt) {
           options_.on_generate_receipt(worker, last->generate().receipt());
         }

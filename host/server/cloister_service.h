@@ -94,6 +94,12 @@ struct ServiceOptions {
   // thread. Must not block.
   std::function<void(int worker, const boundary::v1::SignedUsageReceipt& receipt)>
       on_generate_receipt;
+  // Sees the timing of every generation stream that ended (for metrics), on the enclave
+  // client's thread: its tenant, the time to its first chunk and the gaps between its chunks.
+  // Must not block.
+  std::function<void(const std::string& tenant_id, absl::Duration first_chunk,
+                     const std::vector<absl::Duration>& gaps, bool ok)>
+      on_generation_done;
 };
 
 class CloisterService final : public api::v1::Cloister::CallbackService {

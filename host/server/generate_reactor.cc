@@ -18,6 +18,10 @@ void GenerateReactor::Start(EnclaveClient* worker, HostToEnclave call, std::stri
   request_id_ = std::move(request_id);
   on_stream_end_ = std::move(on_stream_end);
   references_.fetch_add(1);  // the stream's, until its `done`
+  {
+    absl::MutexLock lock(&mu_);
+    timing_.started = absl::Now();
+  }
   const uint64_t stream_id = worker_->CallStream(
       std::move(call), [this](EnclaveToHost frame) { OnFrame(std::move(frame)); },
       [this](EnclaveClient::Reply last) { OnStreamDone(std::move(last)); });
@@ -44,6 +48,7 @@ void GenerateReactor::OnFrame(EnclaveToHost frame) {
   absl::StatusOr<SealedChunk> chunk = ToChunk(frame);
   {
     absl::MutexLock lock(&mu_);
+    timing_.chunk_times.push_back(absl::Now());
     if (end_.has_value()) return;  // ending already: the chunk would not be written
     if (chunk.ok()) {
       queue_.push_back(*std::move(chunk));
@@ -56,9 +61,12 @@ void GenerateReactor::OnFrame(EnclaveToHost frame) {
 }
 
 void GenerateReactor::OnStreamDone(EnclaveClient::Reply last) {
+  Timing timing;
   {
     absl::MutexLock lock(&mu_);
     stream_ended_ = true;
+    if (last.ok()) timing_.chunk_times.push_back(absl::Now());
+    timing = timing_;
     if (!end_.has_value()) {
       absl::StatusOr<SealedChunk> chunk =
           last.ok() ? ToChunk(*last) : absl::StatusOr<SealedChunk>(last.status());
@@ -72,7 +80,7 @@ void GenerateReactor::OnStreamDone(EnclaveClient::Reply last) {
   }
   // Before the final chunk can reach the client: a client that starts its next generation as
   // soon as this one has ended must find the admission slot free again.
-  if (on_stream_end_) on_stream_end_(last);
+  if (on_stream_end_) on_stream_end_(last, timing);
   Next();
   Unref();
 }

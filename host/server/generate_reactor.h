@@ -36,7 +36,14 @@ class GenerateReactor final : public grpc::ServerWriteReactor<api::v1::SealedChu
   // Runs once, on the enclave client's thread, when the enclave's stream has ended: with its
   // final frame or its error, before the final chunk is written (or after the RPC has ended,
   // for a stream that was cancelled).
-  using OnStreamEnd = std::function<void(const EnclaveClient::Reply& last)>;
+  // `chunk_times` holds when each frame of the stream arrived (the final one included), and
+  // `started` when the call went to the enclave: what the host can time (no content).
+  struct Timing {
+    absl::Time started;
+    std::vector<absl::Time> chunk_times;
+  };
+  using OnStreamEnd =
+      std::function<void(const EnclaveClient::Reply& last, const Timing& timing)>;
 
   explicit GenerateReactor(RpcInFlight in_flight);
 
@@ -80,6 +87,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<api::v1::SealedChu
   bool finished_ ABSL_GUARDED_BY(mu_) = false;   // Finish has been called
   uint64_t stream_id_ ABSL_GUARDED_BY(mu_) = 0;  // 0 until CallStream returns it
   bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
+  Timing timing_ ABSL_GUARDED_BY(mu_);
   bool cancel_wanted_ ABSL_GUARDED_BY(mu_) = false;  // the enclave is to stop the stream
   bool cancel_sent_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -22,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "sdk/client.h"
 #include "tests/support/appliance.h"
+#include "tests/support/http.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 
@@ -186,6 +187,19 @@ TEST_F(LlmApplianceTest, ThirtyTwoStreamsOfThreeTenantsEachGiveTheirReferenceIds
   }
   for (auto& t : threads) t.join();
   EXPECT_TRUE(failures.empty()) << absl::StrJoin(failures, "\n");
+  // The operator sees time to first chunk, gaps between chunks and chunks by tenant, and no
+  // content.
+  const std::string metrics = HttpGet(appliance_->metrics_address(), "/metrics");
+  for (const std::string& tenant : kTenants) {
+    EXPECT_NE(metrics.find(absl::StrCat("cloister_generation_first_chunk_seconds_count{priority="
+                                        "\"standard\",tenant=\"", tenant, "\"}")),
+              std::string::npos)
+        << metrics;
+    EXPECT_NE(metrics.find(absl::StrCat("cloister_generation_chunk_gap_seconds_count{priority="
+                                        "\"standard\",tenant=\"", tenant, "\"}")),
+              std::string::npos);
+  }
+  EXPECT_NE(metrics.find("cloister_generation_chunks_total"), std::string::npos);
 }
 
 TEST_F(LlmApplianceTest, AnotherTenantsModelIsRefusedAsIfThereWereNone) {
