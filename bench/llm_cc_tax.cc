@@ -15,13 +15,6 @@
 namespace cloister::bench {
 namespace {
 
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t index = std::min(values.size() - 1, static_cast<size_t>(p * (values.size() - 1) + 0.5));
-  return values[index];
-}
-
 struct Samples {
   std::vector<double> ttft_ms, itl_ms;
   double tokens = 0, seconds = 0;
@@ -41,12 +34,8 @@ absl::Status RunRound(LlmEnclaveDriver& driver, const LlmCcTaxOptions& options, 
   std::vector<int> left(concurrency, options.requests_per_stream);
   size_t next_prompt = 0;
   auto send = [&](int stream) -> absl::Status {
-    api::v1::GenerateRequest request;
-    const std::vector<int32_t>& prompt = prompts[next_prompt++ % prompts.size()];
-    request.mutable_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
-    request.mutable_sampling()->set_temperature(0);
-    request.set_max_tokens(options.max_tokens);
-    request.set_ignore_eos(true);
+    const api::v1::GenerateRequest request =
+        GreedyRequest(prompts[next_prompt++ % prompts.size()], options.max_tokens);
     const absl::Time sent = absl::Now();
     ASSIGN_OR_RETURN(uint64_t call, driver.Send(0, request));
     open[call] = Open{stream, sent, sent};

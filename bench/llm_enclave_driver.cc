@@ -1,5 +1,6 @@
 #include "bench/llm_enclave_driver.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,21 @@ namespace cloister::bench {
 
 using boundary::v1::EnclaveToHost;
 using boundary::v1::HostToEnclave;
+
+api::v1::GenerateRequest GreedyRequest(const std::vector<int32_t>& prompt, int max_tokens) {
+  api::v1::GenerateRequest request;
+  request.mutable_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  request.mutable_sampling()->set_temperature(0);
+  request.set_max_tokens(max_tokens);
+  request.set_ignore_eos(true);
+  return request;
+}
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[std::min(values.size() - 1, static_cast<size_t>(p * (values.size() - 1) + 0.5))];
+}
 
 // The frames the enclave streams, with their arrival times, for the benchmark's thread.
 class LlmEnclaveDriver::Sink : public enclave::FrameSink {

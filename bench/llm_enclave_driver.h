@@ -22,6 +22,14 @@
 
 namespace cloister::bench {
 
+// The value at fraction `p` (0..1) of `values` (nearest rank); 0 for none. For the LLM cases'
+// latency figures.
+double Percentile(std::vector<double> values, double p);
+
+// A greedy request for `prompt` generating exactly `max_tokens` tokens (eos ignored), the load
+// every LLM case sends.
+api::v1::GenerateRequest GreedyRequest(const std::vector<int32_t>& prompt, int max_tokens);
+
 class LlmEnclaveDriver {
  public:
   // An enclave with `options` (sim TEE in a temporary folder; its measurement set here) and one

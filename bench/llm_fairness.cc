@@ -69,12 +69,8 @@ absl::StatusOr<LlmFairnessResult> RunLlmFairness(const LlmFairnessOptions& optio
   std::map<uint64_t, size_t> prompt_tokens;  // of each open stream, until its first chunk
   size_t next_prompt = 0;
   auto send = [&](int side) -> absl::Status {
-    api::v1::GenerateRequest request;
     const std::vector<int32_t>& prompt = prompts[next_prompt++ % prompts.size()];
-    request.mutable_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
-    request.mutable_sampling()->set_temperature(0);
-    request.set_max_tokens(options.max_tokens);
-    request.set_ignore_eos(true);
+    const api::v1::GenerateRequest request = GreedyRequest(prompt, options.max_tokens);
     boundary::v1::GenerateLimits limits;
     limits.set_weight(static_cast<uint32_t>(sides[side].weight));
     ASSIGN_OR_RETURN(uint64_t call, driver->Send(side, request, limits));

@@ -20,12 +20,6 @@ constexpr int kRealtimeTokens = 32;
 constexpr int kBestEffortTokens = 96;
 constexpr size_t kLongPrompt = 400;
 
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1, static_cast<size_t>(p * (values.size() - 1) + 0.5))];
-}
-
 struct Phase {
   std::vector<double> ttft_ms, itl_ms;
   double be_tokens = 0;
@@ -49,20 +43,12 @@ absl::Status RunPhase(LlmEnclaveDriver& driver, const LlmNoisyNeighbourOptions& 
   std::map<uint64_t, Open> open;
   size_t next_prompt = 0;
   auto send = [&](int tenant) -> absl::Status {
-    api::v1::GenerateRequest request;
+    const bool realtime = tenant == kRealtime;
+    const api::v1::GenerateRequest request =
+        realtime ? GreedyRequest(prompts[next_prompt++ % 3], kRealtimeTokens)  // chat prompts
+                 : GreedyRequest(long_prompt, kBestEffortTokens);
     boundary::v1::GenerateLimits limits;
-    if (tenant == kRealtime) {
-      const std::vector<int32_t>& prompt = prompts[next_prompt++ % 3];  // the chat prompts
-      request.mutable_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
-      request.set_max_tokens(kRealtimeTokens);
-      limits.set_priority_class(1);
-    } else {
-      request.mutable_ids()->mutable_ids()->Add(long_prompt.begin(), long_prompt.end());
-      request.set_max_tokens(kBestEffortTokens);
-      limits.set_priority_class(3);
-    }
-    request.mutable_sampling()->set_temperature(0);
-    request.set_ignore_eos(true);
+    limits.set_priority_class(realtime ? 1 : 3);
     const absl::Time sent = absl::Now();
     ASSIGN_OR_RETURN(uint64_t call, driver.Send(tenant, request, limits));
     open[call] = Open{tenant, sent, sent};
