@@ -50,4 +50,13 @@ Bytes ChallengeMessage(ByteSpan evidence_digest, ByteSpan client_nonce) {
   return message;
 }
 
+Bytes PublishedModelsMessage(ByteSpan evidence_digest, ByteSpan client_nonce,
+                             ByteSpan published_models) {
+  Bytes message = ToBytes("cloister/v1 published models");
+  AppendLengthPrefixed(message, evidence_digest);
+  AppendLengthPrefixed(message, client_nonce);
+  Append(message, crypto::Sha256(published_models));
+  return message;
+}
+
 }  // namespace cloister::attest

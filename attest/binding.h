@@ -39,4 +39,11 @@ Bytes EvidenceDigest(const std::string& serialized_bundle);
 // evidence: "cloister/v1 evidence challenge" || digest || client_nonce.
 Bytes ChallengeMessage(ByteSpan evidence_digest, ByteSpan client_nonce);
 
+// The message the enclave signs over its operator-published models (the serialized
+// PublishedModels of a ChallengeResponse), for the evidence and the client's nonce:
+//   "cloister/v1 published models" || LP(evidence_digest) || LP(client_nonce)
+//   || SHA-256(published_models)
+Bytes PublishedModelsMessage(ByteSpan evidence_digest, ByteSpan client_nonce,
+                             ByteSpan published_models);
+
 }  // namespace cloister::attest

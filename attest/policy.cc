@@ -80,6 +80,20 @@ class PolicyChecker {
       if (!measurements.insert(hex).second) return Error(path, "listed twice");
       policy.set_enclave_measurements(i, hex);
     }
+    std::set<std::string> pinned;
+    for (int i = 0; i < policy.published_models_size(); ++i) {
+      std::string path = absl::StrCat("published_models[", i, "]");
+      v1::PublishedModelPin* pin = policy.mutable_published_models(i);
+      if (pin->name().empty()) return Error(path + ".name", "missing");
+      if (!pinned.insert(pin->name()).second) return Error(path + ".name", "listed twice");
+      std::string hex = absl::AsciiStrToLower(pin->digest());
+      auto bytes = HexDecode(hex);
+      if (!bytes.ok() || bytes->size() != 32) {
+        return Error(path + ".digest", absl::StrCat("expected 64 hex digits (a SHA-256), got '",
+                                                    pin->digest(), "'"));
+      }
+      pin->set_digest(hex);
+    }
     if (policy.max_evidence_age_seconds() < 0) {
       return Error("max_evidence_age_seconds", "must not be negative (0 means no limit)");
     }
@@ -152,6 +166,16 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& message) {
   out << YAML::BeginMap;
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const pb::FieldDescriptor* field = descriptor->field(i);
+    if (field->type() == pb::FieldDescriptor::TYPE_MESSAGE && field->is_repeated()) {
+      const int count = reflection->FieldSize(message, field);
+      if (count == 0) continue;
+      out << YAML::Key << field->name() << YAML::Value << YAML::BeginSeq;
+      for (int j = 0; j < count; ++j) {
+        EmitMessage(out, reflection->GetRepeatedMessage(message, field, j));
+      }
+      out << YAML::EndSeq;
+      continue;
+    }
     if (field->type() == pb::FieldDescriptor::TYPE_MESSAGE) {
       if (!reflection->HasField(message, field)) continue;
       out << YAML::Key << field->name() << YAML::Value;

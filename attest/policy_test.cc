@@ -139,6 +139,38 @@ struct BadCase {
   std::string expected;  // a substring of the error
 };
 
+TEST_F(PolicyTest, PublishedModelPins) {
+  std::vector<std::string> lines = GoodLines();
+  lines.push_back("published_models:");
+  lines.push_back("  - name: tiny-llama");
+  lines.push_back("    digest: " + std::string(64, 'F'));
+  auto policy = ParsePolicyYaml(Join(lines), "p.yaml");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  ASSERT_EQ(policy->published_models_size(), 1);
+  EXPECT_EQ(policy->published_models(0).name(), "tiny-llama");
+  EXPECT_EQ(policy->published_models(0).digest(), std::string(64, 'f'));  // normalized
+  auto again = ParsePolicyYaml(PolicyToYaml(*policy), "emitted.yaml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << PolicyToYaml(*policy);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*policy, *again));
+
+  std::vector<std::string> short_digest = GoodLines();
+  short_digest.push_back("published_models: [{name: a, digest: abc}]");
+  auto bad = ParsePolicyYaml(Join(short_digest), "bad.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(
+                "published_models[0].digest': expected 64 hex digits (a SHA-256), got 'abc'"),
+            std::string::npos)
+      << bad.status().message();
+  std::vector<std::string> twice = GoodLines();
+  twice.push_back("published_models: [{name: a, digest: " + std::string(64, '1') +
+                  "}, {name: a, digest: " + std::string(64, '2') + "}]");
+  bad = ParsePolicyYaml(Join(twice), "bad.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("published_models[1].name': listed twice"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST_F(PolicyTest, ErrorsNameFileLineAndField) {
   const std::string leaf_pem = *leaf_;
   const std::vector<BadCase> cases = {

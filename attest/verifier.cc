@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -272,6 +273,65 @@ Verdict VerifyBundle(const EvidenceBundle& bundle, ByteSpan expected_nonce, cons
   return verdict;
 }
 
+namespace {
+
+// The published-model checks of VerifyChallenge (see verifier.h).
+void VerifyPublishedModels(const ChallengeResponse& response, ByteSpan digest,
+                           ByteSpan client_nonce, const EvidenceBundle& bundle,
+                           const Policy& policy, Verdict& verdict,
+                           std::vector<std::string>& required) {
+  bool verified = false;
+  v1::PublishedModels list;
+  if (response.published_models().empty() && response.published_models_signature().empty()) {
+    verdict.Skip("published.models", "the enclave sent no list of published models");
+  } else if (absl::Status signature = crypto::Ed25519Verify(
+                 AsBytes(bundle.enclave_signing_public_key()),
+                 PublishedModelsMessage(digest, client_nonce, AsBytes(response.published_models())),
+                 AsBytes(response.published_models_signature()));
+             !signature.ok()) {
+    verdict.Fail("published.models",
+                 absl::StrCat("the signature over the published models does not verify with the "
+                              "bundle's signing key: ",
+                              signature.message()));
+  } else if (!list.ParseFromString(response.published_models())) {
+    verdict.Fail("published.models", "the signed list of published models does not parse");
+  } else {
+    verified = true;
+    std::vector<std::string> names;
+    for (const v1::PublishedModel& model : list.models()) {
+      verdict.published_models[model.name()] = model.digest();
+      verdict.claims[absl::StrCat("published.", model.name(), ".digest")] = model.digest();
+      verdict.claims[absl::StrCat("published.", model.name(), ".kind")] = model.kind();
+      verdict.claims[absl::StrCat("published.", model.name(), ".size")] =
+          absl::StrCat(model.size());
+      names.push_back(model.name());
+    }
+    verdict.Pass("published.models",
+                 names.empty() ? "the enclave signed an empty list of published models"
+                               : absl::StrCat("the enclave signed its published models: ",
+                                              absl::StrJoin(names, ", ")));
+  }
+  if (!policy.published_models().empty()) required.push_back("published.models");
+  for (const v1::PublishedModelPin& pin : policy.published_models()) {
+    std::string name = absl::StrCat("published.", pin.name());
+    auto it = verdict.published_models.find(pin.name());
+    if (!verified) {
+      verdict.Fail(name, "no verified list of published models to find it in");
+    } else if (it == verdict.published_models.end()) {
+      verdict.Fail(name, absl::StrCat("the policy pins published model '", pin.name(),
+                                      "' but the enclave does not publish it"));
+    } else if (absl::AsciiStrToLower(it->second) != absl::AsciiStrToLower(pin.digest())) {
+      verdict.Fail(name, absl::StrCat("published model '", pin.name(), "' has digest ", it->second,
+                                      ", the policy pins ", pin.digest()));
+    } else {
+      verdict.Pass(name, absl::StrCat("published model '", pin.name(), "' has the pinned digest"));
+    }
+    required.push_back(name);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<Verdict> VerifyChallenge(const ChallengeResponse& response, ByteSpan client_nonce,
                                         const Policy& policy, absl::Time at) {
   if (client_nonce.size() != kNonceSize) {
@@ -325,6 +385,7 @@ absl::StatusOr<Verdict> VerifyChallenge(const ChallengeResponse& response, ByteS
   verdict.enclave_hpke_public_key = ToBytes(bundle.enclave_hpke_public_key());
   verdict.enclave_signing_public_key = ToBytes(bundle.enclave_signing_public_key());
   verdict.claims["evidence.digest"] = HexEncode(digest);
+  VerifyPublishedModels(response, digest, client_nonce, bundle, policy, verdict, required);
   Conclude(verdict, required);
   verdict.pass = verdict.pass && bundle_pass;
   return verdict;

@@ -51,6 +51,9 @@ struct Verdict {
   Bytes evidence_digest;
   Bytes enclave_hpke_public_key;
   Bytes enclave_signing_public_key;
+  // The enclave's operator-published models, name -> digest (hex), when VerifyChallenge
+  // verified the enclave's signature over them; empty otherwise.
+  std::map<std::string, std::string> published_models;
 
   // One line listing the failed checks with their details ("name: detail; ..."), or "" when
   // none failed.
@@ -110,7 +113,12 @@ Verdict VerifyBundle(const EvidenceBundle& bundle, ByteSpan expected_nonce, cons
 // - cached answers: refused when the policy requires fresh evidence (challenge.fresh); the
 //   enclave's Ed25519 signature over ChallengeMessage(EvidenceDigest(bundle), client_nonce)
 //   must verify with the bundle's signing key (challenge.signature);
-// then VerifyBundle over the bundle's own nonce. Sets evidence_digest and the enclave keys.
+// then VerifyBundle over the bundle's own nonce; then the published models (check
+// published.models: the enclave's signature over PublishedModelsMessage(digest, client_nonce,
+// list) verifies with the bundle's signing key and the list parses; skipped when the enclave
+// sent none) and, for each of the policy's published_models pins, check published.<name>: the
+// signed list holds that name with that digest. Sets evidence_digest, the enclave keys,
+// published_models and the claims "published.<name>.digest|kind|size".
 // InvalidArgument (not a verdict) when the client nonce has the wrong size or the bundle does
 // not parse.
 absl::StatusOr<Verdict> VerifyChallenge(const ChallengeResponse& response, ByteSpan client_nonce,

@@ -11,6 +11,12 @@ std::string ModelHandle(ByteSpan owner_identity_public_key, std::string_view mod
   return HexEncode(Sha256(input)).substr(0, 32);
 }
 
+std::string PublishedModelHandle(std::string_view model_name) {
+  Bytes input = ToBytes("cloister/v1 published model handle");
+  AppendLengthPrefixed(input, AsBytes(model_name));
+  return HexEncode(Sha256(input)).substr(0, 32);
+}
+
 bool IsValidModelHandle(std::string_view handle) {
   if (handle.size() != 32) return false;
   for (char c : handle) {

@@ -12,6 +12,10 @@ namespace cloister::crypto {
 
 std::string ModelHandle(ByteSpan owner_identity_public_key, std::string_view model_name);
 
+// The handle of the operator-published model `model_name`: the same for every tenant, and never
+// equal to a tenant model's handle (another domain label).
+std::string PublishedModelHandle(std::string_view model_name);
+
 // True for 32 lowercase hex characters.
 bool IsValidModelHandle(std::string_view handle);
 

@@ -283,6 +283,12 @@ std::optional<EnclaveToHost> Enclave::Handle(HostToEnclave call,
       status = r.status();
       break;
     }
+    case HostToEnclave::kPublishModel: {
+      auto r = PublishModel(*call.mutable_publish_model());
+      if (r.ok()) *reply.mutable_publish_model() = std::move(*r);
+      status = r.status();
+      break;
+    }
     case HostToEnclave::kGetStats: {
       auto r = GetStats();
       if (r.ok()) *reply.mutable_get_stats() = std::move(*r);
@@ -346,9 +352,25 @@ absl::StatusOr<boundary::v1::GetEvidenceResult> Enclave::GetEvidence(
   ASSIGN_OR_RETURN(Bytes signature,
                    crypto::Ed25519Sign(keys_.signing_seed.span(),
                                        attest::ChallengeMessage(digest, AsBytes(call.nonce()))));
+  // The published models, signed for this evidence and nonce.
+  attest::v1::PublishedModels published;
+  for (const auto& model : models_->Published()) {
+    attest::v1::PublishedModel* entry = published.add_models();
+    entry->set_name(model->name);
+    entry->set_digest(model->info.digest());
+    entry->set_size(model->size);
+    entry->set_kind(model->llm != nullptr ? "llm" : "onnx");
+  }
+  std::string published_bytes = published.SerializeAsString();
+  ASSIGN_OR_RETURN(Bytes published_signature,
+                   crypto::Ed25519Sign(keys_.signing_seed.span(),
+                                       attest::PublishedModelsMessage(
+                                           digest, AsBytes(call.nonce()), AsBytes(published_bytes))));
   response.set_bundle(std::move(bundle));
   response.set_fresh(call.fresh());
   response.set_nonce_signature(ToString(signature));
+  response.set_published_models(std::move(published_bytes));
+  response.set_published_models_signature(ToString(published_signature));
   boundary::v1::GetEvidenceResult result;
   result.set_challenge_response(response.SerializeAsString());
   return result;
@@ -405,6 +427,20 @@ absl::StatusOr<boundary::v1::LoadModelResult> Enclave::LoadModel(
   *result.mutable_reply() =
       sessions_->SealReply(*opened.session, item, crypto::MessageKind::kLoadModel,
                            std::move(envelope));
+  return result;
+}
+
+absl::StatusOr<boundary::v1::PublishModelResult> Enclave::PublishModel(
+    boundary::v1::PublishModelCall& call) {
+  ASSIGN_OR_RETURN(auto stored,
+                   models_->Publish(call.name(), AsBytes(call.model()), call.digest()));
+  std::string().swap(*call.mutable_model());  // not secret; the copy is large
+  boundary::v1::PublishModelResult result;
+  result.set_model_handle(stored->handle);
+  result.set_size(stored->size);
+  result.set_kind(stored->llm != nullptr ? "llm" : "onnx");
+  Log(LogLevel::kInfo, "model_published",
+      {{"name", stored->name}, {"handle", stored->handle}, {"digest", stored->info.digest()}});
   return result;
 }
 
@@ -689,6 +725,17 @@ absl::StatusOr<boundary::v1::StatsResult> Enclave::GetStats() {
     model->set_model_handle(std::move(handle));
     model->set_size(size);
   }
+  GenerationService::Occupancy generation = generation_->occupancy();
+  for (const llm::Generator::Occupancy& entry : generation.tenants) {
+    boundary::v1::GenerationOccupancy* out = result.add_generation();
+    out->set_tenant_id(entry.tenant);
+    out->set_priority_class(static_cast<uint32_t>(entry.priority) + 1);
+    out->set_running(static_cast<uint64_t>(entry.running));
+    out->set_waiting(static_cast<uint64_t>(entry.waiting));
+    out->set_kv_blocks(static_cast<uint64_t>(entry.kv_blocks));
+  }
+  result.set_kv_blocks_total(static_cast<uint64_t>(generation.kv_blocks_total));
+  result.set_kv_block_size(static_cast<uint32_t>(generation.kv_block_size));
   if (options_.device_memory) {
     ASSIGN_OR_RETURN(DeviceMemoryInfo device, options_.device_memory());
     result.mutable_device_memory()->set_total_size(device.total_size);

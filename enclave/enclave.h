@@ -115,6 +115,7 @@ class Enclave {
   absl::StatusOr<boundary::v1::OpenSessionResult> OpenSession(const boundary::v1::OpenSessionCall&);
   // The sealed calls take their message mutable: each opens its request in place.
   absl::StatusOr<boundary::v1::LoadModelResult> LoadModel(boundary::v1::LoadModelCall&);
+  absl::StatusOr<boundary::v1::PublishModelResult> PublishModel(boundary::v1::PublishModelCall&);
   absl::StatusOr<boundary::v1::TenantCallResult> ListModels(boundary::v1::TenantCall&);
   absl::StatusOr<boundary::v1::TenantCallResult> DeleteModel(boundary::v1::TenantCall&);
   absl::StatusOr<boundary::v1::InferBatchResult> InferBatch(boundary::v1::InferBatchCall&);

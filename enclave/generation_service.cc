@@ -136,6 +136,12 @@ struct GenerationService::Stream {
   uint64_t next_chunk = 0;
   uint32_t pad_to = kDefaultChunkPadding;
   uint32_t tokens_per_chunk = 1;
+  // A fixed cadence (StreamShape.interval_ms): one chunk per tick; zero: none.
+  absl::Duration interval = absl::ZeroDuration();
+  absl::Time next_tick = absl::InfiniteFuture();
+  // Once the final chunk is in `pending`, waiting for the next tick (a fixed cadence): its
+  // receipt, when it has one.
+  std::optional<boundary::v1::SignedUsageReceipt> held_receipt;
   GenerateChunk pending;  // tokens not yet sent
   uint32_t pending_tokens = 0;
   uint64_t prompt_tokens = 0;
@@ -166,10 +172,11 @@ void GenerationService::Loop() {
       bool busy = false;
       for (const auto& [handle, engine] : engines_) busy |= !engine->generator->idle();
       if (!busy) {
-        // Nothing to step: wait for work, and let generators (their KV caches) and models go
-        // when none comes for a while.
+        // Nothing to step: wait for work (or the next tick of a fixed-cadence stream), and let
+        // generators (their KV caches) and models go when none comes for a while.
+        const absl::Duration until_tick = next_tick_ - absl::Now();
         mu_.AwaitWithTimeout(absl::Condition(this, &GenerationService::HasWorkLocked),
-                             kIdleRelease);
+                             std::max(absl::ZeroDuration(), std::min(kIdleRelease, until_tick)));
       }
       incoming.swap(incoming_);
       cancels.swap(cancels_);
@@ -184,6 +191,7 @@ void GenerationService::Loop() {
       }
     }
     if (stopping) {
+      Tick(absl::Now(), /*all_final=*/true);
       for (auto& [handle, engine] : engines_) {
         for (auto& [sequence, stream] : engine->running) {
           Fail(*stream, proto::WithReason(absl::UnavailableError("the enclave worker is stopping"),
@@ -221,6 +229,8 @@ void GenerationService::Loop() {
           wall - last_realtime_ < options_.realtime_guard ? options_.realtime_step_tokens : 0);
       Step(*next);
     }
+    next_tick_ = Tick(absl::Now());
+    PublishOccupancy();
     for (auto it = engines_.begin(); it != engines_.end();) {
       Engine& engine = *it->second;
       if (!engine.generator->idle()) {
@@ -235,6 +245,32 @@ void GenerationService::Loop() {
       }
     }
   }
+}
+
+void GenerationService::PublishOccupancy() {
+  std::map<std::pair<std::string, int>, llm::Generator::Occupancy> by_key;
+  Occupancy occupancy;
+  for (const auto& [handle, engine] : engines_) {
+    occupancy.kv_blocks_total += engine->generator->kv_blocks_total();
+    occupancy.kv_block_size = engine->generator->block_size();
+    for (llm::Generator::Occupancy& entry : engine->generator->occupancy()) {
+      llm::Generator::Occupancy& sum =
+          by_key[{entry.tenant, static_cast<int>(entry.priority)}];
+      sum.tenant = entry.tenant;
+      sum.priority = entry.priority;
+      sum.running += entry.running;
+      sum.waiting += entry.waiting;
+      sum.kv_blocks += entry.kv_blocks;
+    }
+  }
+  for (auto& [key, entry] : by_key) occupancy.tenants.push_back(std::move(entry));
+  absl::MutexLock lock(&occupancy_mu_);
+  occupancy_ = std::move(occupancy);
+}
+
+GenerationService::Occupancy GenerationService::occupancy() {
+  absl::MutexLock lock(&occupancy_mu_);
+  return occupancy_;
 }
 
 bool GenerationService::HasWorkLocked() const {
@@ -364,9 +400,10 @@ void GenerationService::Step(Engine& engine) {
       ++stream.tokens;
     }
     if (event.finish != llm::FinishReason::kNone) {
-      Finish(stream, event);
+      if (!Finish(stream, event)) finishing_.push_back(std::move(it->second));
       engine.running.erase(it);
-    } else if (stream.pending_tokens >= stream.tokens_per_chunk) {
+    } else if (stream.interval == absl::ZeroDuration() &&
+               stream.pending_tokens >= stream.tokens_per_chunk) {
       if (!Send(stream, stream.pending, /*final=*/false, nullptr)) {
         engine.generator->Cancel(stream.sequence);
       }
@@ -417,13 +454,50 @@ void GenerationService::ReturnTokens(const Stream& stream, double tokens) {
   it->second.level = std::min(burst, it->second.level + tokens);
 }
 
-void GenerationService::Finish(Stream& stream, const llm::TokenEvent& event) {
+absl::Time GenerationService::Tick(absl::Time now, bool all_final) {
+  absl::Time next = absl::InfiniteFuture();
+  auto due = [&](Stream& stream) {
+    if (stream.ended || stream.interval == absl::ZeroDuration()) return false;
+    if (now < stream.next_tick) return false;
+    // A tick missed (a long step) is not made up: the next one is an interval from now.
+    stream.next_tick = std::max(stream.next_tick + stream.interval, now);
+    return true;
+  };
+  for (auto& [handle, engine] : engines_) {
+    for (auto& [sequence, stream] : engine->running) {
+      if (due(*stream)) {
+        if (!Send(*stream, stream->pending, /*final=*/false, nullptr)) {
+          engine->generator->Cancel(sequence);
+        }
+        stream->pending.Clear();
+        stream->pending_tokens = 0;
+      }
+      if (!stream->ended && stream->interval > absl::ZeroDuration()) {
+        next = std::min(next, stream->next_tick);
+      }
+    }
+  }
+  for (auto it = finishing_.begin(); it != finishing_.end();) {
+    Stream& stream = **it;
+    if (all_final || due(stream)) {
+      Send(stream, stream.pending, /*final=*/true,
+           stream.held_receipt ? &*stream.held_receipt : nullptr);
+      it = finishing_.erase(it);
+    } else {
+      next = std::min(next, stream.next_tick);
+      ++it;
+    }
+  }
+  return next;
+}
+
+bool GenerationService::Finish(Stream& stream, const llm::TokenEvent& event) {
   // What the request did not generate goes back to its tenant's bucket.
   ReturnTokens(stream, stream.charged - static_cast<double>(stream.prompt_tokens) -
                            static_cast<double>(event.completion_tokens));
   if (!stream.cut.ok()) {
     Fail(stream, stream.cut);
-    return;
+    return true;
   }
   GenerateChunk& last = stream.pending;
   last.set_finish_reason(std::string(llm::FinishReasonName(event.finish)));
@@ -438,7 +512,12 @@ void GenerationService::Finish(Stream& stream, const llm::TokenEvent& event) {
     last.set_receipt(receipt->receipt());
     last.set_receipt_signature(receipt->signature());
   }
+  if (stream.interval > absl::ZeroDuration() && !stream.ended) {
+    stream.held_receipt = std::move(receipt);
+    return false;
+  }
   Send(stream, last, /*final=*/true, receipt ? &*receipt : nullptr);
+  return true;
 }
 
 void GenerationService::Fail(Stream& stream, const absl::Status& status) {
@@ -552,7 +631,18 @@ void GenerationService::Start(Request request) {
   const api::v1::StreamShape& shape = request.request.shape();
   stream->pad_to = shape.pad_to() == 0 ? kDefaultChunkPadding : shape.pad_to();
   stream->tokens_per_chunk = std::max<uint32_t>(shape.tokens_per_chunk(), 1);
+  const uint32_t interval_ms = shape.interval_ms();
+  const bool bad_interval = interval_ms != 0 && (interval_ms < 10 || interval_ms > 10000);
+  if (interval_ms != 0 && !bad_interval) {
+    stream->interval = absl::Milliseconds(interval_ms);
+    stream->next_tick = absl::Now() + stream->interval;
+  }
   stream->r = std::move(request);
+  if (bad_interval && stream->r.refusal.ok()) {
+    stream->r.refusal = absl::InvalidArgumentError(
+        absl::StrCat("shape.interval_ms ", interval_ms,
+                     " is out of range: 0 (no cadence) or 10 to 10000"));
+  }
   if (!stream->r.refusal.ok()) {
     // Opened, so sealed to the tenant; never reaches the engine.
     const absl::Status refusal = stream->r.refusal;

@@ -101,6 +101,16 @@ class GenerationService {
   // Streams running or waiting, over all models.
   size_t active() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The operator's view of the generations (GetStatsCall), as the stepping thread last
+  // published it (after each of its turns): per tenant and class, sequences running and
+  // waiting and the KV blocks they hold; the blocks of all generators' caches. Any thread.
+  struct Occupancy {
+    std::vector<llm::Generator::Occupancy> tenants;
+    int64_t kv_blocks_total = 0;
+    int32_t kv_block_size = 0;
+  };
+  Occupancy occupancy() ABSL_LOCKS_EXCLUDED(occupancy_mu_);
+
  private:
   struct Stream;
   struct Engine;
@@ -114,8 +124,13 @@ class GenerationService {
   bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit(std::unique_ptr<Stream> stream);
   void Step(Engine& engine);
-  // Ends a stream whose sequence finished.
-  void Finish(Stream& stream, const llm::TokenEvent& event);
+  // Ends a stream whose sequence finished; false when its final chunk waits for the stream's
+  // next tick (a fixed cadence), the stream then kept in finishing_.
+  bool Finish(Stream& stream, const llm::TokenEvent& event);
+  // Sends the chunks of fixed-cadence streams whose tick has come (the held tokens, or the
+  // final chunk of a finished one); `all_final`: every finished one now (stopping). The time
+  // of the next tick of any stream, or InfiniteFuture.
+  absl::Time Tick(absl::Time now, bool all_final = false);
   // Seals `chunk` as the stream's next chunk and writes it; final ends the stream. False when
   // it could not be sealed (the host then gets the error as the stream's last frame).
   bool Send(Stream& stream, api::v1::GenerateChunk& chunk, bool final,
@@ -139,8 +154,17 @@ class GenerationService {
   // The stepping thread's own: one engine per model handle, and the tenants' fair-share
   // counters all of them charge (so tenants share the cores fairly across models too).
   std::map<std::string, std::unique_ptr<Engine>> engines_;
+  // Fixed-cadence streams whose sequence finished, their final chunk waiting for its tick.
+  std::vector<std::unique_ptr<Stream>> finishing_;
+  // The earliest tick of a fixed-cadence stream, for the idle wait (the stepping thread's,
+  // read under mu_ only by itself).
+  absl::Time next_tick_ = absl::InfiniteFuture();
   const std::shared_ptr<llm::TenantCounters> counters_;
   absl::Time last_realtime_ = absl::InfinitePast();  // when a realtime sequence last ran
+  // Publishes occupancy_ from the engines (the stepping thread's).
+  void PublishOccupancy() ABSL_LOCKS_EXCLUDED(occupancy_mu_);
+  absl::Mutex occupancy_mu_;
+  Occupancy occupancy_ ABSL_GUARDED_BY(occupancy_mu_);
   struct TokenBucket {
     double level = 0;
     absl::Time refilled = absl::InfinitePast();

@@ -164,6 +164,9 @@ absl::Status Daemon::StartWorkers() {
   WorkerSupervisorOptions options;
   options.worker_count = static_cast<int>(devices_.size());
   options.blobs = blobs_.get();
+  for (const PublishedModelConfig& model : config_.published_models) {
+    options.published.push_back({model.name, model.file, model.digest});
+  }
   options.ready_timeout = kEnclaveReadyTimeout;
   options.reload_timeout = kReloadTimeout;
   options.start_worker = [this](int index, std::function<void(const absl::Status&)> on_exit) {
@@ -222,6 +225,7 @@ absl::Status Daemon::CreateServices() {
   plane_options.data_dir = data_dir_;
   plane_options.operator_listen = config_.operator_api.listen;
   plane_options.metrics_listen = config_.operator_api.metrics_listen;  // empty: operator port + 1
+  plane_options.stats_probe_interval = config_.operator_api.stats_interval;
   for (const DeviceConfig& device : devices_) {
     plane_options.worker_kinds.emplace_back(config_.tee,
                                             device.gpu.empty() ? config_.gpu : device.gpu);

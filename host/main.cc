@@ -5,7 +5,9 @@
 // This file reads the settings (flags over --config); host/daemon.h creates, serves and stops
 // the rest. Exit 0 after SIGTERM or SIGINT; 1 if start-up fails (an address that cannot be
 // bound, the operator one too) or a worker that died cannot be restarted; 2 for bad usage or
-// config. `cloisterd --check-config FILE` only validates FILE (exit 0, or 2 with every error).
+// config. `cloisterd --check-config FILE` only validates FILE (exit 0, or 2 with every error);
+// `cloisterd --model-digest PATH` prints the SHA-256 a `published_models` entry for the ONNX
+// file, package or checkpoint folder PATH needs (exit 0, or 2 naming what is wrong).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -14,6 +16,7 @@
 #include "base/malloc_tuning.h"
 #include "host/config/daemon_config.h"
 #include "host/daemon.h"
+#include "host/supervisor/worker_supervisor.h"
 
 namespace {
 
@@ -37,6 +40,15 @@ int main(int argc, char** argv) {
   }
   if (command_line->help) {
     std::printf("%s\n", kCloisterdUsage);
+    return 0;
+  }
+  if (command_line->model_digest.has_value()) {
+    absl::StatusOr<std::string> digest = PublishedModelDigest(*command_line->model_digest);
+    if (!digest.ok()) {
+      std::fprintf(stderr, "cloisterd: %s\n", std::string(digest.status().message()).c_str());
+      return 2;
+    }
+    std::printf("%s\n", digest->c_str());
     return 0;
   }
   if (command_line->check_config.has_value()) {

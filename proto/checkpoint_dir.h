@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "base/bytes.h"
 
 namespace cloister::package {
 
@@ -33,5 +34,12 @@ absl::StatusOr<std::map<std::string, std::string>> ListCheckpointDir(const std::
 // file that is not regular or holds more than `max_size` bytes; PermissionDenied for one that
 // cannot be opened or read; Aborted for one that changes size while read.
 absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path, uint64_t max_size);
+
+// Reads the files ListCheckpointDir finds and packs them (PackModel): the package whose SHA-256
+// is the model digest the enclave reports. Refuses what ListCheckpointDir refuses, a file that
+// cannot be read or changes type while read, and a set PackModel refuses (shards without their
+// index, say). `max_size` bounds the package (InvalidArgument above it, before reading). The
+// files' contents are wiped once packed.
+absl::StatusOr<Bytes> PackCheckpointDir(const std::string& dir, uint64_t max_size);
 
 }  // namespace cloister::package

@@ -80,7 +80,7 @@ TEST_F(CliAgainstPeerTest, UploadModelsInferDelete) {
   EXPECT_THAT(upload.out,
               HasSubstr(absl::StrCat("\"size\":5000,\"kind\":\"onnx\",\"digest\":\"",
                                      HexEncode(crypto::Sha256(Bytes(5000, 1))),
-                                     "\",\"inputs\":[{\"name\":\"x\",\"datatype\":"
+                                     "\",\"published\":false,\"inputs\":[{\"name\":\"x\",\"datatype\":"
                                      "\"FP32\",\"shape\":[-1,3]}]")));
 
   CliRun models = Run({"models"});

@@ -91,7 +91,9 @@ std::string ModelJson(const api::ModelInfo& model) {
   return absl::StrCat(
       "{\"name\":", JsonString(model.name()), ",\"handle\":", JsonString(model.handle()),
       ",\"size\":", model.size(), ",\"kind\":", JsonString(KindName(model.kind())),
-      ",\"digest\":", JsonString(model.digest()), ",\"inputs\":", TensorInfosJson(model.inputs()),
+      ",\"digest\":", JsonString(model.digest()),
+      ",\"published\":", model.published() ? "true" : "false",
+      ",\"inputs\":", TensorInfosJson(model.inputs()),
       ",\"outputs\":", TensorInfosJson(model.outputs()),
       ",\"rows_coalesce\":", model.rows_coalesce() ? "true" : "false",
       model.rows_coalesce()
@@ -101,8 +103,9 @@ std::string ModelJson(const api::ModelInfo& model) {
 }
 
 void PrintModelHuman(std::ostream& out, const api::ModelInfo& model) {
-  out << model.name() << "  (" << KindName(model.kind()) << ", handle " << model.handle() << ", "
-      << model.size() << " bytes)\n";
+  out << model.name() << "  (" << KindName(model.kind()) << ", "
+      << (model.published() ? "published by the operator, " : "") << "handle " << model.handle()
+      << ", " << model.size() << " bytes)\n";
   out << "  digest  sha256:" << model.digest() << "\n";
   if (model.kind() == api::MODEL_KIND_LLM) {
     out << "  generative model: run it with Generate (Infer refuses it)\n";

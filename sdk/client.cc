@@ -19,6 +19,7 @@
 #include "base/file.h"
 #include "base/secret_bytes.h"
 #include "base/status.h"
+#include "crypto/model_handle.h"
 #include "crypto/random.h"
 #include "proto/error_reason.h"
 #include "sdk/client_internal.h"
@@ -286,6 +287,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
 attest::Verdict Client::verdict() const {
   absl::MutexLock lock(&mu_);
   return verdict_;
+}
+
+std::string Client::ModelHandleFor(const std::string& name) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (verdict_.published_models.count(name) != 0) return crypto::PublishedModelHandle(name);
+  }
+  return crypto::ModelHandle(identity_->public_key(), name);
 }
 
 std::string Client::evidence() const {

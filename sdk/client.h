@@ -167,8 +167,11 @@ class Client {
   absl::StatusOr<cloister::api::v1::ModelInfo> UploadModel(const std::string& path,
                                                            const std::string& name,
                                                            const UploadProgress& progress = {});
-  // The models this identity owns.
+  // The models this identity owns, then the operator-published ones (ModelInfo.published).
   absl::StatusOr<std::vector<cloister::api::v1::ModelInfo>> ListModels();
+  // The handle that calls for model `name` use: the operator-published model's when the
+  // attested enclave publishes `name` (Verdict::published_models), else this identity's own.
+  std::string ModelHandleFor(const std::string& name) const;
   // Deletes a model this identity owns (NotFound from the enclave when there is none).
   absl::Status DeleteModel(const std::string& name);
   // Runs `name` on `inputs`; `outputs` names the outputs wanted (empty: all of them).
@@ -178,7 +181,7 @@ class Client {
   absl::StatusOr<std::vector<cloister::api::v1::Tensor>> Infer(
       const std::string& name, const std::vector<cloister::api::v1::Tensor>& inputs,
       const std::vector<std::string>& outputs = {}, absl::Duration timeout = absl::ZeroDuration());
-  // Generates text with the LLM `name` (one of this identity's): seals `request` for the
+  // Generates text with the LLM `name` (one of this identity's, or published): seals `request` for the
   // model, opens the Generate stream and checks every chunk before it is used; `on_chunk`
   // (when set) gets each one as it arrives, the final one included. Returns the assembled
   // result once the final chunk has been accepted. `timeout` above zero replaces

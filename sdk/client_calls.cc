@@ -50,7 +50,7 @@ absl::StatusOr<std::vector<api::Tensor>> Client::Infer(const std::string& name,
   for (const api::Tensor& input : inputs) RETURN_IF_ERROR(ValidateTensor(input));
   api::InferReplyPayload reply;
   RETURN_IF_ERROR(SealedUnaryCall(
-      crypto::MessageKind::kInfer, crypto::ModelHandle(identity_->public_key(), name),
+      crypto::MessageKind::kInfer, ModelHandleFor(name),
       [&](std::string& buffer) {
         return proto::SerializeInferRequestForSealing(inputs, outputs, buffer);
       },

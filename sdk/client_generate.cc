@@ -34,7 +34,7 @@ absl::StatusOr<GenerateResult> Client::Generate(const std::string& name,
   if (request.prompt_case() == api::GenerateRequest::PROMPT_NOT_SET) {
     return absl::InvalidArgumentError("the generate request has no prompt (text, ids or chat)");
   }
-  const std::string handle = crypto::ModelHandle(identity_->public_key(), name);
+  const std::string handle = ModelHandleFor(name);
   // With a fixed seed the enclave samples the same tokens again, so a generation that failed
   // before any of it arrived may be sent again; without one a retry would be a new answer.
   const bool seeded = request.sampling().has_seed();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
 #include <tuple>
 #include <optional>
 #include <unordered_map>
@@ -182,6 +183,23 @@ class Generator::Impl {
     return best;
   }
   int64_t preemptions() const { return preemptions_; }
+  std::vector<Generator::Occupancy> occupancy() const {
+    std::map<std::pair<std::string, int>, Generator::Occupancy> by_key;
+    for (const auto& [id, s] : sequences_) {
+      const auto key = std::make_pair(s->request.tenant, static_cast<int>(s->request.priority));
+      Generator::Occupancy& entry = by_key[key];
+      entry.tenant = s->request.tenant;
+      entry.priority = s->request.priority;
+      ++(s->admitted ? entry.running : entry.waiting);
+      entry.kv_blocks += static_cast<int64_t>(s->blocks.size());
+    }
+    std::vector<Generator::Occupancy> out;
+    out.reserve(by_key.size());
+    for (auto& [key, entry] : by_key) out.push_back(std::move(entry));
+    return out;
+  }
+  int32_t kv_blocks_total() const { return engine_->num_blocks(); }
+  int32_t block_size() const { return options_.block_size; }
   void set_prefill_cap(int32_t tokens) { prefill_cap_ = tokens; }
   void SetTenantKvQuota(const std::string& tenant, int64_t tokens) {
     if (tokens <= 0) {
@@ -565,6 +583,9 @@ double Generator::tenant_service(const std::string& tenant) const {
   return impl_->tenant_service(tenant);
 }
 int64_t Generator::preemptions() const { return impl_->preemptions(); }
+std::vector<Generator::Occupancy> Generator::occupancy() const { return impl_->occupancy(); }
+int32_t Generator::kv_blocks_total() const { return impl_->kv_blocks_total(); }
+int32_t Generator::block_size() const { return impl_->block_size(); }
 std::optional<Generator::Rank> Generator::next_rank() const { return impl_->next_rank(); }
 void Generator::set_prefill_cap(int32_t tokens) { impl_->set_prefill_cap(tokens); }
 void Generator::SetTenantKvQuota(const std::string& tenant, int64_t tokens) {

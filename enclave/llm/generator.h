@@ -136,6 +136,20 @@ class Generator {
   // preempted so far: for tests and benchmarks.
   double tenant_service(const std::string& tenant) const;
   int64_t preemptions() const;
+  // What each tenant's sequences of each class hold now, for the operator's gauges: sequences
+  // running (admitted, with their KV blocks) and waiting, and the KV blocks they hold. One
+  // entry per tenant and class with a sequence; sorted by tenant, then class.
+  struct Occupancy {
+    std::string tenant;
+    Priority priority = Priority::kStandard;
+    int64_t running = 0;
+    int64_t waiting = 0;
+    int64_t kv_blocks = 0;
+  };
+  std::vector<Occupancy> occupancy() const;
+  // The KV cache's blocks in all, and the tokens one holds.
+  int32_t kv_blocks_total() const;
+  int32_t block_size() const;
   // Where this generator's next step would rank against another's (lower goes first): the
   // class and tenant counter of its best-ranked sequence, running or waiting; nothing when idle.
   struct Rank {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -159,21 +160,90 @@ absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
     return absl::InvalidArgumentError("model digest does not match the uploaded bytes");
   }
   auto stored = std::make_shared<StoredModel>();
-  if (package::IsModelPackage(plaintext.span())) {
-    ASSIGN_OR_RETURN(stored->llm, LoadPackagedLlm(plaintext.span(), memory_budget));
-  } else {
-    auto model = runtime::Model::Load(plaintext.span(), load_options_);
-    if (!model.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("model refused: ", model.status().message()));
-    }
-    stored->model = std::move(*model);
-  }
+  RETURN_IF_ERROR(LoadPlaintext(plaintext.span(), memory_budget, *stored));
   stored->handle = handle;
   stored->name = name;
   stored->owner = Bytes(owner.begin(), owner.end());
   stored->size = size;
   stored->info = DescribeModel(*stored, digest);
   return stored;
+}
+
+absl::Status ModelStore::LoadPlaintext(ByteSpan plaintext, uint64_t memory_budget,
+                                       StoredModel& stored) {
+  if (package::IsModelPackage(plaintext)) {
+    ASSIGN_OR_RETURN(stored.llm, LoadPackagedLlm(plaintext, memory_budget));
+    return absl::OkStatus();
+  }
+  auto model = runtime::Model::Load(plaintext, load_options_);
+  if (!model.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model refused: ", model.status().message()));
+  }
+  stored.model = std::move(*model);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const StoredModel>> ModelStore::Publish(
+    const std::string& name, ByteSpan plaintext, const std::string& expected_digest) {
+  if (name.empty() || name.size() > 128 ||
+      name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+          std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "published model name '", name, "' must be 1 to 128 characters of A-Z a-z 0-9 . _ -"));
+  }
+  absl::StatusOr<Bytes> expected = HexDecode(expected_digest);
+  if (!expected.ok() || expected->size() != 32) {
+    return absl::InvalidArgumentError(absl::StrCat("published model ", name,
+                                                   ": digest must be 64 hex digits (SHA-256)"));
+  }
+  if (plaintext.size() > limits_.max_model_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("published model ", name, " of ", plaintext.size(),
+                     " bytes exceeds the limit of ", limits_.max_model_size));
+  }
+  Bytes digest = crypto::Sha256(plaintext);
+  if (!ConstantTimeEquals(digest, *expected)) {
+    return absl::InvalidArgumentError(absl::StrCat("published model ", name, ": the bytes have digest ",
+                                                   HexEncode(digest), ", not the expected ",
+                                                   absl::AsciiStrToLower(expected_digest)));
+  }
+  const std::string handle = crypto::PublishedModelHandle(name);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [other, model] : models_) {
+      if (!model->published && model->name == name) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "published model ", name, ": a tenant's model already has this name"));
+      }
+    }
+    if (models_.size() >= limits_.max_models && !models_.count(handle)) {
+      return absl::ResourceExhaustedError("the enclave holds its maximum number of models");
+    }
+  }
+  auto stored = std::make_shared<StoredModel>();
+  if (absl::Status status = LoadPlaintext(plaintext, 0, *stored); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("published model ", name, ": ", status.message()));
+  }
+  stored->handle = handle;
+  stored->name = name;
+  stored->published = true;
+  stored->size = plaintext.size();
+  stored->info = DescribeModel(*stored, digest);
+  stored->info.set_published(true);
+  absl::MutexLock lock(&mu_);
+  models_[handle] = stored;
+  published_names_[name] = handle;
+  return std::shared_ptr<const StoredModel>(std::move(stored));
+}
+
+std::vector<std::shared_ptr<const StoredModel>> ModelStore::Published() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<const StoredModel>> out;
+  for (const auto& [name, handle] : published_names_) {
+    auto it = models_.find(handle);
+    if (it != models_.end()) out.push_back(it->second);
+  }
+  return out;
 }
 
 absl::StatusOr<Bytes> ModelStore::Wrap(const StoredModel& model, ByteSpan key, ByteSpan digest) {
@@ -213,6 +283,11 @@ absl::StatusOr<ModelStore::LoadResult> ModelStore::Load(ByteSpan owner, const st
     if (models_.count(handle)) {
       return absl::AlreadyExistsError(
           absl::StrCat("model '", request.name(), "' already exists; delete it first"));
+    }
+    if (published_names_.count(request.name())) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "model name '", request.name(),
+          "' is taken by an operator-published model; choose another name"));
     }
     if (models_.size() >= limits_.max_models) {
       return absl::ResourceExhaustedError("the enclave holds its maximum number of models");
@@ -275,7 +350,8 @@ absl::StatusOr<std::shared_ptr<const StoredModel>> ModelStore::Get(const std::st
                                                                    ByteSpan owner) {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(handle);
-  if (it == models_.end() || !ConstantTimeEquals(it->second->owner, owner)) {
+  if (it == models_.end() ||
+      (!it->second->published && !ConstantTimeEquals(it->second->owner, owner))) {
     return absl::NotFoundError("model not found");
   }
   return it->second;
@@ -285,7 +361,11 @@ std::vector<api::v1::ModelInfo> ModelStore::List(ByteSpan owner) {
   absl::MutexLock lock(&mu_);
   std::vector<api::v1::ModelInfo> out;
   for (const auto& [handle, model] : models_) {
-    if (ConstantTimeEquals(model->owner, owner)) out.push_back(model->info);
+    if (!model->published && ConstantTimeEquals(model->owner, owner)) out.push_back(model->info);
+  }
+  for (const auto& [name, handle] : published_names_) {
+    auto it = models_.find(handle);
+    if (it != models_.end()) out.push_back(it->second->info);
   }
   return out;
 }
@@ -302,7 +382,8 @@ absl::StatusOr<std::string> ModelStore::Delete(const std::string& name, ByteSpan
   std::string handle = crypto::ModelHandle(owner, name);
   absl::MutexLock lock(&mu_);
   auto it = models_.find(handle);
-  if (it == models_.end() || !ConstantTimeEquals(it->second->owner, owner)) {
+  if (it == models_.end() || it->second->published ||
+      !ConstantTimeEquals(it->second->owner, owner)) {
     return absl::NotFoundError("model not found");
   }
   models_.erase(it);

@@ -4,8 +4,10 @@
 // identity key of the uploading session), and wraps each model key under the sealing key so
 // the untrusted host can persist it and a restarted enclave can reload the model.
 //
-// Ownership is the only access rule: Get/List/Delete with another identity key behave exactly
-// as if the model did not exist, so nothing leaks about other tenants' models.
+// Ownership is the only access rule for tenants' models: Get/List/Delete with another identity
+// key behave exactly as if the model did not exist, so nothing leaks about other tenants'
+// models. Operator-published models (Publish) have no owner: every tenant may Get and List them,
+// none may Delete them, and no tenant may upload a model under a published name.
 // Thread-safe: the table is guarded by a mutex; loaded models are immutable and shared.
 #pragma once
 
@@ -28,7 +30,8 @@ namespace cloister::enclave {
 struct StoredModel {
   std::string handle;
   std::string name;
-  Bytes owner;  // Ed25519 identity public key
+  Bytes owner;  // Ed25519 identity public key; empty for a published model
+  bool published = false;
   uint64_t size = 0;
   // Exactly one of the two, as info.kind() says: an ONNX graph for Infer, or an LLM for
   // Generate.
@@ -69,9 +72,26 @@ class ModelStore {
   absl::Status Reload(const std::string& handle, ByteSpan wrapped_key, ByteSpan ciphertext)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The model under `handle` if `owner` owns it; NotFound("model not found") otherwise.
+  // Publishes the operator's model `name` from its plaintext (an ONNX file or a model package)
+  // under crypto::PublishedModelHandle(name), after checking that its SHA-256 is
+  // `expected_digest` (64 hex digits). Publishing a name again replaces the model (requests
+  // holding the old one finish on it). InvalidArgument naming what is wrong: a bad name, a
+  // digest that is not hex or does not match the bytes, a model the runtime or the LLM engine
+  // refuses, a model over the size limit; ResourceExhausted when the store is full;
+  // AlreadyExists when a tenant's model already has the name (published names must be unique
+  // per tenant, so each name means one model).
+  absl::StatusOr<std::shared_ptr<const StoredModel>> Publish(const std::string& name,
+                                                             ByteSpan plaintext,
+                                                             const std::string& expected_digest)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The published models, sorted by name.
+  std::vector<std::shared_ptr<const StoredModel>> Published() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The model under `handle` if `owner` owns it or it is published; NotFound("model not
+  // found") otherwise.
   absl::StatusOr<std::shared_ptr<const StoredModel>> Get(const std::string& handle, ByteSpan owner)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The models `owner` owns, then the published ones.
   std::vector<api::v1::ModelInfo> List(ByteSpan owner) ABSL_LOCKS_EXCLUDED(mu_);
   // Every stored model's handle and size (bytes of the decrypted model), for the operator's
   // statistics: no names, no owners.
@@ -85,6 +105,9 @@ class ModelStore {
                                                        const std::string& name, ByteSpan key,
                                                        ByteSpan digest, uint64_t size,
                                                        ByteSpan ciphertext, uint64_t memory_budget);
+  // Loads a checked plaintext: a model package into the LLM engine (weights within
+  // `memory_budget`, 0: none), anything else into the runtime.
+  absl::Status LoadPlaintext(ByteSpan plaintext, uint64_t memory_budget, StoredModel& stored);
   absl::StatusOr<Bytes> Wrap(const StoredModel& model, ByteSpan key, ByteSpan digest);
 
   const SecretBytes sealing_key_;
@@ -92,6 +115,8 @@ class ModelStore {
   const ModelStoreLimits limits_;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const StoredModel>> models_ ABSL_GUARDED_BY(mu_);
+  // Names of the published models (handles in models_).
+  std::map<std::string, std::string> published_names_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cloister::enclave

@@ -64,6 +64,8 @@ std::vector<std::pair<std::string, std::string>> RestartOnlySettings(const Daemo
       {"operator.listen", config.operator_api.listen},
       {"operator.metrics_listen", config.operator_api.metrics_listen},
       {"operator.allow_remote", config.operator_api.allow_remote ? "true" : "false"},
+      {"operator.stats_interval_seconds",
+       absl::StrCat(absl::ToDoubleSeconds(config.operator_api.stats_interval))},
       {"limits.max_model_bytes", absl::StrCat(config.limits.max_model_size)},
       {"limits.max_sealed_message_bytes", absl::StrCat(config.limits.max_sealed_message_size)},
       {"limits.session_ttl_seconds",
@@ -72,6 +74,11 @@ std::vector<std::pair<std::string, std::string>> RestartOnlySettings(const Daemo
       {"limits.upload_idle_timeout_seconds",
        absl::StrCat(absl::ToDoubleSeconds(config.limits.upload_idle_timeout))},
   };
+  std::vector<std::string> published;
+  for (const PublishedModelConfig& model : config.published_models) {
+    published.push_back(absl::StrCat(model.name, "=", model.file, "@", model.digest));
+  }
+  settings.emplace_back("published_models", absl::StrJoin(published, " "));
   std::vector<std::string> devices;
   for (const DeviceConfig& device : config.devices) devices.push_back(DescribeDevice(device));
   settings.emplace_back("devices", absl::StrJoin(devices, " "));

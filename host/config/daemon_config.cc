@@ -64,6 +64,7 @@ proto::YamlReadOptions ReadOptions() {
            {"Limits.max_sessions_per_tenant", 1, 1000000},
            {"Limits.upload_idle_timeout_seconds", 1, 3600},
            {"Limits.upload_timeout_seconds", 1, 86400},
+           {"Operator.stats_interval_seconds", 0.1, 3600},
        }) {
     options.ranges[v1 + field] = {min, max};
   }
@@ -275,6 +276,9 @@ absl::Status ConvertOperator(const Loader& loader, const v1::Operator& written,
   if (!written.listen().empty()) operator_api.listen = written.listen();
   operator_api.metrics_listen = written.metrics_listen();
   operator_api.allow_remote = written.allow_remote();
+  if (written.has_stats_interval_seconds()) {
+    operator_api.stats_interval = Seconds(written.stats_interval_seconds());
+  }
   absl::Status valid = CheckOperatorAddress(operator_api.listen, operator_api.allow_remote);
   if (!valid.ok()) return loader.At("operator.listen", valid.message());
   if (operator_api.metrics_listen.empty()) return absl::OkStatus();
@@ -514,6 +518,38 @@ void Convert(Loader& loader, const v1::Daemon& daemon, DaemonConfig& config) {
     }
     loader.Add(status);
   }
+  std::set<std::string> published_names;
+  for (int i = 0; i < daemon.published_models_size(); ++i) {
+    const std::string where = absl::StrCat("published_models[", i, "]");
+    if (reader.Failed(where)) continue;
+    const v1::PublishedModel& entry = daemon.published_models(i);
+    PublishedModelConfig model;
+    model.name = entry.name();
+    model.file = loader.Resolve(entry.file());
+    model.digest = absl::AsciiStrToLower(entry.digest());
+    bool ok = true;
+    auto fail = [&](const std::string& field, const std::string& what) {
+      loader.Add(loader.At(absl::StrCat(where, ".", field), what));
+      ok = false;
+    };
+    if (model.name.empty() || model.name.size() > 128 ||
+        model.name.find_first_not_of(
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+            std::string::npos) {
+      fail("name", absl::StrCat("'", model.name,
+                                "' is not a model name: use A-Z, a-z, 0-9, ., _ and -, at most "
+                                "128 characters"));
+    } else if (!published_names.insert(model.name).second) {
+      fail("name", absl::StrCat("'", model.name, "' is published twice"));
+    }
+    if (entry.file().empty()) fail("file", "missing (an ONNX file, a model package or a folder)");
+    absl::StatusOr<Bytes> digest = HexDecode(model.digest);
+    if (!digest.ok() || digest->size() != 32) {
+      fail("digest", absl::StrCat("expected 64 hex digits (the SHA-256 of the model), got '",
+                                  entry.digest(), "'"));
+    }
+    if (ok) config.published_models.push_back(std::move(model));
+  }
   for (int i = 0; i < daemon.tenants_size(); ++i) {
     const std::string where = absl::StrCat("tenants[", i, "]");
     if (reader.Failed(where)) continue;
@@ -580,6 +616,14 @@ void CheckNamedFiles(Loader& loader, const DaemonConfig& config) {
     if (!config.tls.client_ca_file.empty()) {
       loader.Add(
           CheckPemAt(loader, "tls.client_ca_file", config.tls.client_ca_file, "CERTIFICATE"));
+    }
+  }
+  for (size_t i = 0; i < config.published_models.size(); ++i) {
+    const std::string& file = config.published_models[i].file;
+    std::error_code error;
+    if (!std::filesystem::exists(file, error)) {
+      loader.Add(loader.At(absl::StrCat("published_models[", i, "].file"),
+                           absl::StrCat(file, " does not exist")));
     }
   }
   std::set<std::string> worker_gpus;

@@ -88,7 +88,7 @@ namespace cloister::host {
 inline constexpr char kCloisterdUsage[] =
     "usage: cloisterd [--config FILE] [--listen HOST:PORT] [--data-dir DIR] "
     "[--enclave-binary PATH] [--tee sim|sev-snp|tdx] [--gpu sim|nvidia-cc|none] | "
-    "cloisterd --check-config FILE [--skip-file-checks]";
+    "cloisterd --check-config FILE [--skip-file-checks] | cloisterd --model-digest PATH";
 
 // One configured tenant: its credential and its limits.
 struct TenantConfig {
@@ -112,6 +112,7 @@ struct OperatorConfig {
   std::string listen = "127.0.0.1:7701";  // "unix:PATH" or HOST:PORT
   std::string metrics_listen;             // HOST:PORT; empty: derived from `listen`
   bool allow_remote = false;
+  absl::Duration stats_interval = absl::Seconds(5);  // statistics probe of the workers
 };
 
 // One enclave worker and its device, with defaults filled in (DaemonConfig::Workers()).
@@ -139,6 +140,13 @@ struct AttestationPolicyConfig {
   std::string file;  // resolved against the config file's folder
 };
 
+// An operator-published model (config `published_models`).
+struct PublishedModelConfig {
+  std::string name;
+  std::string file;    // resolved against the config file's folder: ONNX, package or folder
+  std::string digest;  // 64 lowercase hex digits
+};
+
 struct DaemonConfig {
   std::string listen = "127.0.0.1:7700";
   std::string data_dir = "./cloister-data";
@@ -156,6 +164,7 @@ struct DaemonConfig {
   ApiLimits limits;
   std::vector<AttestationPolicyConfig> attestation_policies;
   std::string attestation_policy;  // default policy name for tenants; empty: none
+  std::vector<PublishedModelConfig> published_models;
   std::string source_file;         // the config file it came from; empty: defaults and flags
   // Fields set by command-line flags over the file ("listen", "data_dir", ...): a reload of
   // the file does not count them as changed.
@@ -195,6 +204,8 @@ struct CommandLine {
   std::optional<std::string> gpu;
   std::optional<std::string> check_config;  // --check-config FILE: validate, then exit
   bool skip_file_checks = false;            // --skip-file-checks, with --check-config only
+  // --model-digest PATH: print the digest a published_models entry for PATH needs, then exit.
+  std::optional<std::string> model_digest;
   bool help = false;
 };
 

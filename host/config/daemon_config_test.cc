@@ -283,7 +283,8 @@ TEST(DaemonConfigTest, LoaderKnowsEveryFieldOfTheProtoSchema) {
   for (const auto& [section, message] :
        std::vector<std::pair<std::string, const google::protobuf::Descriptor*>>{
            {"devices", config::v1::Device::descriptor()},
-           {"attestation_policies", config::v1::AttestationPolicyRef::descriptor()}}) {
+           {"attestation_policies", config::v1::AttestationPolicyRef::descriptor()},
+           {"published_models", config::v1::PublishedModel::descriptor()}}) {
     for (int i = 0; i < message->field_count(); ++i) {
       not_unknown(section + ":\n  - " + message->field(i)->name() + ": {bad: 1}\n",
                   section + "." + message->field(i)->name());
@@ -291,6 +292,43 @@ TEST(DaemonConfigTest, LoaderKnowsEveryFieldOfTheProtoSchema) {
   }
   // And a field the schema lacks is refused.
   EXPECT_NE(ErrorOf("scheduler:\n  bogus: 1\n").find("unknown field 'bogus'"), std::string::npos);
+}
+
+TEST(DaemonConfigTest, PublishedModels) {
+  const std::string digest(64, 'A');
+  auto config = ParseDaemonConfig(
+      "published_models:\n  - name: Llama-3.1-8B_q\n    file: models/llama\n    digest: " +
+          digest + "\n  - {name: bert, file: /srv/bert.onnx, digest: " + std::string(64, '0') +
+          "}\n",
+      "/etc/cloister/cloisterd.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->published_models.size(), 2u);
+  EXPECT_EQ(config->published_models[0].name, "Llama-3.1-8B_q");
+  EXPECT_EQ(config->published_models[0].file, "/etc/cloister/models/llama");
+  EXPECT_EQ(config->published_models[0].digest, std::string(64, 'a'));
+  EXPECT_EQ(config->published_models[1].file, "/srv/bert.onnx");
+
+  EXPECT_EQ(ErrorOf("published_models:\n  - {name: a/b, file: x, digest: " + digest + "}\n"),
+            "test.yaml:2: published_models[0].name: 'a/b' is not a model name: use A-Z, a-z, 0-9, "
+            "., _ and -, at most 128 characters");
+  EXPECT_EQ(ErrorOf("published_models:\n  - {name: a, file: x, digest: 12}\n"),
+            "test.yaml:2: published_models[0].digest: expected 64 hex digits (the SHA-256 of the "
+            "model), got '12'");
+  EXPECT_EQ(ErrorOf("published_models:\n  - {name: a, digest: " + digest + "}\n"),
+            "test.yaml:2: published_models[0].file: missing (an ONNX file, a model package or a "
+            "folder)");
+  EXPECT_EQ(ErrorOf("published_models:\n  - {name: a, file: x, digest: " + digest +
+                    "}\n  - {name: a, file: y, digest: " + digest + "}\n"),
+            "test.yaml:3: published_models[1].name: 'a' is published twice");
+  // With file checks, the file must exist.
+  auto missing = ParseDaemonConfig("published_models:\n  - {name: a, file: /nonexistent/m.onnx, "
+                                   "digest: " + digest + "}\n",
+                                   "test.yaml", FileChecks::kRead);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(
+                "published_models[0].file: /nonexistent/m.onnx does not exist"),
+            std::string::npos)
+      << missing.status().message();
 }
 
 TEST(DaemonConfigTest, SyntaxErrorsNameTheLine) {

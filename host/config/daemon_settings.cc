@@ -126,7 +126,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) 
        {"--enclave-binary", value_of(&command_line.enclave_binary)},
        {"--tee", value_of(&command_line.tee)},
        {"--gpu", value_of(&command_line.gpu)},
-       {"--check-config", value_of(&command_line.check_config)}},
+       {"--check-config", value_of(&command_line.check_config)},
+       {"--model-digest", value_of(&command_line.model_digest)}},
       {.unknown_flag =
            [](const std::string& arg) {
              return absl::StartsWith(arg, "--") ? absl::StrCat("unknown flag ", arg)

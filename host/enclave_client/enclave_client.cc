@@ -40,6 +40,8 @@ EnclaveToHost::ResultCase ExpectedResultCase(HostToEnclave::CallCase call_case) 
       return EnclaveToHost::kGenerate;
     case HostToEnclave::kCancel:
       return EnclaveToHost::kCancel;
+    case HostToEnclave::kPublishModel:
+      return EnclaveToHost::kPublishModel;
     case HostToEnclave::CALL_NOT_SET:
       return EnclaveToHost::RESULT_NOT_SET;
   }

@@ -108,6 +108,19 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
            .Name("cloister_enclave_model_memory_bytes")
            .Help("Bytes of decrypted models held in enclave memory, summed over the workers")
            .Register(r);
+  generation_sequences_ =
+      &prometheus::BuildGauge()
+           .Name("cloister_generation_sequences")
+           .Help("Generations in the enclaves, running (in steps, with KV blocks) or waiting")
+           .Register(r);
+  kv_blocks_ = &prometheus::BuildGauge()
+                    .Name("cloister_kv_blocks")
+                    .Help("LLM KV-cache blocks the tenant's running generations hold")
+                    .Register(r);
+  kv_cache_blocks_ = &prometheus::BuildGauge()
+                          .Name("cloister_kv_cache_blocks")
+                          .Help("Blocks of each worker's LLM KV caches, total and used")
+                          .Register(r);
   device_memory_ = &prometheus::BuildGauge()
                         .Name("cloister_device_memory_bytes")
                         .Help("GPU memory of each worker's device, total and used")
@@ -229,7 +242,8 @@ void Metrics::RefreshGauges() const {
   GaugeSnapshot snapshot = source();  // without the lock: it reads other components
 
   absl::MutexLock lock(&mu_);
-  std::vector<Labels> tenant_labels, worker_labels, device_labels;
+  std::vector<Labels> tenant_labels, worker_labels, device_labels, sequence_labels,
+      kv_cache_labels;
   for (const GaugeSnapshot::Tenant& tenant : snapshot.tenants) {
     Labels labels = {{"tenant", TenantLabel(tenant.tenant_id)},
                      {"priority", PriorityLabel(tenant.priority)}};
@@ -238,6 +252,14 @@ void Metrics::RefreshGauges() const {
     models_->Add(labels).Set(tenant.models);
     model_memory_->Add(labels).Set(static_cast<double>(tenant.model_memory_size));
     enclave_model_memory_->Add(labels).Set(static_cast<double>(tenant.enclave_model_memory_size));
+    kv_blocks_->Add(labels).Set(static_cast<double>(tenant.kv_blocks));
+    for (auto [state, count] : {std::pair{"running", tenant.generations_running},
+                                std::pair{"waiting", tenant.generations_waiting}}) {
+      Labels with_state = labels;
+      with_state["state"] = state;
+      generation_sequences_->Add(with_state).Set(static_cast<double>(count));
+      sequence_labels.push_back(std::move(with_state));
+    }
     tenant_labels.push_back(std::move(labels));
   }
   for (const GaugeSnapshot::Worker& worker : snapshot.workers) {
@@ -252,12 +274,19 @@ void Metrics::RefreshGauges() const {
         device_labels.push_back(std::move(device));
       }
     }
+    for (auto [kind, count] : {std::pair{"total", worker.kv_blocks_total},
+                               std::pair{"used", worker.kv_blocks_used}}) {
+      Labels cache = {{"worker", absl::StrCat(worker.index)}, {"kind", kind}};
+      kv_cache_blocks_->Add(cache).Set(static_cast<double>(count));
+      kv_cache_labels.push_back(std::move(cache));
+    }
     worker_labels.push_back(std::move(labels));
   }
   // Drop the series of tenants and workers that went away (a reload removed a tenant).
   for (const Labels& old : tenant_labels_) {
     if (std::find(tenant_labels.begin(), tenant_labels.end(), old) != tenant_labels.end()) continue;
-    for (auto* family : {queue_depth_, sessions_, models_, model_memory_, enclave_model_memory_}) {
+    for (auto* family :
+         {queue_depth_, sessions_, models_, model_memory_, enclave_model_memory_, kv_blocks_}) {
       family->Remove(&family->Add(old));
     }
   }
@@ -269,6 +298,20 @@ void Metrics::RefreshGauges() const {
     if (std::find(device_labels.begin(), device_labels.end(), old) != device_labels.end()) continue;
     device_memory_->Remove(&device_memory_->Add(old));
   }
+  for (const Labels& old : sequence_labels_) {
+    if (std::find(sequence_labels.begin(), sequence_labels.end(), old) != sequence_labels.end()) {
+      continue;
+    }
+    generation_sequences_->Remove(&generation_sequences_->Add(old));
+  }
+  for (const Labels& old : kv_cache_labels_) {
+    if (std::find(kv_cache_labels.begin(), kv_cache_labels.end(), old) != kv_cache_labels.end()) {
+      continue;
+    }
+    kv_cache_blocks_->Remove(&kv_cache_blocks_->Add(old));
+  }
+  sequence_labels_ = std::move(sequence_labels);
+  kv_cache_labels_ = std::move(kv_cache_labels);
   device_labels_ = std::move(device_labels);
   tenant_labels_ = std::move(tenant_labels);
   worker_labels_ = std::move(worker_labels);

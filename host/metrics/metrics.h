@@ -55,6 +55,11 @@ struct GaugeSnapshot {
     // Bytes of the tenant's decrypted models held in enclave memory, summed over the workers
     // (each worker holds its own copy), as the workers last reported them.
     uint64_t enclave_model_memory_size = 0;
+    // The tenant's generations in the enclaves (summed over the workers, as they last reported
+    // them): sequences running and waiting, and the KV blocks the running ones hold.
+    uint64_t generations_running = 0;
+    uint64_t generations_waiting = 0;
+    uint64_t kv_blocks = 0;
   };
   struct Worker {
     int index = 0;
@@ -64,6 +69,9 @@ struct GaugeSnapshot {
     bool has_device_memory = false;
     uint64_t device_memory_total_size = 0;
     uint64_t device_memory_used_size = 0;
+    // The worker's LLM KV caches (blocks of the generators alive), and the blocks in use.
+    uint64_t kv_blocks_total = 0;
+    uint64_t kv_blocks_used = 0;
   };
   std::vector<Tenant> tenants;
   std::vector<Worker> workers;
@@ -128,6 +136,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* model_memory_;
   prometheus::Family<prometheus::Gauge>* enclave_model_memory_;
   prometheus::Family<prometheus::Gauge>* device_memory_;
+  prometheus::Family<prometheus::Gauge>* generation_sequences_;
+  prometheus::Family<prometheus::Gauge>* kv_blocks_;
+  prometheus::Family<prometheus::Gauge>* kv_cache_blocks_;
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Gauge>* in_flight_;
   prometheus::Family<prometheus::Gauge>* evidence_age_;
@@ -141,6 +152,8 @@ class Metrics {
   mutable std::vector<std::map<std::string, std::string>> tenant_labels_ ABSL_GUARDED_BY(mu_);
   mutable std::vector<std::map<std::string, std::string>> worker_labels_ ABSL_GUARDED_BY(mu_);
   mutable std::vector<std::map<std::string, std::string>> device_labels_ ABSL_GUARDED_BY(mu_);
+  mutable std::vector<std::map<std::string, std::string>> sequence_labels_ ABSL_GUARDED_BY(mu_);
+  mutable std::vector<std::map<std::string, std::string>> kv_cache_labels_ ABSL_GUARDED_BY(mu_);
 };
 
 // Serves `metrics` at http://ADDRESS/metrics (plain HTTP, like every Prometheus target).

@@ -238,6 +238,15 @@ void OperatorPlane::ProbeStats() {
         stats[index].model_memory_by_tenant[owner->second] += model.size();
       }
     }
+    // The enclave's tenant ids are the ones this host passed with each generation.
+    for (const boundary::v1::GenerationOccupancy& entry : result.generation()) {
+      WorkerStats::Generations& sum = stats[index].generations_by_tenant[entry.tenant_id()];
+      sum.running += entry.running();
+      sum.waiting += entry.waiting();
+      sum.kv_blocks += entry.kv_blocks();
+      stats[index].kv_blocks_used += entry.kv_blocks();
+    }
+    stats[index].kv_blocks_total = result.kv_blocks_total();
     if (result.has_device_memory()) {
       stats[index].has_device_memory = true;
       stats[index].device_memory_total_size = result.device_memory().total_size();
@@ -257,11 +266,19 @@ GaugeSnapshot OperatorPlane::Gauges() {
     worker.has_device_memory = stats.has_device_memory;
     worker.device_memory_total_size = stats.device_memory_total_size;
     worker.device_memory_used_size = stats.device_memory_used_size;
+    worker.kv_blocks_total = stats.kv_blocks_total;
+    worker.kv_blocks_used = stats.kv_blocks_used;
   }
   for (GaugeSnapshot::Tenant& tenant : gauges.tenants) {
     for (const WorkerStats& stats : worker_stats_) {
       auto it = stats.model_memory_by_tenant.find(tenant.tenant_id);
       if (it != stats.model_memory_by_tenant.end()) tenant.enclave_model_memory_size += it->second;
+      auto generations = stats.generations_by_tenant.find(tenant.tenant_id);
+      if (generations != stats.generations_by_tenant.end()) {
+        tenant.generations_running += generations->second.running;
+        tenant.generations_waiting += generations->second.waiting;
+        tenant.kv_blocks += generations->second.kv_blocks;
+      }
     }
   }
   return gauges;

@@ -135,6 +135,12 @@ class OperatorPlane {
     bool has_device_memory = false;
     uint64_t device_memory_total_size = 0;
     uint64_t device_memory_used_size = 0;
+    struct Generations {
+      uint64_t running = 0, waiting = 0, kv_blocks = 0;
+    };
+    std::map<std::string, Generations> generations_by_tenant;
+    uint64_t kv_blocks_total = 0;
+    uint64_t kv_blocks_used = 0;
   };
   absl::Mutex stats_mu_;
   std::vector<WorkerStats> worker_stats_ ABSL_GUARDED_BY(stats_mu_);

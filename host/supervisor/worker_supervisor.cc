@@ -1,16 +1,20 @@
 #include "host/supervisor/worker_supervisor.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/bytes.h"
+#include "base/file.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "crypto/hash.h"
 #include "crypto/random.h"
+#include "proto/checkpoint_dir.h"
 #include "proto/error_reason.h"
+#include "proto/frame.h"
 
 namespace cloister::host {
 namespace {
@@ -57,6 +61,68 @@ absl::StatusOr<boundary::v1::GetEvidenceResult> WaitForEvidence(ProcessEnclaveCl
 }
 
 }  // namespace
+
+namespace {
+
+// The bytes published from `path`: the file, or the package of a checkpoint folder.
+absl::StatusOr<std::string> ReadModelBytes(const std::string& path, uint64_t max_size) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    ASSIGN_OR_RETURN(Bytes packed, package::PackCheckpointDir(path, max_size));
+    return ToString(packed);
+  }
+  return ReadFile(path, max_size);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> PublishedModelDigest(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadModelBytes(path, boundary::kMaxFrameSize - 4096);
+  if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));
+  return HexEncode(crypto::Sha256(AsBytes(*bytes)));
+}
+
+absl::StatusOr<std::string> ReadPublishedModel(const PublishedModelSource& model,
+                                               uint64_t max_size) {
+  const std::string where = absl::StrCat("published model ", model.name, " (", model.file, ")");
+  absl::StatusOr<std::string> bytes = ReadModelBytes(model.file, max_size);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", bytes.status().message()));
+  }
+  std::string digest = HexEncode(crypto::Sha256(AsBytes(*bytes)));
+  if (digest != model.digest) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " has digest ", digest,
+                                                   " but the config expects ", model.digest));
+  }
+  return bytes;
+}
+
+absl::Status PublishModels(const std::vector<PublishedModelSource>& models,
+                           EnclaveClient& enclave, absl::Duration timeout, int* published_out) {
+  int published = 0;
+  for (const PublishedModelSource& model : models) {
+    ASSIGN_OR_RETURN(std::string bytes, ReadPublishedModel(model, boundary::kMaxFrameSize - 4096));
+    HostToEnclave call;
+    boundary::v1::PublishModelCall* publish = call.mutable_publish_model();
+    publish->set_name(model.name);
+    publish->set_model(std::move(bytes));
+    publish->set_digest(model.digest);
+    absl::StatusOr<EnclaveToHost> reply = CallAndWait(enclave, std::move(call), timeout);
+    if (!reply.ok()) {
+      if (absl::IsUnavailable(reply.status())) return reply.status();
+      return absl::Status(reply.status().code(),
+                          absl::StrCat("the enclave refused published model ", model.name, ": ",
+                                       reply.status().message()));
+    }
+    ++published;
+    Log(LogLevel::kInfo, "model_published",
+        {{"name", model.name},
+         {"handle", reply->publish_model().model_handle()},
+         {"digest", model.digest}});
+  }
+  if (published_out != nullptr) *published_out = published;
+  return absl::OkStatus();
+}
 
 absl::Status ReloadStoredModels(BlobStore& blobs, EnclaveClient& enclave, absl::Duration timeout,
                                 int* reloaded_out) {
@@ -405,6 +471,13 @@ absl::Status WorkerSupervisor::StartIncarnation(int index) {
       return fail(status);
     }
   }
+  int published = 0;
+  if (absl::Status status =
+          PublishModels(options_.published, *raw, options_.reload_timeout, &published);
+      !status.ok()) {
+    raw->Stop();
+    return fail(status);
+  }
   // Fresh evidence first, so that e.g. receipts of the new incarnation find its key.
   if (options_.on_ready) options_.on_ready(index, static_cast<int>(generation), *evidence);
   // Models uploaded during the restart are handed over first; once none is left (checked under
@@ -446,7 +519,8 @@ absl::Status WorkerSupervisor::StartIncarnation(int index) {
       {{"worker", index},
        {"generation", static_cast<long long>(generation)},
        {"pid", static_cast<long long>(raw->pid())},
-       {"models_reloaded", reloaded}});
+       {"models_reloaded", reloaded},
+       {"models_published", published}});
   return absl::OkStatus();
 }
 

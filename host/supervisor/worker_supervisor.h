@@ -64,6 +64,30 @@ inline absl::Status SessionLostError() {
   return proto::WithReason(absl::FailedPreconditionError(kReattestMessage), api::v1::SESSION_LOST);
 }
 
+// An operator-published model (config `published_models`), published into every (re)started
+// worker after its stored models are reloaded.
+struct PublishedModelSource {
+  std::string name;
+  std::string file;    // an ONNX file, a model package, or a checkpoint folder (packed)
+  std::string digest;  // expected SHA-256, 64 lowercase hex digits
+};
+
+// The bytes of a published model: the file, or the package of a checkpoint folder, of at most
+// `max_size` bytes, whose SHA-256 must be `model.digest`. InvalidArgument naming the model and
+// what is wrong (unreadable, too large, a folder that does not pack, another digest).
+absl::StatusOr<std::string> ReadPublishedModel(const PublishedModelSource& model,
+                                               uint64_t max_size);
+
+// The SHA-256 (hex) of what ReadPublishedModel would publish from `path` (cloisterd
+// --model-digest): the file's, or the package's of a checkpoint folder.
+absl::StatusOr<std::string> PublishedModelDigest(const std::string& path);
+
+// Publishes each model into `enclave` (PublishModelCall), reading its file again each time so
+// a worker restarted later checks what is on disk then. Stops at the first failure and returns
+// it, naming the model: a published model the enclave refuses is a configuration error.
+absl::Status PublishModels(const std::vector<PublishedModelSource>& models,
+                           EnclaveClient& enclave, absl::Duration timeout, int* published_out);
+
 // Hands every model stored in `blobs` to `enclave` (ReloadModelCall). A model whose blob cannot
 // be read, does not match its recorded SHA-256 or is refused by the enclave is logged and
 // skipped; UNAVAILABLE (the worker died) stops the reload and is returned. OK otherwise, with
@@ -80,6 +104,7 @@ struct WorkerSupervisorOptions {
       int index, std::function<void(const absl::Status&)> on_exit)>
       start_worker;
   BlobStore* blobs = nullptr;  // models to load into every (re)started worker; nullptr: none
+  std::vector<PublishedModelSource> published;  // then published into every (re)started worker
   absl::Duration ready_timeout = absl::Seconds(120);         // first GetEvidenceCall answered
   absl::Duration reload_timeout = absl::Seconds(300);        // per model
   absl::Duration initial_backoff = absl::Milliseconds(100);  // before the first restart

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "base/bytes.h"
+#include "base/file.h"
 #include "base/status.h"
 #include "crypto/hash.h"
 #include "gtest/gtest.h"
@@ -465,6 +466,61 @@ TEST_F(WorkerSupervisorTest, FirstStartFailureIsReturned) {
   WorkerSupervisorOptions no_workers = Options(1);
   no_workers.worker_count = 0;
   EXPECT_TRUE(absl::IsInvalidArgument(WorkerSupervisor::Start(std::move(no_workers)).status()));
+}
+
+}  // namespace
+}  // namespace cloister::host
+
+namespace cloister::host {
+namespace {
+
+TEST(PublishedModelTest, ReadsAFileOrPacksAFolderAndChecksTheDigest) {
+  const std::string dir = cloister::testing::MakeTempDir("published-model-test");
+  ASSERT_FALSE(dir.empty());
+  const std::string file = dir + "/model.onnx";
+  ASSERT_TRUE(WriteFileAtomic(file, "model bytes", 0600).ok());
+  const std::string digest = HexEncode(crypto::Sha256(AsBytes(std::string("model bytes"))));
+  auto digest_of = PublishedModelDigest(file);
+  ASSERT_TRUE(digest_of.ok()) << digest_of.status();
+  EXPECT_EQ(*digest_of, digest);
+  auto bytes = ReadPublishedModel({"m", file, digest}, 1 << 20);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, "model bytes");
+
+  auto wrong = ReadPublishedModel({"m", file, std::string(64, '0')}, 1 << 20);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(wrong.status().message(),
+            absl::StrCat("published model m (", file, ") has digest ", digest,
+                         " but the config expects ", std::string(64, '0')));
+  auto too_large = ReadPublishedModel({"m", file, digest}, 4);
+  EXPECT_FALSE(too_large.ok());
+  EXPECT_TRUE(absl::StrContains(too_large.status().message(), "published model m ("))
+      << too_large.status();
+
+  // A folder is packed as a checkpoint: one without config.json is refused, naming it.
+  std::filesystem::create_directories(dir + "/folder");
+  auto not_checkpoint = ReadPublishedModel({"f", dir + "/folder", digest}, 1 << 20);
+  EXPECT_EQ(not_checkpoint.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(not_checkpoint.status().message(), "published model f ("))
+      << not_checkpoint.status();
+  EXPECT_FALSE(PublishedModelDigest(dir + "/missing").ok());
+}
+
+TEST_F(WorkerSupervisorTest, AWrongPublishedDigestStopsTheFirstStart) {
+  const std::string file = dir_ + "/published.onnx";
+  ASSERT_TRUE(WriteFileAtomic(file, "published bytes", 0600).ok());
+  WorkerSupervisorOptions options = Options(1);
+  options.published.push_back({"pub", file, std::string(64, 'e')});
+  auto supervisor = WorkerSupervisor::Start(std::move(options));
+  ASSERT_FALSE(supervisor.ok());
+  EXPECT_TRUE(absl::StrContains(supervisor.status().message(),
+                                "but the config expects " + std::string(64, 'e')))
+      << supervisor.status();
+  // With the right digest it starts (the fake worker accepts the model).
+  WorkerSupervisorOptions good = Options(1);
+  good.published.push_back(
+      {"pub", file, HexEncode(crypto::Sha256(AsBytes(std::string("published bytes"))))});
+  StartSupervisor(std::move(good));
 }
 
 }  // namespace

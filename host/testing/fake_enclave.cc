@@ -258,6 +258,12 @@ std::optional<EnclaveToHost> FakeEnclave::Handle(const HostToEnclave& call) {
     case HostToEnclave::kCancel:
       SetStatus(reply.mutable_status(), 3, "answered by Respond, not Handle");
       break;
+    case HostToEnclave::kPublishModel:
+      // The fake loads nothing; it answers as the enclave does for a model it accepted.
+      reply.mutable_publish_model()->set_model_handle(
+          absl::StrCat("published-", call.publish_model().name()));
+      reply.mutable_publish_model()->set_size(call.publish_model().model().size());
+      break;
     case HostToEnclave::CALL_NOT_SET:
       SetStatus(reply.mutable_status(), 3, "empty call");
       break;

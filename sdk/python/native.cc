@@ -103,8 +103,8 @@ py::tuple TensorInfoTuple(const api::TensorInfo& info) {
                         std::vector<int64_t>(info.shape().begin(), info.shape().end()));
 }
 
-// (name, handle, size, [inputs], [outputs], rows_coalesce, rows_shared_reason, kind, digest),
-// kind "onnx", "llm" or "" (an enclave that does not say).
+// (name, handle, size, [inputs], [outputs], rows_coalesce, rows_shared_reason, kind, digest,
+// published), kind "onnx", "llm" or "" (an enclave that does not say).
 py::tuple ModelInfoTuple(const api::ModelInfo& model) {
   py::list inputs, outputs;
   for (const api::TensorInfo& info : model.inputs()) inputs.append(TensorInfoTuple(info));
@@ -114,7 +114,7 @@ py::tuple ModelInfoTuple(const api::ModelInfo& model) {
                                                            : "";
   return py::make_tuple(Text(model.name()), Text(model.handle()), model.size(), inputs, outputs,
                         model.rows_coalesce(), Text(model.rows_shared_reason()), Text(kind),
-                        Text(model.digest()));
+                        Text(model.digest()), model.published());
 }
 
 // The numpy dtype string of a KServe datatype (all little-endian).
@@ -186,6 +186,13 @@ struct GenerateArgs {
   bool logprobs = false;
   int32_t top_logprobs = 0;
   bool ignore_eos = false;
+  float min_p = 0;
+  std::optional<float> repetition_penalty;
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  uint32_t pad_to = 0;
+  uint32_t tokens_per_chunk = 0;
+  uint32_t interval_ms = 0;
 };
 
 absl::StatusOr<api::GenerateRequest> MakeGenerateRequest(const GenerateArgs& args) {
@@ -216,6 +223,13 @@ absl::StatusOr<api::GenerateRequest> MakeGenerateRequest(const GenerateArgs& arg
   sampling.set_top_logprobs(args.top_logprobs);
   for (const std::string& stop : args.stop) request.add_stop(stop);
   request.set_ignore_eos(args.ignore_eos);
+  sampling.set_min_p(args.min_p);
+  if (args.repetition_penalty.has_value()) sampling.set_repetition_penalty(*args.repetition_penalty);
+  sampling.set_presence_penalty(args.presence_penalty);
+  sampling.set_frequency_penalty(args.frequency_penalty);
+  request.mutable_shape()->set_pad_to(args.pad_to);
+  request.mutable_shape()->set_tokens_per_chunk(args.tokens_per_chunk);
+  request.mutable_shape()->set_interval_ms(args.interval_ms);
   return request;
 }
 
@@ -688,7 +702,14 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("stop", &GenerateArgs::stop)
       .def_readwrite("logprobs", &GenerateArgs::logprobs)
       .def_readwrite("top_logprobs", &GenerateArgs::top_logprobs)
-      .def_readwrite("ignore_eos", &GenerateArgs::ignore_eos);
+      .def_readwrite("ignore_eos", &GenerateArgs::ignore_eos)
+      .def_readwrite("min_p", &GenerateArgs::min_p)
+      .def_readwrite("repetition_penalty", &GenerateArgs::repetition_penalty)
+      .def_readwrite("presence_penalty", &GenerateArgs::presence_penalty)
+      .def_readwrite("frequency_penalty", &GenerateArgs::frequency_penalty)
+      .def_readwrite("pad_to", &GenerateArgs::pad_to)
+      .def_readwrite("tokens_per_chunk", &GenerateArgs::tokens_per_chunk)
+      .def_readwrite("interval_ms", &GenerateArgs::interval_ms);
 
   py::class_<NativeGeneration>(m, "NativeGeneration")
       .def("run", &NativeGeneration::Run, py::arg("on_chunk"))

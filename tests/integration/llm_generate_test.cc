@@ -38,6 +38,16 @@ class CapturingSink : public enclave::FrameSink {
   void Write(const EnclaveToHost& frame) override {
     absl::MutexLock lock(&mu_);
     frames_.push_back(frame);
+    times_.push_back(absl::Now());
+  }
+  // When each frame of `call_id` was written.
+  std::vector<absl::Time> Times(uint64_t call_id) {
+    absl::MutexLock lock(&mu_);
+    std::vector<absl::Time> out;
+    for (size_t i = 0; i < frames_.size(); ++i) {
+      if (frames_[i].call_id() == call_id) out.push_back(times_[i]);
+    }
+    return out;
   }
   // The frames of `call_id` once its last one came (final, or an unsealed error).
   std::vector<EnclaveToHost> WaitForEnd(uint64_t call_id) {
@@ -74,6 +84,7 @@ class CapturingSink : public enclave::FrameSink {
  private:
   absl::Mutex mu_;
   std::vector<EnclaveToHost> frames_;
+  std::vector<absl::Time> times_;
 };
 
 struct Stream {
@@ -289,6 +300,35 @@ TEST_F(LlmGenerateTest, ShapesGroupTokensAndPadToTheirBucket) {
   ASSERT_EQ(stream.chunks.size(), (stream.ids.size() + 4) / 5);
   for (size_t i = 0; i + 1 < stream.chunks.size(); ++i) EXPECT_EQ(stream.chunks[i].tokens_size(), 5);
   EXPECT_EQ(stream.text, references_["prompts"][4]["generated_text"].get<std::string>());
+}
+
+// A fixed cadence: one chunk per interval whatever the tokens do, the final one at a tick too;
+// the tokens are all there, in order. (Only the lower bound of the gaps is checked: a slow
+// machine may stretch them, never shorten them.)
+TEST_F(LlmGenerateTest, AFixedCadenceSendsOneChunkPerInterval) {
+  api::v1::GenerateRequest request = Greedy(references_["prompts"][4]);
+  request.mutable_shape()->set_interval_ms(40);
+  request.mutable_shape()->set_tokens_per_chunk(3);  // not used with a cadence
+  const absl::Time sent = absl::Now();
+  Stream stream = Read(350, Send(350, request));
+  ASSERT_TRUE(stream.unsealed.ok()) << stream.unsealed;
+  ASSERT_FALSE(stream.chunks.empty());
+  EXPECT_EQ(stream.chunks.back().code(), 0) << stream.chunks.back().message();
+  EXPECT_EQ(stream.ids, references_["prompts"][4]["generated_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(stream.text, references_["prompts"][4]["generated_text"].get<std::string>());
+  std::vector<absl::Time> times = sink_->Times(350);
+  ASSERT_EQ(times.size(), stream.chunks.size());
+  EXPECT_GE(times[0] - sent, absl::Milliseconds(39));
+  for (size_t i = 1; i < times.size(); ++i) {
+    EXPECT_GE(times[i] - times[i - 1], absl::Milliseconds(39)) << "chunk " << i;
+  }
+
+  // Out of range: a sealed InvalidArgument that names the field.
+  request.mutable_shape()->set_interval_ms(5);
+  Stream refused = Read(351, Send(351, request));
+  ASSERT_EQ(refused.chunks.size(), 1u);
+  EXPECT_EQ(refused.chunks[0].code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(refused.chunks[0].message(), HasSubstr("shape.interval_ms 5 is out of range"));
 }
 
 TEST_F(LlmGenerateTest, CancelEndsTheStreamAsCancelled) {

@@ -251,6 +251,13 @@ class Client:
         logprobs: bool = False,
         top_logprobs: int = 0,
         ignore_eos: bool = False,
+        min_p: float = 0.0,
+        repetition_penalty: Optional[float] = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        pad_to: int = 0,
+        tokens_per_chunk: int = 0,
+        interval_ms: int = 0,
         timeout: Optional[float] = None,
     ) -> GenerateStream:
         """Generates text with the LLM ``model`` (a checkpoint folder you uploaded) and returns
@@ -276,6 +283,17 @@ class Client:
             top_logprobs: also give the 0..20 most likely alternatives of each token
                 (``chunk.top_logprobs``); needs ``logprobs=True``.
             ignore_eos: go on past the end-of-sequence token (until max_tokens).
+            min_p: drop tokens less likely than min_p times the most likely one, in [0, 1]
+                (0: off).
+            repetition_penalty: above 0 (None: 1, off); above 1 makes tokens already in the
+                prompt or the answer less likely.
+            presence_penalty, frequency_penalty: in [-2, 2], OpenAI's: subtracted from a
+                token's logit once if it appeared, and per time it appeared.
+            pad_to: pad each sealed chunk to a multiple of this many bytes (0: 256, the
+                default; 1: none), so its size does not tell the text's length.
+            tokens_per_chunk: send tokens this many at a time (0 or 1: each as it comes).
+            interval_ms: a fixed cadence, 10 to 10000 ms (0: off): one chunk per interval with
+                the tokens that came since the last, so chunk times do not tell token times.
             timeout: seconds for the whole stream (default: the client's timeout).
 
         Returns:
@@ -295,7 +313,11 @@ class Client:
             reordered, replayed, tampered with, or a stream cut short).
         """
         args = make_args(prompt, messages, prompt_ids, max_tokens, temperature, top_p, top_k,
-                         seed, stop, logprobs, top_logprobs, ignore_eos)
+                         seed, stop, logprobs, top_logprobs, ignore_eos, min_p=min_p,
+                         repetition_penalty=repetition_penalty,
+                         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                         pad_to=pad_to, tokens_per_chunk=tokens_per_chunk,
+                         interval_ms=interval_ms)
         return GenerateStream(self._native.generate(model, args, timeout))
 
     def agenerate(
@@ -314,13 +336,24 @@ class Client:
         logprobs: bool = False,
         top_logprobs: int = 0,
         ignore_eos: bool = False,
+        min_p: float = 0.0,
+        repetition_penalty: Optional[float] = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        pad_to: int = 0,
+        tokens_per_chunk: int = 0,
+        interval_ms: int = 0,
         timeout: Optional[float] = None,
     ) -> AsyncGenerateStream:
         """:meth:`generate` for asyncio: ``async for chunk in client.agenerate(...)``. The
         arguments and errors are those of :meth:`generate`; the chunks come into the running
         event loop without blocking it."""
         args = make_args(prompt, messages, prompt_ids, max_tokens, temperature, top_p, top_k,
-                         seed, stop, logprobs, top_logprobs, ignore_eos)
+                         seed, stop, logprobs, top_logprobs, ignore_eos, min_p=min_p,
+                         repetition_penalty=repetition_penalty,
+                         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                         pad_to=pad_to, tokens_per_chunk=tokens_per_chunk,
+                         interval_ms=interval_ms)
         return AsyncGenerateStream(self._native.generate(model, args, timeout))
 
     def generate_text(
@@ -339,6 +372,13 @@ class Client:
         logprobs: bool = False,
         top_logprobs: int = 0,
         ignore_eos: bool = False,
+        min_p: float = 0.0,
+        repetition_penalty: Optional[float] = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        pad_to: int = 0,
+        tokens_per_chunk: int = 0,
+        interval_ms: int = 0,
         timeout: Optional[float] = None,
     ) -> GenerateResult:
         """:meth:`generate` without streaming: waits (GIL released) for the whole generation
@@ -346,7 +386,11 @@ class Client:
         arguments and errors are those of :meth:`generate`, all raised here. (Log-probabilities
         come only with the chunks of :meth:`generate`.)"""
         args = make_args(prompt, messages, prompt_ids, max_tokens, temperature, top_p, top_k,
-                         seed, stop, logprobs, top_logprobs, ignore_eos)
+                         seed, stop, logprobs, top_logprobs, ignore_eos, min_p=min_p,
+                         repetition_penalty=repetition_penalty,
+                         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                         pad_to=pad_to, tokens_per_chunk=tokens_per_chunk,
+                         interval_ms=interval_ms)
         return GenerateResult._from_native(self._native.generate(model, args, timeout).run(None))
 
     def chat(self, model: str, messages: Messages, **options: Any) -> GenerateStream:

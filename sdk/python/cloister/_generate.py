@@ -117,6 +117,14 @@ def make_args(
     logprobs: bool,
     top_logprobs: int,
     ignore_eos: bool,
+    *,
+    min_p: float = 0.0,
+    repetition_penalty: Optional[float] = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    pad_to: int = 0,
+    tokens_per_chunk: int = 0,
+    interval_ms: int = 0,
 ) -> "_native.GenerateArgs":
     """The native request, after checking every argument (InvalidArgument, a ValueError, with
     one line that names the argument)."""
@@ -165,6 +173,29 @@ def make_args(
     if not isinstance(ignore_eos, bool):
         raise InvalidArgument(f"ignore_eos must be True or False, not {ignore_eos!r}")
     args.ignore_eos = ignore_eos
+    if not _is_number(min_p) or not 0 <= min_p <= 1:
+        raise InvalidArgument(f"min_p must be a number in [0, 1], not {min_p!r}")
+    args.min_p = float(min_p)
+    if repetition_penalty is not None:
+        if not _is_number(repetition_penalty) or not repetition_penalty > 0:
+            raise InvalidArgument(
+                f"repetition_penalty must be a number above 0, not {repetition_penalty!r}")
+        args.repetition_penalty = float(repetition_penalty)
+    for name, value in (("presence_penalty", presence_penalty),
+                        ("frequency_penalty", frequency_penalty)):
+        if not _is_number(value) or not -2 <= value <= 2:
+            raise InvalidArgument(f"{name} must be a number in [-2, 2], not {value!r}")
+    args.presence_penalty = float(presence_penalty)
+    args.frequency_penalty = float(frequency_penalty)
+    args.pad_to = _whole("pad_to", pad_to, 0, 65536,
+                         "a whole number of bytes from 0 to 65536 (0: 256; 1: no padding)")
+    args.tokens_per_chunk = _whole("tokens_per_chunk", tokens_per_chunk, 0, 4096,
+                                   "a whole number from 0 to 4096 (0 or 1: every token)")
+    if not _is_whole(interval_ms) or not (interval_ms == 0 or 10 <= interval_ms <= 10000):
+        raise InvalidArgument(
+            f"interval_ms must be 0 (no cadence) or a whole number from 10 to 10000, not "
+            f"{interval_ms!r}")
+    args.interval_ms = int(interval_ms)
     return args
 
 

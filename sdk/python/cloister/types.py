@@ -83,7 +83,7 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """A model stored in the enclave for your identity key.
+    """A model stored in the enclave for your identity key, or published by the operator.
 
     Attributes:
         name: the name you uploaded it under.
@@ -96,6 +96,8 @@ class ModelInfo:
             requests then run one by one, with the same results.
         kind: "onnx" or "llm" (a checkpoint folder, run with Generate, not infer).
         digest: hex SHA-256 of what was uploaded: the ONNX file, or the folder's package.
+        published: True for a model the operator publishes to every tenant (its digest is also
+            in the attested claims); you use it by name and cannot delete it.
     """
 
     name: str
@@ -107,12 +109,12 @@ class ModelInfo:
     rows_shared_reason: str = ""
     kind: str = ""
     digest: str = ""
+    published: bool = False
 
     @classmethod
     def _from_native(cls, native: tuple) -> "ModelInfo":
-        name, handle, size, inputs, outputs, rows_coalesce, rows_shared_reason, kind, digest = (
-            native
-        )
+        (name, handle, size, inputs, outputs, rows_coalesce, rows_shared_reason, kind, digest,
+         published) = native
         return cls(
             name,
             handle,
@@ -123,6 +125,7 @@ class ModelInfo:
             rows_shared_reason,
             kind,
             digest,
+            bool(published),
         )
 
 

@@ -147,6 +147,31 @@ def test_a_stop_string_ends_the_text_before_it(client, llm):
                                 stop=["never there", "good"]).text == result.text
 
 
+def test_shape_options_keep_the_ids(client, llm, references):
+    # Tokens grouped, chunks padded, and a fixed cadence: the same greedy ids, fewer chunks.
+    case = next(p for p in references["prompts"] if p["kind"] != "chat")
+    ids = case["generated_ids"]
+    grouped = list(client.generate(llm, prompt_ids=case["prompt_ids"], temperature=0,
+                                   max_tokens=len(ids), tokens_per_chunk=4, pad_to=64))
+    assert [t for chunk in grouped for t in chunk.token_ids] == ids
+    assert len(grouped) == (len(ids) + 3) // 4
+    paced = list(client.generate(llm, prompt_ids=case["prompt_ids"], temperature=0,
+                                 max_tokens=len(ids), interval_ms=30))
+    assert [t for chunk in paced for t in chunk.token_ids] == ids
+
+
+def test_penalties_change_a_greedy_answer(client, llm, references):
+    case = next(p for p in references["prompts"] if p["kind"] != "chat")
+    plain = client.generate_text(llm, prompt_ids=case["prompt_ids"], temperature=0,
+                                 max_tokens=24, ignore_eos=True)
+    penalised = client.generate_text(llm, prompt_ids=case["prompt_ids"], temperature=0,
+                                     max_tokens=24, ignore_eos=True, frequency_penalty=2.0,
+                                     presence_penalty=2.0, repetition_penalty=1.5)
+    n = min(24, len(case["generated_ids"]))
+    assert plain.ids[:n] == case["generated_ids"][:n]
+    assert penalised.ids != plain.ids
+
+
 def test_a_seeded_sample_repeats(client, llm):
     first = client.generate_text(llm, PROMPT, temperature=1.0, top_p=0.9, top_k=50, seed=7,
                                  max_tokens=12, ignore_eos=True)
@@ -308,6 +333,13 @@ def test_a_closed_client_refuses_at_once(appliance, key, llm):
     (dict(prompt="a", logprobs=True, top_logprobs=21), "top_logprobs must be a whole number"),
     (dict(prompt="a", logprobs="yes"), "logprobs must be True or False"),
     (dict(prompt="a", timeout=0), "timeout must be a number of seconds above 0"),
+    (dict(prompt="a", min_p=1.5), r"min_p must be a number in \[0, 1\]"),
+    (dict(prompt="a", repetition_penalty=0), "repetition_penalty must be a number above 0"),
+    (dict(prompt="a", presence_penalty=3), r"presence_penalty must be a number in \[-2, 2\]"),
+    (dict(prompt="a", frequency_penalty="x"), "frequency_penalty must be a number"),
+    (dict(prompt="a", pad_to=-1), "pad_to must be a whole number of bytes"),
+    (dict(prompt="a", tokens_per_chunk=5000), "tokens_per_chunk must be a whole number"),
+    (dict(prompt="a", interval_ms=5), "interval_ms must be 0 .no cadence. or a whole number"),
 ])
 def test_bad_arguments_raise_invalid_argument_at_once(client, arguments, message):
     wait_for_generation_threads()
