@@ -11,6 +11,7 @@
 #include "bench/broker_efficiency.h"
 #include "bench/cc_tax.h"
 #include "bench/chaos.h"
+#include "bench/llm_broker_efficiency.h"
 #include "bench/coalescing.h"
 #include "bench/tenant_isolation.h"
 #include "gtest/gtest.h"
@@ -33,6 +34,16 @@ TEST(Chaos, FlagsAndTheirLimits) {
   EXPECT_FALSE(ParseChaosFlags({"--duration-s", "1", "--kills", "11"}, ChaosOptions{}).ok());
   EXPECT_FALSE(ParseChaosFlags({"--workers", "65"}, ChaosOptions{}).ok());
   EXPECT_FALSE(ParseChaosFlags({"--bogus"}, ChaosOptions{}).ok());
+  EXPECT_FALSE(ParseChaosFlags({"--generate-every", "-1"}, ChaosOptions{}).ok());
+  auto no_streams = ParseChaosFlags({"--generate-every", "0"}, ChaosOptions{});
+  ASSERT_TRUE(no_streams.ok());
+  EXPECT_EQ(no_streams->generate_every, 0);
+  EXPECT_FALSE(ParseLlmBrokerEfficiencyFlags({"--concurrency", "65"}, {}).ok());
+  EXPECT_FALSE(ParseLlmBrokerEfficiencyFlags({"--max-tokens", "0"}, {}).ok());
+  auto broker = ParseLlmBrokerEfficiencyFlags({"--concurrency", "8", "--rounds", "2"}, {});
+  ASSERT_TRUE(broker.ok());
+  EXPECT_EQ(broker->concurrency, 8);
+  EXPECT_EQ(broker->rounds, 2);
 }
 
 TEST(Chaos, CheckCatchesEveryMissAndJsonHasEveryField) {
@@ -45,7 +56,9 @@ TEST(Chaos, CheckCatchesEveryMissAndJsonHasEveryField) {
   good.errors = 1;
   good.error_codes["UNAVAILABLE"] = 1;
   good.recovered = true;
-  EXPECT_TRUE(CheckChaosResult(options, good).ok());
+  good.streams = 3;
+  good.streams_ok = 2;
+  EXPECT_TRUE(CheckChaosResult(options, good).ok()) << CheckChaosResult(options, good);
   auto missed = [&](auto change) {
     ChaosResult bad = good;
     change(bad);
@@ -57,9 +70,11 @@ TEST(Chaos, CheckCatchesEveryMissAndJsonHasEveryField) {
   EXPECT_TRUE(missed([](ChaosResult& r) { r.kills = 1; }));
   EXPECT_TRUE(missed([](ChaosResult& r) { r.ok = 0; }));
   EXPECT_TRUE(missed([](ChaosResult& r) { r.recovered = false; }));
+  EXPECT_TRUE(missed([](ChaosResult& r) { r.truncated = 1; }));
+  EXPECT_TRUE(missed([](ChaosResult& r) { r.streams_ok = 0; }));
   nlohmann::json line = nlohmann::json::parse(ChaosJsonLine(good));
   for (const char* field : {"sent", "ok", "errors", "lost", "duplicated", "misrouted", "kills",
-                            "duration_s", "recovered"}) {
+                            "duration_s", "recovered", "streams", "streams_ok", "truncated"}) {
     EXPECT_TRUE(line.contains(field)) << field;
   }
   EXPECT_EQ(line["sent"], 10);

@@ -13,6 +13,7 @@
 //   cloister-bench llm-cuda [--json] [--models synthetic-1b] [--sequences 1,32] ...
 //   cloister-bench llm-fairness [--json] [--duration-ms N] [--light-weight N] ...
 //   cloister-bench llm-cc-tax [--json] [--concurrency 1,8,32] [--requests N] ...
+//   cloister-bench llm-broker-efficiency [--json] [--concurrency N] [--max-tokens N] ...
 //   cloister-bench llm-noisy-neighbour [--json] [--rate N] [--duration-ms N] ...
 //
 // OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
@@ -40,6 +41,7 @@
 #include "bench/cc_tax.h"
 #include "bench/chaos.h"
 #include "bench/coalescing.h"
+#include "bench/llm_broker_efficiency.h"
 #include "bench/llm_cc_tax.h"
 #include "bench/llm_cuda.h"
 #include "bench/llm_fairness.h"
@@ -88,6 +90,7 @@ void PrintUsage(std::FILE* to) {
   absl::FPrintF(to, "  llm-cuda         %s", LlmCudaUsage());
   absl::FPrintF(to, "  llm-fairness     %s", LlmFairnessUsage());
   absl::FPrintF(to, "  llm-cc-tax       %s", LlmCcTaxUsage());
+  absl::FPrintF(to, "  llm-broker-efficiency %s", LlmBrokerEfficiencyUsage());
   absl::FPrintF(to, "  llm-noisy-neighbour %s", LlmNoisyNeighbourUsage());
 }
 
@@ -107,6 +110,28 @@ int LlmNoisyNeighbourMain(const std::vector<std::string>& args) {
   auto result = RunLlmNoisyNeighbour(*options, stdout, stderr);
   if (!result.ok()) {
     absl::FPrintF(stderr, "cloister-bench llm-noisy-neighbour: %s\n", result.status().message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+int LlmBrokerEfficiencyMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", LlmBrokerEfficiencyUsage());
+    return 0;
+  }
+  LlmBrokerEfficiencyOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  defaults.cloisterd = CLOISTER_BENCH_CLOISTERD;
+  auto options = ParseLlmBrokerEfficiencyFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-broker-efficiency: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto result = RunLlmBrokerEfficiency(*options, stdout, stderr);
+  if (!result.ok()) {
+    absl::FPrintF(stderr, "cloister-bench llm-broker-efficiency: %s\n", result.status().message());
     return kExitFailure;
   }
   return 0;
@@ -345,6 +370,7 @@ int ChaosMain(const std::vector<std::string>& args) {
   }
   ChaosOptions defaults;
   defaults.cloisterd = CLOISTER_BENCH_CLOISTERD;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
   auto options = ParseChaosFlags(args, defaults);
   if (!options.ok()) {
     absl::FPrintF(stderr, "cloister-bench chaos: %s (see --help)\n", options.status().message());
@@ -430,6 +456,9 @@ int main(int argc, char** argv) {
   if (subcommand == "llm-cuda") return cloister::bench::LlmCudaMain(args);
   if (subcommand == "llm-fairness") return cloister::bench::LlmFairnessMain(args);
   if (subcommand == "llm-cc-tax") return cloister::bench::LlmCcTaxMain(args);
+  if (subcommand == "llm-broker-efficiency") {
+    return cloister::bench::LlmBrokerEfficiencyMain(args);
+  }
   if (subcommand == "llm-noisy-neighbour") return cloister::bench::LlmNoisyNeighbourMain(args);
   absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
   return cloister::bench::kExitFailure;

@@ -33,6 +33,7 @@
 #include "crypto/random.h"
 #include "nlohmann/json.hpp"
 #include "onnx/onnx_pb.h"
+#include "proto/checkpoint_dir.h"
 #include "sdk/client.h"
 #include "sdk/identity.h"
 #include "tests/support/process.h"
@@ -181,9 +182,28 @@ std::optional<std::vector<float>> OutputValues(const std::vector<api::v1::Tensor
   return values;
 }
 
+constexpr char kLlmName[] = "chaos-llm";
+
+// Whether `models` is exactly the tenant's own model `own`, then the published LLM when
+// `published` (and nothing else: no other tenant's model).
+bool ListsOnly(const std::vector<api::v1::ModelInfo>& models, const std::string& own,
+               bool published) {
+  const size_t expected = published ? 2 : 1;
+  if (models.size() != expected) return false;
+  if (models[0].name() != own || models[0].published()) return false;
+  return !published || (models[1].name() == kLlmName && models[1].published());
+}
+
+// A reference prompt of the tiny model: its ids and the ids greedy decoding gives.
+struct ReferencePrompt {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> generated;
+};
+
 // Sends requests for tenant `tenant` until `end`.
 void TenantLoop(const ChaosOptions& options, Tenant& tenant, SteadyClock::time_point end,
-                uint64_t seed, Tally& tally) {
+                uint64_t seed, const std::vector<ReferencePrompt>& references, uint64_t max_tokens,
+                Tally& tally) {
   std::mt19937_64 random(seed);
   std::uniform_int_distribution<int> small(0, 1 << 20);
   std::vector<double> ok_ms;
@@ -221,10 +241,38 @@ void TenantLoop(const ChaosOptions& options, Tenant& tenant, SteadyClock::time_p
       absl::StatusOr<std::vector<api::v1::ModelInfo>> models = tenant.client->ListModels();
       if (!models.ok()) {
         failed(models.status());
-      } else if (models->size() == 1 && (*models)[0].name() == ModelName(tenant.index)) {
+      } else if (ListsOnly(*models, ModelName(tenant.index), !references.empty())) {
         ++local.ok;
         ok_ms.push_back(
             std::chrono::duration<double, std::milli>(SteadyClock::now() - started).count());
+      } else {
+        ++local.misrouted;
+      }
+      finish(n);
+      continue;
+    }
+    const bool generate = !references.empty() && options.generate_every > 0 &&
+                          n % options.generate_every == options.generate_every - 1;
+    if (generate) {
+      ++local.streams;
+      const ReferencePrompt& reference = references[n % references.size()];
+      api::v1::GenerateRequest request;
+      request.mutable_ids()->mutable_ids()->Add(reference.prompt.begin(), reference.prompt.end());
+      request.mutable_sampling()->set_temperature(0);
+      request.mutable_sampling()->set_seed(n);  // seeded: the SDK may retry before a chunk came
+      request.set_max_tokens(max_tokens);
+      absl::StatusOr<sdk::GenerateResult> generated = tenant.client->Generate(kLlmName, request);
+      if (!generated.ok()) {
+        failed(generated.status());
+      } else if (generated->ids == reference.generated) {
+        ++local.ok;
+        ++local.streams_ok;
+        ok_ms.push_back(
+            std::chrono::duration<double, std::milli>(SteadyClock::now() - started).count());
+      } else if (generated->ids.size() < reference.generated.size() &&
+                 std::equal(generated->ids.begin(), generated->ids.end(),
+                            reference.generated.begin())) {
+        ++local.truncated;
       } else {
         ++local.misrouted;
       }
@@ -272,6 +320,9 @@ void TenantLoop(const ChaosOptions& options, Tenant& tenant, SteadyClock::time_p
   total.lost += local.lost;
   total.duplicated += local.duplicated;
   total.misrouted += local.misrouted;
+  total.streams += local.streams;
+  total.streams_ok += local.streams_ok;
+  total.truncated += local.truncated;
   for (const auto& [code, count] : local.error_codes) total.error_codes[code] += count;
   tally.ok_ms.insert(tally.ok_ms.end(), ok_ms.begin(), ok_ms.end());
 }
@@ -298,6 +349,8 @@ absl::StatusOr<ChaosOptions> ParseChaosFlags(const std::vector<std::string>& arg
                             {"--threads-per-tenant", IntFlag{&options.threads_per_tenant, 1}},
                             {"--workers", IntFlag{&options.workers, 1}},
                             {"--list-every", IntFlag{&options.list_every, 0}},
+                            {"--generate-every", IntFlag{&options.generate_every, 0}},
+                            {"--models-dir", StringFlag{&options.models_dir, {}}},
                             {"--call-timeout-s", IntFlag{&options.call_timeout_s, 1}},
                             {"--seed", IntFlag{&seed, 0}}}));
   options.seed = static_cast<uint64_t>(seed);
@@ -316,8 +369,9 @@ std::string ChaosUsage() {
   return "a steady mixed load from several tenants while enclave workers are SIGKILLed\n"
          "                   [--json] [--check] [--duration-s N (120)] [--kills N (20)]\n"
          "                   [--tenants N (3)] [--threads-per-tenant N (2)] [--workers N (2)]\n"
-         "                   [--list-every N (10)] [--call-timeout-s N (30)] [--seed N]\n"
-         "                   [--cloisterd PATH]\n";
+         "                   [--list-every N (10)] [--generate-every N (4; 0: no streams)]\n"
+         "                   [--call-timeout-s N (30)] [--seed N] [--cloisterd PATH]\n"
+         "                   [--models-dir DIR]\n";
 }
 
 std::string ChaosJsonLine(const ChaosResult& result) {
@@ -332,6 +386,9 @@ std::string ChaosJsonLine(const ChaosResult& result) {
   line["lost"] = result.lost;
   line["duplicated"] = result.duplicated;
   line["misrouted"] = result.misrouted;
+  line["streams"] = result.streams;
+  line["streams_ok"] = result.streams_ok;
+  line["truncated"] = result.truncated;
   nlohmann::ordered_json codes = nlohmann::ordered_json::object();
   for (const auto& [code, count] : result.error_codes) codes[code] = count;
   line["error_codes"] = codes;
@@ -351,11 +408,12 @@ std::string ChaosTable(const ChaosResult& result) {
   return absl::StrFormat(
       "%d s, %d tenants, %d workers, %d kills (%d deaths and %d restarts logged)\n"
       "sent %d  ok %d  errors %d%s  lost %d  duplicated %d  misrouted %d\n"
+      "streams %d  with their reference ids %d  truncated and not detected %d\n"
       "ok latency p50 %.1f ms  p99 %.1f ms  recovered %s\n",
       result.duration_s, result.tenants, result.workers, result.kills, result.worker_deaths_logged,
       result.worker_restarts_logged, result.sent, result.ok, result.errors,
       codes.empty() ? "" : absl::StrCat(" (", codes, ")"), result.lost, result.duplicated,
-      result.misrouted, result.ok_p50_ms, result.ok_p99_ms, result.recovered ? "yes" : "no");
+      result.misrouted, result.streams, result.streams_ok, result.truncated, result.ok_p50_ms, result.ok_p99_ms, result.recovered ? "yes" : "no");
 }
 
 absl::Status CheckChaosResult(const ChaosOptions& options, const ChaosResult& result) {
@@ -363,6 +421,10 @@ absl::Status CheckChaosResult(const ChaosOptions& options, const ChaosResult& re
   if (result.lost != 0) missed.push_back(absl::StrCat("lost ", result.lost));
   if (result.duplicated != 0) missed.push_back(absl::StrCat("duplicated ", result.duplicated));
   if (result.misrouted != 0) missed.push_back(absl::StrCat("misrouted ", result.misrouted));
+  if (result.truncated != 0) missed.push_back(absl::StrCat("truncated ", result.truncated));
+  if (options.generate_every > 0 && result.streams_ok == 0) {
+    missed.push_back("no generation stream succeeded");
+  }
   if (result.kills < options.kills) {
     missed.push_back(absl::StrCat("only ", result.kills, " of ", options.kills, " kills happened"));
   }
@@ -382,7 +444,28 @@ absl::StatusOr<ChaosResult> RunChaos(const ChaosOptions& options, std::FILE* out
   std::vector<std::unique_ptr<Tenant>> tenants;
   // Free operator and metrics ports, so that it never collides with another daemon.
   std::string config =
-      absl::StrCat("operator:\n  listen: 127.0.0.1:0\nworkers: ", options.workers, "\ntenants:\n");
+      absl::StrCat("operator:\n  listen: 127.0.0.1:0\nworkers: ", options.workers, "\n");
+  // The streams' model, published to every tenant, and its reference ids.
+  std::vector<ReferencePrompt> references;
+  uint64_t max_tokens = 0;
+  if (options.generate_every > 0) {
+    const std::string llm_dir = (fs::path(options.models_dir) / "llm" / "tiny-llama").string();
+    ASSIGN_OR_RETURN(Bytes package, package::PackCheckpointDir(llm_dir, uint64_t{256} << 20));
+    ASSIGN_OR_RETURN(std::string text, ReadFile(llm_dir + "/reference.json"));
+    nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+    if (json.is_discarded() || !json.contains("prompts")) {
+      return absl::InvalidArgumentError(llm_dir + "/reference.json is not the reference file");
+    }
+    max_tokens = json["generation"]["max_new_tokens"].get<uint64_t>();
+    for (const auto& prompt : json["prompts"]) {
+      references.push_back({prompt["prompt_ids"].get<std::vector<int32_t>>(),
+                            prompt["generated_ids"].get<std::vector<int32_t>>()});
+    }
+    absl::StrAppend(&config, "published_models:\n  - name: ", kLlmName,
+                    "\n    file: ", fs::absolute(llm_dir).string(),
+                    "\n    digest: ", HexEncode(crypto::Sha256(package)), "\n");
+  }
+  absl::StrAppend(&config, "tenants:\n");
   for (int t = 0; t < options.tenants; ++t) {
     auto tenant = std::make_unique<Tenant>();
     tenant->index = t;
@@ -473,7 +556,9 @@ absl::StatusOr<ChaosResult> RunChaos(const ChaosOptions& options, std::FILE* out
     for (int thread = 0; thread < options.threads_per_tenant; ++thread) {
       const uint64_t seed = options.seed * 1000003 + tenant->index * 101 + thread;
       senders.emplace_back(
-          [&, raw = tenant.get(), seed] { TenantLoop(options, *raw, end, seed, tally); });
+          [&, raw = tenant.get(), seed] {
+            TenantLoop(options, *raw, end, seed, references, max_tokens, tally);
+          });
     }
   }
   for (std::thread& sender : senders) sender.join();

@@ -15,8 +15,15 @@
 // - duplicated: an answer that carries a request number which already had its outcome;
 // - misrouted: an answer computed for another request or by another tenant's model, or a
 //   ListModels answer that is not exactly this tenant's model.
-// Target: lost, duplicated and misrouted all 0. At the end every tenant must get one more Infer
-// right (the appliance recovered).
+// Generation streams too: every `generate_every`-th request of a tenant is a Generate of the
+// shared tiny model, which the config publishes to every tenant (so it is published again into
+// every restarted worker): reference prompt n mod P, greedy, its reference length, checked
+// against the model's reference ids (reference.json). A stream that ends OK with a strict prefix
+// of its ids is `truncated` (a short answer the client took as whole); one with other ids is
+// misrouted; a stream's error (UNAVAILABLE when its worker died, DATA_LOSS when the client
+// caught a bad stream) counts under errors by code.
+// Target: lost, duplicated, misrouted and truncated all 0. At the end every tenant must get one
+// more Infer right (the appliance recovered).
 //
 // Threading: the tenant threads and the killer are this module's own, joined before it returns.
 // Ownership: the cloisterd child process and its data dir live for one RunChaos call.
@@ -40,6 +47,8 @@ struct ChaosOptions {
   int threads_per_tenant = 2;
   int workers = 2;      // enclave workers in cloisterd
   int list_every = 10;  // every N-th request of a tenant is ListModels; 0: none
+  int generate_every = 4;  // every N-th request of a tenant is a Generate stream; 0: none
+  std::string models_dir;  // holds llm/tiny-llama (for the streams)
   int call_timeout_s = 30;
   uint64_t seed = 20261130;
   bool json = false;
@@ -59,6 +68,9 @@ struct ChaosResult {
   uint64_t lost = 0;
   uint64_t duplicated = 0;
   uint64_t misrouted = 0;
+  uint64_t streams = 0;     // Generate requests among `sent`
+  uint64_t streams_ok = 0;  // of them, with exactly their reference ids
+  uint64_t truncated = 0;   // ended OK with a strict prefix of their ids: not detected
   std::map<std::string, uint64_t> error_codes;  // code name -> count
   int worker_deaths_logged = 0;                 // cloisterd's enclave_worker_died lines
   int worker_restarts_logged = 0;               // enclave_worker_ready lines after the first start
