@@ -11,7 +11,8 @@ packages=(
   libgtest-dev libgmock-dev
   gdb libxmlsec1-dev libxml2-dev nlohmann-json3-dev python3-onnx python3-numpy libonnx-testdata
   pybind11-dev python3-dev python3-pytest python3-pip python3-venv yamllint prometheus-cpp-dev
-  libpcre2-dev libutf8proc-dev
+  libpcre2-dev libutf8proc-dev tmux
+  libcpp-httplib-dev
 )
 
 missing=()

@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "base/status.h"
 #include "sdk/cli_internal.h"
+#include "sdk/proxy/proxy_command.h"
 
 namespace cloister::sdk {
 namespace cli_internal {
@@ -30,6 +31,8 @@ subcommands:
   models   list your models
   infer    run a model on .npy inputs
   generate generate text with an LLM, streamed as it comes
+  chat     a conversation with an LLM on the terminal (or through a pipe)
+  proxy    serve the OpenAI API on this machine, backed by your attested models
   delete   delete one of your models
   status   the appliance at a glance (operator port): workers, tenants, queues, evidence age
 
@@ -168,6 +171,42 @@ flags:
 needs: --server, --policy, --tenant, --token-file, --key
 )";
 
+constexpr char kChatHelp[] =
+    R"(usage: cloister chat --model NAME [--system TEXT] [--max-tokens N] [--temperature T]
+                     [--top-p P] [--top-k K] [--seed S] [--stop TEXT ...] [--usage]
+                     [connection flags]
+
+A conversation with one of your LLMs (or one the operator publishes). Each line you type is
+sent with the conversation so far as chat messages (system, user, assistant), rendered by the
+model's chat template inside the enclave, and the reply is printed as it streams and joins the
+conversation. On a terminal each line is asked for with "> "; from a pipe every line is one
+message and only the replies are printed. Empty lines are skipped.
+
+commands (a line of one word beginning with '/'):
+  /reset   forget the conversation (the --system message stays)
+  /exit    end the conversation (also /quit, or the end of input: Ctrl-D); exit status 0
+  /help    list the commands
+Ctrl-C while a reply streams stops it: the enclave cancels the generation, "[cancelled]" is
+printed and the partial reply is left out of the conversation. Ctrl-C at the prompt ends the
+chat with exit status 130. A reply that fails is one line "cloister chat: <reason>" on stderr
+and the conversation goes on without that turn; once the conversation outgrows the model's
+context the enclave refuses it, and /reset starts over.
+
+flags:
+  --model NAME         the LLM to talk to
+  --system TEXT        a system message that opens the conversation
+  --max-tokens N       at most N new tokens per reply (default: up to the model's context)
+  --temperature T      0 to 2 (default 1; 0: greedy)
+  --top-p P            above 0, at most 1 (default 1: off)
+  --top-k K            sample among the K most likely tokens (default 0: off)
+  --seed S             fix the sampler's seed (the same seed for every reply)
+  --stop TEXT          end a reply when TEXT is generated (not included); repeat for more
+  --usage              after each reply, a line with its prompt and completion token counts
+  --fresh              attest with fresh hardware evidence
+  --timeout SECONDS    a limit on each reply (default 60)
+needs: --server, --policy, --tenant, --token-file, --key
+)";
+
 constexpr char kDeleteHelp[] = R"(usage: cloister delete --model NAME [--json] [connection flags]
 
 Deletes one of your models from the enclave and its ciphertext and wrapped key from the
@@ -224,6 +263,23 @@ const std::vector<Subcommand>& Subcommands() {
         {"stop", FlagKind::kRepeated},
         {"json", FlagKind::kBool},
         {"fresh", FlagKind::kBool}}},
+      {"chat",
+       kChatHelp,
+       {{"model", FlagKind::kValue},
+        {"system", FlagKind::kValue},
+        {"max-tokens", FlagKind::kValue},
+        {"temperature", FlagKind::kValue},
+        {"top-p", FlagKind::kValue},
+        {"top-k", FlagKind::kValue},
+        {"seed", FlagKind::kValue},
+        {"stop", FlagKind::kRepeated},
+        {"usage", FlagKind::kBool},
+        {"fresh", FlagKind::kBool}}},
+      {"proxy",
+       kProxyHelp,
+       {{"listen", FlagKind::kValue},
+        {"api-key-file", FlagKind::kValue},
+        {"fresh", FlagKind::kBool}}},
       {"delete",
        kDeleteHelp,
        {{"model", FlagKind::kValue}, {"json", FlagKind::kBool}, {"fresh", FlagKind::kBool}}},
@@ -248,11 +304,13 @@ using cli_internal::kMainHelp;
 using cli_internal::ParseFlags;
 using cli_internal::Result;
 using cli_internal::RunAttest;
+using cli_internal::RunChat;
 using cli_internal::RunDelete;
 using cli_internal::RunGenerate;
 using cli_internal::RunInfer;
 using cli_internal::RunKeygen;
 using cli_internal::RunModels;
+using cli_internal::RunProxy;
 using cli_internal::RunStatus;
 using cli_internal::RunUpload;
 using cli_internal::Subcommand;
@@ -277,8 +335,8 @@ int RunCli(const std::vector<std::string>& args, CliIo& io) {
   if (sub == nullptr) {
     io.err
         << "cloister: unknown subcommand '" << first
-        << "' (subcommands: keygen, attest, upload, models, infer, generate, delete, status; see "
-           "cloister --help)\n";
+        << "' (subcommands: keygen, attest, upload, models, infer, generate, chat, proxy, "
+           "delete, status; see cloister --help)\n";
     return kExitUsage;
   }
   auto flags = ParseFlags(*sub, std::vector<std::string>(args.begin() + 1, args.end()));
@@ -303,6 +361,10 @@ int RunCli(const std::vector<std::string>& args, CliIo& io) {
     result = RunInfer(*flags, io);
   } else if (sub->name == "generate") {
     result = RunGenerate(*flags, io);
+  } else if (sub->name == "chat") {
+    result = RunChat(*flags, io);
+  } else if (sub->name == "proxy") {
+    result = RunProxy(*flags, io);
   } else if (sub->name == "status") {
     result = RunStatus(*flags, io);
   } else {

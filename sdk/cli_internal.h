@@ -1,13 +1,14 @@
 // Internals of the `cloister` command line (cli.h) shared by its source files: cli.cc (help
 // texts, the subcommand table, RunCli), cli_flags.cc (flags, settings, connection options),
 // cli_output.cc (JSON and human-readable output), cli_commands.cc (keygen, attest, upload,
-// models, delete, infer), cli_generate.cc (generate) and cli_status.cc (status, from the
-// operator port). Not for use outside the CLI (and its tests).
-// Threading: as RunCli (cli.h).
+// models, delete, infer), cli_generate.cc (generate), cli_chat.cc (chat) and cli_status.cc
+// (status, from the operator port). Not for use outside the CLI (and its tests).
+// Threading: as RunCli (cli.h), except where ChatInput says otherwise.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -25,6 +26,10 @@
 namespace cloister::sdk::cli_internal {
 
 // ---- Errors carried to the exit status. ----
+
+// `cloister chat` ended by Ctrl-C at its prompt (128 + SIGINT, as a shell reports it).
+inline constexpr int kExitInterrupted = 130;
+
 struct CliError {
   int exit_code;
   std::string message;
@@ -132,5 +137,59 @@ Result RunInfer(const Flags& flags, CliIo& io);
 Result RunGenerate(const Flags& flags, CliIo& io);
 // The operator port's status (cli_status.cc).
 Result RunStatus(const Flags& flags, CliIo& io);
+// A conversation with an LLM (cli_chat.cc): PrepareChat, then RunChatLoop over the standard
+// input (OpenChatInput(STDIN_FILENO)).
+Result RunChat(const Flags& flags, CliIo& io);
+
+// ---- chat (cli_chat.cc). ----
+
+// Where `cloister chat` reads the user's lines and learns of Ctrl-C: the program's standard
+// input and SIGINT (OpenChatInput), or a script in tests. ReadLine and ClearInterrupt are called
+// from one thread; Interrupted may be called from any.
+class ChatInput {
+ public:
+  enum class Line {
+    kRead,         // `line` holds the next line, without its line ending
+    kEnd,          // the input ended (Ctrl-D on a terminal)
+    kInterrupted,  // Ctrl-C came while waiting for the line (or before, and was not cleared)
+    kTooLong,      // the line is longer than kMaxChatLineSize; it was read past and dropped
+  };
+  virtual ~ChatInput() = default;
+  virtual Line ReadLine(std::string& line) = 0;
+  // Whether Ctrl-C came since the last ClearInterrupt.
+  virtual bool Interrupted() = 0;
+  // Forgets a Ctrl-C that has been acted on.
+  virtual void ClearInterrupt() = 0;
+};
+
+// The longest user line `cloister chat` sends.
+inline constexpr size_t kMaxChatLineSize = size_t{1} << 20;
+
+// Lines from file descriptor `fd` (not owned; it stays open) and Ctrl-C from SIGINT, whose
+// handler is installed for the life of the returned object (the previous one comes back when it
+// is destroyed); one at a time per process. Internal if the wake-up pipe or the handler cannot
+// be set up.
+absl::StatusOr<std::unique_ptr<ChatInput>> OpenChatInput(int fd);
+
+// Everything a conversation needs once its flags are checked and its session is open.
+struct ChatSetup {
+  std::unique_ptr<Client> client;
+  std::string model;
+  // The sampling, max_tokens and stop strings of every reply; no prompt (each turn adds the chat).
+  cloister::api::v1::GenerateRequest request;
+  std::string system;    // the system message; empty: none
+  bool usage = false;    // --usage
+  bool prompts = false;  // ask with "> " and greet (standard input is a terminal)
+  bool dim = false;      // the usage line in dim text (standard output is a terminal)
+};
+
+// Checks chat's flags (Usage naming the flag for a missing --model, an empty --system or a bad
+// sampling flag, as generate's), loads the connection, connects and checks that `--model` names
+// one of the caller's LLMs or a published one (Refused otherwise). Fills `setup` on success.
+Result PrepareChat(const Flags& flags, CliIo& io, ChatSetup& setup);
+// The conversation: reads lines from `input` until /exit, /quit or the end (nullopt) or Ctrl-C
+// at the prompt (kExitInterrupted, no message). A turn that fails is one line
+// "cloister chat: <reason>" on io.err and leaves the conversation as it was.
+Result RunChatLoop(ChatSetup& setup, ChatInput& input, CliIo& io);
 
 }  // namespace cloister::sdk::cli_internal
