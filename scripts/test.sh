@@ -7,6 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh -DCLOISTER_BUILD_TESTS=ON
+# The official openai npm package (pinned) for the proxy's client test; without the npm
+# registry that one case skips and says so.
+tests/integration/openai/install-openai.sh build/openai-node ||
+  echo "test.sh: openai npm package not installed; OpenAiProxyTest.TheOpenAiNpmPackageDrivesTheProxy will skip" >&2
 # The lock annotations, checked by clang 14 with -Werror=thread-safety: the trusted program
 # (cloister-enclave and every library it links), the scheduler and the receipt log, in
 # ./build-tsa (the "tsa" presets name the targets).
