@@ -149,6 +149,7 @@ struct GenerationService::Stream {
   double charged = 0;    // tokens taken from the tenant's bucket at admission
   bool added = false;    // in the Generator (its prompt counts as used)
   double execution_ns = 0;  // this sequence's share of the steps it was in
+  double kv_block_ns = 0;   // KV blocks held times the steps' wall time
   // Why the stream is being cut short (a deadline), sent once its sequence has left.
   absl::Status cut;
   bool ended = false;
@@ -379,7 +380,12 @@ void GenerationService::Step(Engine& engine) {
   }
   // The step's time, shared by the sequences that were in it.
   const double share = step_ns / static_cast<double>(std::max<size_t>(engine.running.size(), 1));
-  for (auto& [sequence, stream] : engine.running) stream->execution_ns += share;
+  for (auto& [sequence, stream] : engine.running) {
+    stream->execution_ns += share;
+    // Blocks held after the step (a finishing sequence's are already freed: it had them for
+    // the steps before).
+    stream->kv_block_ns += static_cast<double>(engine.generator->kv_blocks(sequence)) * step_ns;
+  }
   for (const llm::TokenEvent& event : *events) {
     auto it = engine.running.find(event.sequence);
     if (it == engine.running.end()) continue;
@@ -546,6 +552,7 @@ std::optional<boundary::v1::SignedUsageReceipt> GenerationService::Receipt(
   usage.set_cached_tokens(cached);
   usage.set_completion_tokens(completion);
   usage.set_execution_ns(static_cast<uint64_t>(stream.execution_ns));
+  usage.set_kv_block_ms(static_cast<uint64_t>(stream.kv_block_ns / 1e6));
   if (stream.r.model == nullptr) return std::nullopt;  // refused before a model was found
   boundary::v1::UsageReceipt receipt =
       usage_->Record(stream.r.tenant_id, stream.r.model->handle, usage);

@@ -16,6 +16,7 @@ void AddUsage(boundary::v1::UsageCounters& a, const boundary::v1::UsageCounters&
   a.set_prompt_tokens(a.prompt_tokens() + b.prompt_tokens());
   a.set_cached_tokens(a.cached_tokens() + b.cached_tokens());
   a.set_completion_tokens(a.completion_tokens() + b.completion_tokens());
+  a.set_kv_block_ms(a.kv_block_ms() + b.kv_block_ms());
 }
 
 UsageLedger::UsageLedger(Bytes signing_public_key, std::string pcie_mode, Clock* clock)

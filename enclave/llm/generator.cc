@@ -198,6 +198,10 @@ class Generator::Impl {
     for (auto& [key, entry] : by_key) out.push_back(std::move(entry));
     return out;
   }
+  int64_t kv_blocks(uint64_t sequence) const {
+    auto it = sequences_.find(sequence);
+    return it == sequences_.end() ? 0 : static_cast<int64_t>(it->second->blocks.size());
+  }
   int32_t kv_blocks_total() const { return engine_->num_blocks(); }
   int32_t block_size() const { return options_.block_size; }
   void set_prefill_cap(int32_t tokens) { prefill_cap_ = tokens; }
@@ -585,6 +589,7 @@ double Generator::tenant_service(const std::string& tenant) const {
 int64_t Generator::preemptions() const { return impl_->preemptions(); }
 std::vector<Generator::Occupancy> Generator::occupancy() const { return impl_->occupancy(); }
 int32_t Generator::kv_blocks_total() const { return impl_->kv_blocks_total(); }
+int64_t Generator::kv_blocks(uint64_t sequence) const { return impl_->kv_blocks(sequence); }
 int32_t Generator::block_size() const { return impl_->block_size(); }
 std::optional<Generator::Rank> Generator::next_rank() const { return impl_->next_rank(); }
 void Generator::set_prefill_cap(int32_t tokens) { impl_->set_prefill_cap(tokens); }

@@ -147,6 +147,8 @@ class Generator {
     int64_t kv_blocks = 0;
   };
   std::vector<Occupancy> occupancy() const;
+  // The KV blocks sequence `sequence` holds now (0 for one waiting, finished or unknown).
+  int64_t kv_blocks(uint64_t sequence) const;
   // The KV cache's blocks in all, and the tokens one holds.
   int32_t kv_blocks_total() const;
   int32_t block_size() const;

@@ -194,7 +194,8 @@ int Receipts(const Flags& flags) {
                                    {"sequences", counters.sequences()},
                                    {"prompt_tokens", counters.prompt_tokens()},
                                    {"cached_tokens", counters.cached_tokens()},
-                                   {"completion_tokens", counters.completion_tokens()}});
+                                   {"completion_tokens", counters.completion_tokens()},
+                                   {"kv_block_ms", counters.kv_block_ms()}});
       }
     } else {
       out["error"] = std::string(audit.status().message());
@@ -223,9 +224,10 @@ int Receipts(const Flags& flags) {
         if (counters.sequences() > 0) {
           // Generation: the tokens the enclave counted for this tenant and model.
           std::cout << absl::StrFormat(
-              "%-16s %-32s %8s sequences %d, tokens: prompt %d (cached %d), completion %d\n", "",
-              "", "", counters.sequences(), counters.prompt_tokens(), counters.cached_tokens(),
-              counters.completion_tokens());
+              "%-16s %-32s %8s sequences %d, tokens: prompt %d (cached %d), completion %d, KV "
+              "%.1f block-seconds\n",
+              "", "", "", counters.sequences(), counters.prompt_tokens(), counters.cached_tokens(),
+              counters.completion_tokens(), counters.kv_block_ms() / 1e3);
         }
       }
     }

@@ -38,6 +38,7 @@ UsageCounters Sum(const UsageCounters& a, const UsageCounters& b) {
   sum.set_prompt_tokens(a.prompt_tokens() + b.prompt_tokens());
   sum.set_cached_tokens(a.cached_tokens() + b.cached_tokens());
   sum.set_completion_tokens(a.completion_tokens() + b.completion_tokens());
+  sum.set_kv_block_ms(a.kv_block_ms() + b.kv_block_ms());
   return sum;
 }
 

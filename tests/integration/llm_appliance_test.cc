@@ -141,6 +141,8 @@ TEST_F(LlmApplianceTest, TheCliGeneratesEveryReferencePromptExactly) {
   ASSERT_EQ(totals["usage"].size(), 1u) << audit.out;
   EXPECT_EQ(totals["usage"][0]["sequences"].get<size_t>(), references_["prompts"].size() + 1);
   EXPECT_EQ(totals["usage"][0]["completion_tokens"].get<size_t>(), completion);
+  // The KV memory held over time is summed too (a figure, present for every tenant and model).
+  EXPECT_TRUE(totals["usage"][0].contains("kv_block_ms")) << audit.out;
 }
 
 // The operator's token cap reaches the enclave, which refuses a request over it in a sealed

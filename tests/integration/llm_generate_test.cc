@@ -331,6 +331,24 @@ TEST_F(LlmGenerateTest, AFixedCadenceSendsOneChunkPerInterval) {
   EXPECT_THAT(refused.chunks[0].message(), HasSubstr("shape.interval_ms 5 is out of range"));
 }
 
+// The receipt charges the KV memory a stream held over time (block-milliseconds): a long stream
+// holds blocks for many steps.
+TEST_F(LlmGenerateTest, TheReceiptCountsKvBlockTime) {
+  api::v1::GenerateRequest request;
+  request.set_text("The meaning of life");
+  request.set_max_tokens(300);
+  request.set_ignore_eos(true);
+  request.mutable_sampling()->set_temperature(0);
+  Stream stream = Read(360, Send(360, request));
+  ASSERT_FALSE(stream.chunks.empty());
+  const api::v1::GenerateChunk& last = stream.chunks.back();
+  ASSERT_EQ(last.code(), 0) << last.message();
+  boundary::v1::UsageReceipt receipt;
+  ASSERT_TRUE(receipt.ParseFromString(last.receipt()));
+  EXPECT_EQ(receipt.batch().completion_tokens(), 300u);
+  EXPECT_GT(receipt.batch().kv_block_ms(), 0u);
+}
+
 TEST_F(LlmGenerateTest, CancelEndsTheStreamAsCancelled) {
   api::v1::GenerateRequest request;
   request.set_text("The meaning of life");
