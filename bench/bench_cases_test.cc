@@ -13,6 +13,7 @@
 #include "bench/chaos.h"
 #include "bench/llm_broker_efficiency.h"
 #include "bench/coalescing.h"
+#include "bench/proxy_overhead.h"
 #include "bench/tenant_isolation.h"
 #include "gtest/gtest.h"
 #include "tests/support/process.h"
@@ -283,6 +284,64 @@ TEST(Coalescing, RunsThroughTheRealPath) {
   options.mode = "off";
   options.payload_sizes = {0};
   EXPECT_FALSE(ParseCoalescingFlags({"--payloads", "0"}, options).ok());
+}
+
+TEST(ProxyOverhead, FlagsAndTheirLimits) {
+  auto defaults = ParseProxyOverheadFlags({}, ProxyOverheadOptions{});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->concurrency, (std::vector<int>{1, 16}));
+  EXPECT_EQ(defaults->max_tokens, 64);
+  EXPECT_EQ(defaults->rounds, 3);
+  auto options = ParseProxyOverheadFlags(
+      {"--concurrency", "2,8", "--max-tokens=16", "--rounds", "1", "--json", "--cloister", "/x"},
+      ProxyOverheadOptions{});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->concurrency, (std::vector<int>{2, 8}));
+  EXPECT_EQ(options->max_tokens, 16);
+  EXPECT_EQ(options->rounds, 1);
+  EXPECT_TRUE(options->json);
+  EXPECT_EQ(options->cloister, "/x");
+  // A bad --concurrency is refused, saying which flag.
+  for (const char* bad : {"0", "-1", "abc", "1,,2", ""}) {
+    auto refused = ParseProxyOverheadFlags({"--concurrency", bad}, ProxyOverheadOptions{});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("--concurrency"), std::string::npos)
+        << refused.status();
+  }
+  auto too_many = ParseProxyOverheadFlags({"--concurrency", "1,65"}, ProxyOverheadOptions{});
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().message(),
+            "--concurrency 65 is above 64 (cloisterd's default max_generations per tenant)");
+  EXPECT_FALSE(ParseProxyOverheadFlags({"--max-tokens", "0"}, ProxyOverheadOptions{}).ok());
+  EXPECT_FALSE(ParseProxyOverheadFlags({"--rounds", "0"}, ProxyOverheadOptions{}).ok());
+  EXPECT_FALSE(ParseProxyOverheadFlags({"--bogus"}, ProxyOverheadOptions{}).ok());
+}
+
+TEST(ProxyOverhead, JsonLineAndTableCarryTheRatios) {
+  ProxyOverheadLine line;
+  line.model = "tiny-llama";
+  line.concurrency = 16;
+  line.max_tokens = 64;
+  line.rounds = 3;
+  line.sdk_tokens = 3072;
+  line.sdk_seconds = 2;  // 1536 tokens/s
+  line.proxy_tokens = 3072;
+  line.proxy_seconds = 2.5;  // 1228.8 tokens/s
+  line.ttft_p50_ms_sdk = 9;
+  line.ttft_p50_ms_proxy = 10;
+  line.texts_match = true;
+  nlohmann::json json = nlohmann::json::parse(ProxyOverheadJsonLine(line));
+  EXPECT_EQ(json["case"], "proxy-overhead");
+  EXPECT_EQ(json["concurrency"], 16);
+  EXPECT_DOUBLE_EQ(json["tokens_per_s_sdk"].get<double>(), 1536);
+  EXPECT_DOUBLE_EQ(json["tokens_per_s_proxy"].get<double>(), 1228.8);
+  EXPECT_DOUBLE_EQ(json["tokens_per_s_ratio"].get<double>(), 0.8);
+  EXPECT_DOUBLE_EQ(json["ttft_p50_ratio"].get<double>(), 0.9);
+  EXPECT_EQ(json["texts_match"], true);
+  const std::string table = ProxyOverheadTable({line});
+  EXPECT_NE(table.find("0.800"), std::string::npos) << table;
+  EXPECT_NE(table.find("0.900"), std::string::npos) << table;
+  EXPECT_NE(table.find("match"), std::string::npos) << table;
 }
 
 }  // namespace

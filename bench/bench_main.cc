@@ -15,6 +15,7 @@
 //   cloister-bench llm-cc-tax [--json] [--concurrency 1,8,32] [--requests N] ...
 //   cloister-bench llm-broker-efficiency [--json] [--concurrency N] [--max-tokens N] ...
 //   cloister-bench llm-noisy-neighbour [--json] [--rate N] [--duration-ms N] ...
+//   cloister-bench proxy-overhead [--json] [--concurrency 1,16] [--max-tokens N] ...
 //
 // OpenBLAS picks its kernels when it loads, from the CPU model, and falls back to generic SSE3
 // kernels in VMs whose CPU it does not recognise (see deploy/README.md). The deployed enclave sets
@@ -48,6 +49,7 @@
 #include "bench/llm_noisy_neighbour.h"
 #include "bench/llm_vs_llamacpp.h"
 #include "bench/ort_peer.h"
+#include "bench/proxy_overhead.h"
 #include "bench/runtime_vs_ort.h"
 #include "bench/scheduler_overhead.h"
 #include "bench/tenant_isolation.h"
@@ -92,6 +94,7 @@ void PrintUsage(std::FILE* to) {
   absl::FPrintF(to, "  llm-cc-tax       %s", LlmCcTaxUsage());
   absl::FPrintF(to, "  llm-broker-efficiency %s", LlmBrokerEfficiencyUsage());
   absl::FPrintF(to, "  llm-noisy-neighbour %s", LlmNoisyNeighbourUsage());
+  absl::FPrintF(to, "  proxy-overhead   %s", ProxyOverheadUsage());
 }
 
 int LlmNoisyNeighbourMain(const std::vector<std::string>& args) {
@@ -132,6 +135,29 @@ int LlmBrokerEfficiencyMain(const std::vector<std::string>& args) {
   auto result = RunLlmBrokerEfficiency(*options, stdout, stderr);
   if (!result.ok()) {
     absl::FPrintF(stderr, "cloister-bench llm-broker-efficiency: %s\n", result.status().message());
+    return kExitFailure;
+  }
+  return 0;
+}
+
+int ProxyOverheadMain(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    absl::FPrintF(stdout, "%s", ProxyOverheadUsage());
+    return 0;
+  }
+  ProxyOverheadOptions defaults;
+  defaults.models_dir = CLOISTER_BENCH_MODELS_DIR;
+  defaults.cloisterd = CLOISTER_BENCH_CLOISTERD;
+  defaults.cloister = CLOISTER_BENCH_CLI;
+  auto options = ParseProxyOverheadFlags(args, defaults);
+  if (!options.ok()) {
+    absl::FPrintF(stderr, "cloister-bench proxy-overhead: %s (see --help)\n",
+                  options.status().message());
+    return kExitFailure;
+  }
+  auto lines = RunProxyOverhead(*options, stdout, stderr);
+  if (!lines.ok()) {
+    absl::FPrintF(stderr, "cloister-bench proxy-overhead: %s\n", lines.status().message());
     return kExitFailure;
   }
   return 0;
@@ -460,6 +486,7 @@ int main(int argc, char** argv) {
     return cloister::bench::LlmBrokerEfficiencyMain(args);
   }
   if (subcommand == "llm-noisy-neighbour") return cloister::bench::LlmNoisyNeighbourMain(args);
+  if (subcommand == "proxy-overhead") return cloister::bench::ProxyOverheadMain(args);
   absl::FPrintF(stderr, "cloister-bench: unknown subcommand %s (see --help)\n", subcommand);
   return cloister::bench::kExitFailure;
 }
