@@ -137,6 +137,13 @@ wait_listening() {
 
 now() { "$python" -c 'import time; print(time.time())'; }
 
+# logs_have CONTAINER TEXT: whether the container's logs hold TEXT (read whole: with pipefail,
+# `podman logs | grep -q` fails when grep stops reading early).
+logs_have() {
+  podman logs "$1" >"$work/logs.tmp" 2>&1
+  grep -qF -- "$2" "$work/logs.tmp"
+}
+
 cls_model="$shared/models/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx"
 cls_data="$shared/models/testdata/ch_ppocr_mobile_v2.0_cls/test_data_set_0"
 tiny="$shared/models/llm/tiny-llama"
@@ -281,7 +288,7 @@ code="$(podman inspect --format '{{.State.ExitCode}}' "$c_a")"
 [ "$code" = 0 ] || fail "cloisterd exited with $code after SIGTERM: $(podman logs "$c_a" 2>&1 | tail -n 5)"
 for event in '"event":"shutting_down","signal":15' '"event":"enclave_worker_stopped"' \
              '"event":"stopped","exit_code":0'; do
-  podman logs "$c_a" 2>&1 | grep -qF "$event" || fail "no $event line in the logs after SIGTERM"
+  logs_have "$c_a" "$event" || fail "no $event line in the logs after SIGTERM"
 done
 t0="$(now)"
 run podman start "$c_a" >/dev/null
@@ -324,7 +331,7 @@ until podman healthcheck run "$c_k" >/dev/null 2>&1; do
   [ $SECONDS -lt $deadline ] || fail "the probe of $c_k never answered: $(podman healthcheck run "$c_k" 2>&1)"
   sleep 1
 done
-podman logs "$c_k" 2>&1 | grep -q 'cloisterd listening on 0.0.0.0:7700' \
+logs_have "$c_k" 'cloisterd listening on 0.0.0.0:7700' \
   || fail "cloisterd in the pod is not on the ConfigMap's address: $(podman logs "$c_k" 2>&1 | tail -n 3)"
 run podman cp "$c_k:/var/lib/cloister/dev-policy.yaml" "$work/kube-policy.yaml" >/dev/null
 printf 'test' >"$work/acme.token"
