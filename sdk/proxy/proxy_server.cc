@@ -287,11 +287,17 @@ class ProxyServer::Impl {
               batch.swap(state->events);
               finished = state->finished;
             }
-            for (const std::string& event : batch) {
-              if (!sink.write(event.data(), event.size())) {
-                state->cancel = true;  // the caller went away: the generation stops
-                return false;
-              }
+            // The events that piled up while the last write was under way go out as one
+            // chunk: one write (and one HTTP chunk) instead of one per token.
+            std::string out;
+            if (batch.size() == 1) {
+              out = std::move(batch.front());
+            } else {
+              for (const std::string& event : batch) out += event;
+            }
+            if (!out.empty() && !sink.write(out.data(), out.size())) {
+              state->cancel = true;  // the caller went away: the generation stops
+              return false;
             }
             if (finished) {
               sink.done();
