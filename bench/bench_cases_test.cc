@@ -315,6 +315,14 @@ TEST(ProxyOverhead, FlagsAndTheirLimits) {
   EXPECT_FALSE(ParseProxyOverheadFlags({"--max-tokens", "0"}, ProxyOverheadOptions{}).ok());
   EXPECT_FALSE(ParseProxyOverheadFlags({"--rounds", "0"}, ProxyOverheadOptions{}).ok());
   EXPECT_FALSE(ParseProxyOverheadFlags({"--bogus"}, ProxyOverheadOptions{}).ok());
+  EXPECT_EQ(defaults->tokens_per_chunk, 0);
+  auto chunked = ParseProxyOverheadFlags({"--tokens-per-chunk", "8"}, ProxyOverheadOptions{});
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  EXPECT_EQ(chunked->tokens_per_chunk, 8);
+  EXPECT_FALSE(ParseProxyOverheadFlags({"--tokens-per-chunk", "0"}, ProxyOverheadOptions{}).ok());
+  auto huge = ParseProxyOverheadFlags({"--tokens-per-chunk", "5000"}, ProxyOverheadOptions{});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().message(), "--tokens-per-chunk 5000 is above 4096");
 }
 
 TEST(ProxyOverhead, JsonLineAndTableCarryTheRatios) {

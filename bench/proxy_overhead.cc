@@ -88,12 +88,14 @@ double MillisecondsSince(Clock::time_point start) {
 }
 
 // One stream through the SDK.
-absl::StatusOr<Stream> SdkStream(sdk::Client& client, int stream, int max_tokens) {
+absl::StatusOr<Stream> SdkStream(sdk::Client& client, int stream, int max_tokens,
+                                 int tokens_per_chunk) {
   api::v1::GenerateRequest request;
   request.set_text(PromptOf(stream));
   request.mutable_sampling()->set_temperature(0);
   request.set_max_tokens(max_tokens);
   request.set_ignore_eos(true);
+  if (tokens_per_chunk > 1) request.mutable_shape()->set_tokens_per_chunk(tokens_per_chunk);
   Stream result;
   bool first = true;
   const Clock::time_point start = Clock::now();
@@ -182,11 +184,13 @@ class SseReader {
 };
 
 // One stream through the proxy: POST /v1/completions, streamed.
-absl::StatusOr<Stream> ProxyStream(httplib::Client& http, int stream, int max_tokens) {
+absl::StatusOr<Stream> ProxyStream(httplib::Client& http, int stream, int max_tokens,
+                                   int tokens_per_chunk) {
   nlohmann::json body = {{"model", kModelName},      {"prompt", PromptOf(stream)},
                          {"max_tokens", max_tokens}, {"temperature", 0},
                          {"ignore_eos", true},  // vLLM's extension, which the proxy honours
                          {"stream", true},           {"stream_options", {{"include_usage", true}}}};
+  if (tokens_per_chunk > 1) body["stream_options"]["tokens_per_chunk"] = tokens_per_chunk;
   httplib::Request request;
   request.method = "POST";
   request.path = "/v1/completions";
@@ -274,7 +278,13 @@ absl::StatusOr<ProxyOverheadOptions> ParseProxyOverheadFlags(const std::vector<s
                                     {"--cloister", StringFlag{&options.cloister, {}}},
                                     {"--concurrency", IntListFlag{&options.concurrency, 1}},
                                     {"--max-tokens", IntFlag{&options.max_tokens, 1}},
-                                    {"--rounds", IntFlag{&options.rounds, 1}}}));
+                                    {"--rounds", IntFlag{&options.rounds, 1}},
+                                    {"--tokens-per-chunk",
+                                     IntFlag{&options.tokens_per_chunk, 1}}}));
+  if (options.tokens_per_chunk > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tokens-per-chunk ", options.tokens_per_chunk, " is above 4096"));
+  }
   for (int concurrency : options.concurrency) {
     if (concurrency > kMaxConcurrency) {
       return absl::InvalidArgumentError(
@@ -289,6 +299,7 @@ std::string ProxyOverheadUsage() {
   return "streamed generation through `cloister proxy` over the SDK called directly, one\n"
          "                   real cloisterd [--json] [--concurrency 1,16] [--max-tokens N (64)]\n"
          "                   [--rounds N (3)] [--model-dir DIR (default: the tiny model)]\n"
+         "                   [--tokens-per-chunk N (1: every token its own chunk)]\n"
          "                   [--cloisterd PATH] [--cloister PATH] [--models-dir DIR]\n";
 }
 
@@ -299,6 +310,7 @@ std::string ProxyOverheadJsonLine(const ProxyOverheadLine& line) {
   json["concurrency"] = line.concurrency;
   json["max_tokens"] = line.max_tokens;
   json["rounds"] = line.rounds;
+  json["tokens_per_chunk"] = std::max(line.tokens_per_chunk, 1);
   json["tokens_per_s_sdk"] = line.tokens_per_s_sdk();
   json["tokens_per_s_proxy"] = line.tokens_per_s_proxy();
   json["tokens_per_s_ratio"] = line.tokens_per_s_ratio();
@@ -418,8 +430,12 @@ absl::StatusOr<std::vector<ProxyOverheadLine>> RunProxyOverhead(const ProxyOverh
     http->set_read_timeout(kReadTimeoutSeconds, 0);
     https.push_back(std::move(http));
   }
-  auto sdk_run = [&](int i) { return SdkStream(*clients[i], i, options.max_tokens); };
-  auto proxy_run = [&](int i) { return ProxyStream(*https[i], i, options.max_tokens); };
+  auto sdk_run = [&](int i) {
+    return SdkStream(*clients[i], i, options.max_tokens, options.tokens_per_chunk);
+  };
+  auto proxy_run = [&](int i) {
+    return ProxyStream(*https[i], i, options.max_tokens, options.tokens_per_chunk);
+  };
 
   std::vector<ProxyOverheadLine> lines;
   for (int concurrency : options.concurrency) {
@@ -428,6 +444,7 @@ absl::StatusOr<std::vector<ProxyOverheadLine>> RunProxyOverhead(const ProxyOverh
     line.concurrency = concurrency;
     line.max_tokens = options.max_tokens;
     line.rounds = options.rounds;
+    line.tokens_per_chunk = options.tokens_per_chunk;
     // Untimed warm-up of both sides, and the greedy texts compared stream by stream.
     double seconds = 0;
     ASSIGN_OR_RETURN(std::vector<Stream> sdk_warm, Round(concurrency, sdk_run, seconds));
@@ -483,8 +500,9 @@ absl::StatusOr<std::vector<ProxyOverheadLine>> RunProxyOverhead(const ProxyOverh
     absl::FPrintF(log, "cloister proxy exited with status %d on SIGTERM\n", proxy_exit);
   }
   if (!options.json) {
-    absl::FPrintF(out, "proxy-overhead %s, %d tokens each, %d rounds\n%s", model,
-                  options.max_tokens, options.rounds, ProxyOverheadTable(lines));
+    absl::FPrintF(out, "proxy-overhead %s, %d tokens each, %d rounds, %d token(s) per chunk\n%s",
+                  model, options.max_tokens, options.rounds, std::max(options.tokens_per_chunk, 1),
+                  ProxyOverheadTable(lines));
   }
   return lines;
 }

@@ -33,6 +33,9 @@ struct ProxyOverheadOptions {
   std::vector<int> concurrency = {1, 16};
   int max_tokens = 64;
   int rounds = 3;
+  // Above 1: both sides ask the enclave for chunks of this many tokens (StreamShape; through
+  // the proxy as stream_options.tokens_per_chunk), so the relay's per-chunk cost is shared.
+  int tokens_per_chunk = 0;
   bool json = false;
 };
 
@@ -42,6 +45,7 @@ struct ProxyOverheadLine {
   int concurrency = 0;
   int max_tokens = 0;
   int rounds = 0;
+  int tokens_per_chunk = 0;
   double sdk_tokens = 0, sdk_seconds = 0;
   double proxy_tokens = 0, proxy_seconds = 0;
   double ttft_p50_ms_sdk = 0, ttft_p50_ms_proxy = 0;

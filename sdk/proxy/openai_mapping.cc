@@ -332,6 +332,31 @@ absl::Status ParseSampling(const json& body, GenerationCall& call) {
       }
       call.include_usage = usage->get<bool>();
     }
+    // Cloister's own: the enclave's stream shaping (api.proto StreamShape), so that an OpenAI
+    // client can ask for fewer events or a fixed cadence (chunk times that say nothing about
+    // when tokens came) and a padding size.
+    api::StreamShape* shape = call.request.mutable_shape();
+    struct ShapeField {
+      const char* key;
+      const char* param;
+      int64_t lo, hi;
+      void (api::StreamShape::*set)(uint32_t);
+    };
+    for (const ShapeField& f :
+         {ShapeField{"tokens_per_chunk", "stream_options.tokens_per_chunk", 1, 4096,
+                     &api::StreamShape::set_tokens_per_chunk},
+          ShapeField{"interval_ms", "stream_options.interval_ms", 10, 10000,
+                     &api::StreamShape::set_interval_ms},
+          ShapeField{"pad_to", "stream_options.pad_to", 1, 65536, &api::StreamShape::set_pad_to}}) {
+      const json* value = Field(*options, f.key);
+      if (value == nullptr) continue;
+      ASSIGN_OR_RETURN(int64_t n, AsInteger(f.param, *value));
+      if (n < f.lo || n > f.hi) {
+        return InvalidField(f.param, absl::StrCat(f.param, " must be ", f.lo, " to ", f.hi,
+                                                  ", got ", n));
+      }
+      (shape->*f.set)(static_cast<uint32_t>(n));
+    }
   }
   return absl::OkStatus();
 }

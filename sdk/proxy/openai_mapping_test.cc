@@ -73,6 +73,23 @@ TEST(OpenAiChatRequest, EverySamplingFieldReachesTheRequest) {
   EXPECT_TRUE(call->include_usage);
 }
 
+TEST(OpenAiChatRequest, StreamShapingOptionsReachTheEnclavesStreamShape) {
+  absl::StatusOr<GenerationCall> call = ParseChatCompletionRequest(Chat(
+      R"("stream": true, "stream_options": {"tokens_per_chunk": 8, "interval_ms": 50,
+                                            "pad_to": 512})"));
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->request.shape().tokens_per_chunk(), 8u);
+  EXPECT_EQ(call->request.shape().interval_ms(), 50u);
+  EXPECT_EQ(call->request.shape().pad_to(), 512u);
+
+  call = ParseCompletionRequest(
+      R"({"model": "tiny", "prompt": "x", "stream": true, "stream_options": {"tokens_per_chunk": 4}})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->request.shape().tokens_per_chunk(), 4u);
+  EXPECT_EQ(call->request.shape().interval_ms(), 0u);  // the enclave's defaults stay
+  EXPECT_EQ(call->request.shape().pad_to(), 0u);
+}
+
 TEST(OpenAiChatRequest, SmallShapesOfTheFieldsAreAccepted) {
   absl::StatusOr<GenerationCall> call = ParseChatCompletionRequest(
       R"({"model": "tiny", "messages": [
@@ -168,6 +185,16 @@ TEST(OpenAiChatRequest, EveryBadFieldIsRefusedByName) {
       {Chat(R"("stream": true, "stream_options": 1)"), "stream_options", "must be an object"},
       {Chat(R"("stream": true, "stream_options": {"include_usage": 1})"),
        "stream_options.include_usage", "must be a boolean"},
+      {Chat(R"("stream": true, "stream_options": {"tokens_per_chunk": 0})"),
+       "stream_options.tokens_per_chunk", "must be 1 to 4096, got 0"},
+      {Chat(R"("stream": true, "stream_options": {"tokens_per_chunk": "8"})"),
+       "stream_options.tokens_per_chunk", "must be an integer"},
+      {Chat(R"("stream": true, "stream_options": {"interval_ms": 5})"),
+       "stream_options.interval_ms", "must be 10 to 10000, got 5"},
+      {Chat(R"("stream": true, "stream_options": {"pad_to": 70000})"),
+       "stream_options.pad_to", "must be 1 to 65536, got 70000"},
+      {Chat(R"("stream": true, "stream_options": {"interval_ms": 2.5})"),
+       "stream_options.interval_ms", "must be an integer"},
       {Chat(R"("max_tokens": 0)"), "max_tokens", "at least 1"},
       {Chat(R"("max_completion_tokens": -1)"), "max_completion_tokens", "at least 1"},
       {Chat(R"("max_tokens": "5")"), "max_tokens", "must be an integer"},

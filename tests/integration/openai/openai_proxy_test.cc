@@ -406,6 +406,48 @@ TEST_F(OpenAiProxyTest, CurlGetsTheModelsAndTheReferenceGenerations) {
   EXPECT_EQ(text_completion.doc["choices"][0]["text"], plain["generated_text"]);
 }
 
+// stream_options.tokens_per_chunk (Cloister's own) reaches the enclave's stream shaping: the
+// same text in fewer events.
+TEST_F(OpenAiProxyTest, StreamOptionsShapeTheEnclavesChunks) {
+  const json& chat = FirstOfKind("chat");
+  const size_t generated = chat["generated_ids"].size();
+  auto content_events = [&](const json& options, std::string& text) {
+    json body = {{"model", "tiny"},     {"messages", chat["messages"]}, {"temperature", 0},
+                 {"max_tokens", 64},    {"stream", true}};
+    if (!options.is_null()) body["stream_options"] = options;
+    Http stream = Request("POST", "/v1/chat/completions", body.dump());
+    EXPECT_EQ(stream.status, 200) << stream.body;
+    size_t count = 0;
+    for (absl::string_view event : absl::StrSplit(stream.body, "\n\n", absl::SkipEmpty())) {
+      if (event == "data: [DONE]" || !absl::StartsWith(event, "data: ")) continue;
+      json doc = json::parse(event.substr(6));
+      for (const json& choice : doc["choices"]) {
+        if (choice["delta"].contains("content") &&
+            !choice["delta"]["content"].get<std::string>().empty()) {
+          text += choice["delta"]["content"].get<std::string>();
+          ++count;
+        }
+      }
+    }
+    return count;
+  };
+  std::string every_token, by_eight;
+  const size_t events_every_token = content_events(nullptr, every_token);
+  const size_t events_by_eight = content_events({{"tokens_per_chunk", 8}}, by_eight);
+  EXPECT_EQ(every_token, chat["generated_text"]);
+  EXPECT_EQ(by_eight, chat["generated_text"]);
+  EXPECT_GT(events_every_token, generated / 2) << "about one event per token";
+  EXPECT_LE(events_by_eight, (generated + 7) / 8 + 1) << "at most one event per 8 tokens";
+
+  // A bad value is a 400 naming the field, before anything is generated.
+  Http bad = Request("POST", "/v1/chat/completions",
+                     json({{"model", "tiny"}, {"messages", chat["messages"]}, {"stream", true},
+                           {"stream_options", {{"interval_ms", 3}}}})
+                         .dump());
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(bad.doc["error"]["param"], "stream_options.interval_ms") << bad.body;
+}
+
 TEST_F(OpenAiProxyTest, EveryErrorIsAnOpenAiErrorObject) {
   // No key, a wrong key.
   ExpectError(Request("GET", "/v1/models", "", "acme", ""), 401, "invalid_api_key");
