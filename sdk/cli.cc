@@ -41,6 +41,8 @@ connection flags (each falls back to an environment variable):
                        several comma-separated (a:7700,b:7700): the first that attests
                        holds the session; the next takes over when it goes down (models
                        are per node: upload them to each)
+  --spread             with several servers, start from the one your identity key picks
+                       (the same list spreads tenants over the nodes)   CLOISTER_SPREAD=1
   --policy FILE        attestation policy    CLOISTER_POLICY
   --tenant ID          tenant id             CLOISTER_TENANT
   --token-file FILE    file with API token   CLOISTER_TOKEN_FILE

@@ -28,6 +28,7 @@ constexpr FlagSpec kConnectionFlags[] = {
     {"token-file", FlagKind::kValue}, {"key", FlagKind::kValue},    {"timeout", FlagKind::kValue},
     {"ca", FlagKind::kValue},         {"client-cert", FlagKind::kValue},
     {"client-key", FlagKind::kValue}, {"tls-server-name", FlagKind::kValue},
+    {"spread", FlagKind::kBool},
 };
 
 std::string UnknownFlag(const Subcommand& sub, absl::string_view flag) {
@@ -126,6 +127,16 @@ absl::StatusOr<ClientOptions> LoadConnection(const Flags& flags, const CliIo& io
   ClientOptions options;
   options.server = *Setting(flags, io, "server", "CLOISTER_SERVER", kDefaultServer);
   RETURN_IF_ERROR(ParseServerList(options.server).status());
+  if (flags.Has("spread")) {
+    options.spread_endpoints = true;
+  } else if (auto it = io.env.find("CLOISTER_SPREAD"); it != io.env.end() && !it->second.empty()) {
+    if (it->second == "1" || it->second == "true") {
+      options.spread_endpoints = true;
+    } else if (it->second != "0" && it->second != "false") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CLOISTER_SPREAD must be 1, true, 0 or false, not '", it->second, "'"));
+    }
+  }
   ASSIGN_OR_RETURN(options.tenant_id,
                    RequiredSetting(flags, io, "tenant", "CLOISTER_TENANT", "tenant id"));
   // A tenant bound to client certificates may connect with its certificate alone.

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -259,6 +260,15 @@ TEST_F(CliTest, MissingConnectionSettingsAreUsageErrors) {
 
   CliRun bad_timeout = Run({"models", "--timeout", "soon"});
   EXPECT_EQ(bad_timeout.exit_code, kExitUsage);
+
+  // CLOISTER_SPREAD takes 1/true/0/false; anything else is a one-line usage error.
+  env_["CLOISTER_SPREAD"] = "sometimes";
+  CliRun bad_spread = Run({"models"});
+  EXPECT_EQ(bad_spread.exit_code, kExitUsage);
+  EXPECT_THAT(bad_spread.err,
+              HasSubstr("CLOISTER_SPREAD must be 1, true, 0 or false, not 'sometimes'"));
+  EXPECT_EQ(std::count(bad_spread.err.begin(), bad_spread.err.end(), '\n'), 1) << bad_spread.err;
+  env_.erase("CLOISTER_SPREAD");
 }
 
 TEST_F(CliTest, KeyProblemsAreUsageErrors) {

@@ -19,6 +19,7 @@
 #include "base/file.h"
 #include "base/secret_bytes.h"
 #include "base/status.h"
+#include "crypto/hash.h"
 #include "crypto/model_handle.h"
 #include "crypto/random.h"
 #include "proto/error_reason.h"
@@ -255,6 +256,14 @@ Client::Client(ClientOptions options, std::shared_ptr<const TenantIdentity> iden
 
 Client::~Client() = default;
 
+size_t SpreadStart(const Bytes& identity_public_key, size_t endpoints) {
+  if (endpoints <= 1) return 0;
+  const Bytes digest = crypto::Sha256(identity_public_key);
+  uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value = (value << 8) | digest[i];
+  return static_cast<size_t>(value % endpoints);
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options,
                                                         attest::Verdict* verdict_out) {
   RETURN_IF_ERROR(CheckConnectionOptions(options));
@@ -269,12 +278,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   ASSIGN_OR_RETURN(attest_pb::Policy policy, ResolvePolicy(options));
   ASSIGN_OR_RETURN(std::vector<std::string> servers, ParseServerList(options.server));
   std::vector<Endpoint> endpoints;
-  std::vector<size_t> order;
   for (std::string& server : servers) {
     ASSIGN_OR_RETURN(std::unique_ptr<api::Cloister::Stub> stub, MakeStub(options, server));
-    order.push_back(endpoints.size());
     endpoints.push_back(Endpoint{std::move(server), std::move(stub)});
   }
+  const size_t start =
+      options.spread_endpoints ? SpreadStart(identity->public_key(), endpoints.size()) : 0;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < endpoints.size(); ++i) order.push_back((start + i) % endpoints.size());
   std::unique_ptr<Client> client(
       new Client(options, std::move(identity), std::move(policy), std::move(endpoints)));
   {

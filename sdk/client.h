@@ -11,8 +11,9 @@
 // (the session is encrypted end to end regardless, but the API token travels in the clear).
 //
 // Several endpoints: ClientOptions::server may list several cloisterd nodes, comma-separated
-// ("a.example:7700,b.example:7700"). Connect tries them in the order given (shuffle the list
-// yourself to spread tenants) and opens the session on the first one whose attestation passes;
+// ("a.example:7700,b.example:7700"). Connect tries them in the order given (or, with
+// spread_endpoints, from a start that the identity key picks) and opens the session on the
+// first one whose attestation passes;
 // every call of that session goes to that node, and a session replaced because it expires is
 // replaced on that node too. When the node becomes unavailable (a new session cannot be opened
 // there because it refuses connections or does not answer in time, or an idempotent call is
@@ -67,6 +68,11 @@ struct ClientOptions {
   // cloisterd to connect to: HOST:PORT (IPv6 as [ADDR]:PORT), or a gRPC target with a scheme
   // (unix:/path, dns:///host:port); several comma-separated for failover (see above).
   std::string server = kDefaultServer;
+  // With several endpoints: start from the one chosen by the identity key (its SHA-256,
+  // modulo the number of endpoints) instead of the first, then go on in list order, wrapping.
+  // One list given to every tenant then spreads them over the nodes, and a tenant comes back
+  // to the same node (where its uploads are) each time it connects.
+  bool spread_endpoints = false;
   std::string tenant_id;
   std::string token;  // the tenant's API token (not a file name)
 
@@ -120,6 +126,11 @@ using GenerateCancelled = std::function<bool()>;
 // Splits ClientOptions::server into its endpoints. InvalidArgument naming the bad entry for
 // an empty list or entry, whitespace, a missing or out-of-range port, or a repeated endpoint.
 absl::StatusOr<std::vector<std::string>> ParseServerList(absl::string_view server);
+
+// The endpoint index that ClientOptions::spread_endpoints starts from for this identity:
+// the first 8 bytes of the SHA-256 of its public key, big-endian, modulo `endpoints` (0 for
+// one endpoint or none).
+size_t SpreadStart(const Bytes& identity_public_key, size_t endpoints);
 
 // Only attests: fetches evidence with a fresh random nonce and verifies it against the
 // policy. With several endpoints, attests the first one that can be reached. Returns the

@@ -2,6 +2,8 @@
 // the server list, connecting past endpoints that are down or fail attestation, sessions that
 // stay on their node, and failover.
 #include <atomic>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -110,6 +112,60 @@ TEST_F(ClientTest, NoUsableEndpointNamesEachFailure) {
   options.server = absl::StrCat(closed, ",", ClosedAddress());
   EXPECT_EQ(Client::Connect(options).status().code(), absl::StatusCode::kUnavailable);
   impostor.server->Shutdown();
+}
+
+TEST(SpreadStartTest, KeysPickEveryStartAndAlwaysTheSameOne) {
+  EXPECT_EQ(SpreadStart(Bytes(32, 7), 0), 0u);
+  EXPECT_EQ(SpreadStart(Bytes(32, 7), 1), 0u);
+  std::set<size_t> starts;
+  for (int i = 0; i < 64; ++i) {
+    TenantIdentity identity = TenantIdentity::Generate();
+    const size_t start = SpreadStart(identity.public_key(), 3);
+    ASSERT_LT(start, 3u);
+    EXPECT_EQ(SpreadStart(identity.public_key(), 3), start);  // the same key, the same node
+    starts.insert(start);
+  }
+  EXPECT_EQ(starts.size(), 3u) << "64 keys should reach each of 3 nodes";
+}
+
+// spread_endpoints: one list, two tenants' keys, one node each; without it, both on the first.
+TEST_F(ClientTest, SpreadEndpointsPutsTenantsOnTheNodeTheirKeyPicks) {
+  Node second = StartNode(measurement_);
+  const std::vector<std::string> nodes = {server_address_, second.address};
+  std::map<size_t, std::string> key_for_start;  // 0 and 1 -> a key file that picks it
+  for (int i = 0; key_for_start.size() < 2 && i < 200; ++i) {
+    TenantIdentity identity = TenantIdentity::Generate();
+    const size_t start = SpreadStart(identity.public_key(), nodes.size());
+    if (key_for_start.count(start) != 0) continue;
+    const std::string path = absl::StrCat(dir_, "/spread-", start, ".key");
+    ASSERT_TRUE(identity.Save(path).ok());
+    key_for_start[start] = path;
+  }
+  ASSERT_EQ(key_for_start.size(), 2u);
+  for (const auto& [start, key] : key_for_start) {
+    ClientOptions options = Options();
+    options.server = absl::StrCat(nodes[0], ",", nodes[1]);
+    options.identity_key_path = key;
+    options.spread_endpoints = true;
+    std::unique_ptr<Client> client = MustConnect(options);
+    ASSERT_NE(client, nullptr);
+    EXPECT_EQ(client->current_server(), nodes[start]) << "key " << key;
+    ASSERT_TRUE(client->ListModels().ok());
+    options.spread_endpoints = false;
+    std::unique_ptr<Client> plain = MustConnect(options);
+    ASSERT_NE(plain, nullptr);
+    EXPECT_EQ(plain->current_server(), nodes[0]);
+  }
+  // The node a key picks being down, it moves on to the next in the list.
+  const std::string closed = ClosedAddress();
+  ClientOptions options = Options();
+  options.server = absl::StrCat(closed, ",", nodes[1]);
+  options.identity_key_path = key_for_start[0];
+  options.spread_endpoints = true;
+  std::unique_ptr<Client> client = MustConnect(options);
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->current_server(), nodes[1]);
+  second.server->Shutdown();
 }
 
 TEST_F(ClientTest, ASessionStaysOnItsNode) {
