@@ -148,6 +148,7 @@ struct Connection {
   std::string server, tenant, token, policy_path;
   std::string tls_ca, tls_client_cert, tls_client_key, tls_server_name;
   bool fresh = false;
+  bool spread = false;
   std::optional<double> timeout;
 };
 
@@ -167,6 +168,7 @@ absl::StatusOr<ClientOptions> MakeOptions(const Connection& connection) {
   ASSIGN_OR_RETURN(options.policy, attest::LoadPolicyFile(connection.policy_path));
   options.policy_path = connection.policy_path;
   options.fresh_evidence = connection.fresh;
+  options.spread_endpoints = connection.spread;
   if (connection.timeout.has_value()) options.call_timeout = absl::Seconds(*connection.timeout);
   return options;
 }
@@ -667,6 +669,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("tls_client_key", &Connection::tls_client_key)
       .def_readwrite("tls_server_name", &Connection::tls_server_name)
       .def_readwrite("fresh", &Connection::fresh)
+      .def_readwrite("spread", &Connection::spread)
       .def_readwrite("timeout", &Connection::timeout);
 
   py::class_<NativeClient>(m, "NativeClient")

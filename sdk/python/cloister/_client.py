@@ -81,6 +81,18 @@ def _connection(server, policy, tenant, token, tls, fresh, timeout) -> "_native.
     return connection
 
 
+def _spread(spread) -> bool:
+    """spread=, else $CLOISTER_SPREAD (1, true, 0 or false) as the CLI reads it."""
+    if spread is not None:
+        return bool(spread)
+    value = _env("CLOISTER_SPREAD")
+    if value in (None, "", "0", "false"):
+        return False
+    if value in ("1", "true"):
+        return True
+    raise InvalidArgument(f"CLOISTER_SPREAD must be 1, true, 0 or false, not {value!r}")
+
+
 class Client:
     """An attested, end-to-end encrypted session with the enclave behind a ``cloisterd``.
 
@@ -449,6 +461,7 @@ def connect(
     fresh: bool = False,
     timeout: Optional[float] = None,
     async_workers: int = 8,
+    spread: Optional[bool] = None,
 ) -> Client:
     """Attests the enclave behind ``server`` and opens an encrypted session to it.
 
@@ -459,6 +472,9 @@ def connect(
             several comma-separated (``"a:7700,b:7700"``): the session opens on the first that
             attests and moves to the next when that node goes down. Models are per node, so
             upload a model to every node listed.
+        spread: with several servers, start from the one this identity key picks (a hash
+            of its public key) instead of the first, so that one list spreads tenants over
+            the nodes ($CLOISTER_SPREAD=1).
         policy: path of your attestation policy (YAML) ($CLOISTER_POLICY).
         tenant: your tenant id ($CLOISTER_TENANT).
         token: your API token, the string itself ($CLOISTER_TOKEN, or the file named by
@@ -486,6 +502,7 @@ def connect(
         raise InvalidArgument(f"async_workers must be at least 1, not {async_workers}")
     connection = _connection(server, policy, tenant, token,
                              (ca, client_cert, client_key, tls_server_name), fresh, timeout)
+    connection.spread = _spread(spread)
     key_path = _path(key) or _env("CLOISTER_KEY") or ""
     return Client(_native.NativeClient.connect(connection, key_path), async_workers)
 

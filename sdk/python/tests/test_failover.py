@@ -87,3 +87,51 @@ def test_moves_to_the_other_node_when_its_node_stops(nodes, key):
         assert client.verdict.passed
         with pytest.raises(cloister.NotFound, match="each node keeps its own models"):
             client.infer("failover-only-first", reference_sets(CLS)[0][0])
+
+
+@pytest.fixture(scope="module")
+def spread_nodes(work_dir):
+    """Two more nodes, both up (the tests above stop the first of theirs)."""
+    first = Appliance(work_dir / "spread-a")
+    first.work.mkdir()
+    first.start()
+    second = Appliance(work_dir / "spread-b")
+    second.work.mkdir()
+    shutil.copytree(first.data_dir, second.data_dir, ignore=shutil.ignore_patterns("models"))
+    second.start()
+    yield first, second
+    first.stop()
+    second.stop()
+
+
+def test_spread_starts_each_key_on_the_node_it_picks(spread_nodes, work_dir, monkeypatch):
+    """spread=True: the start is the SHA-256 of the key's public key, first 8 bytes big-endian,
+    modulo the number of nodes (computed here independently); the upload lands there."""
+    import hashlib
+
+    listed = list(spread_nodes)
+    server = ",".join(node.address for node in listed)
+    keys = {}
+    for i in range(64):
+        path = work_dir / f"spread-{i}.key"
+        public = cloister.generate_key(path)
+        start = int.from_bytes(hashlib.sha256(bytes.fromhex(public)).digest()[:8], "big") % 2
+        keys.setdefault(start, path)
+        if len(keys) == 2:
+            break
+    assert len(keys) == 2, "64 keys should pick both nodes"
+    for start, key in keys.items():
+        name = f"spread-{start}"
+        with cloister.connect(server, policy=listed[0].policy, tenant="demo",
+                              token=listed[0].token, key=key, spread=True) as client:
+            client.upload_model(model_path(CLS), name)
+            _check_cls(client, name)
+        for index, node in enumerate(listed):
+            with _connect(node.address, node, key) as on_node:
+                held = name in {m.name for m in on_node.models()}
+            assert held == (index == start), f"{name} on node {index}: {held}"
+    # The environment variable, as the CLI reads it: a bad value is refused before connecting.
+    monkeypatch.setenv("CLOISTER_SPREAD", "often")
+    with pytest.raises(cloister.InvalidArgument, match="CLOISTER_SPREAD must be 1, true, 0 or false"):
+        cloister.connect(server, policy=listed[0].policy, tenant="demo", token=listed[0].token,
+                         key=keys[0])
