@@ -20,8 +20,9 @@
 #              the ConfigMap's config and the Secret's certificate are in force (the CLI attests
 #              over TLS as the config's tenant), an upload and an inference pass
 #   fleet      two appliances from the image with one simulated machine identity: two clients
-#              with the endpoints in opposite orders land one on each; a `cloister chat` on the
-#              first one carries on on the survivor when its container is stopped
+#              with the endpoints in opposite orders land one on each, and so do two identity
+#              keys with one list and CLOISTER_SPREAD=1; a `cloister chat` on the first node
+#              carries on on the survivor when its container is stopped
 #
 # --ccache-dir gives the image's build stage a compiler cache (--ccache-dir-from-host: this
 # machine's own, so a tree built here compiles again in seconds). DIR for --bin holds the
@@ -390,6 +391,28 @@ run cli "$work/env-cb" generate --model tiny --prompt "two" --max-tokens 2 >/dev
 b1="$(sessions "$c_b")" c1="$(sessions "$c_c")"
 [ "$b1" -gt "$b0" ] && [ "$c1" -gt "$c0" ] \
   || fail "the clients did not spread: sessions on b $b0 -> $b1, on c $c0 -> $c1"
+# One list for everyone with CLOISTER_SPREAD=1: two identity keys that pick different nodes
+# (the pick is the key's SHA-256, first 8 bytes, modulo 2) upload and generate each on its own.
+declare -A spread_key=()
+for i in $(seq 1 32); do
+  public="$(run cli "$work/env-bc" keygen --key "$work/spread-$i.key" | sed -n 's/^public key: //p')"
+  pick="$("$python" -c 'import hashlib, sys
+print(int.from_bytes(hashlib.sha256(bytes.fromhex(sys.argv[1])).digest()[:8], "big") % 2)' "$public")"
+  [ -n "${spread_key[$pick]:-}" ] || spread_key[$pick]="$work/spread-$i.key"
+  [ "${#spread_key[@]}" -eq 2 ] && break
+done
+[ "${#spread_key[@]}" -eq 2 ] || fail "32 keys did not pick both nodes"
+for pick in 0 1; do
+  node="$c_b"; [ "$pick" = 1 ] && node="$c_c"
+  before="$(sessions "$node")"
+  sed "s#^CLOISTER_KEY=.*#CLOISTER_KEY=${spread_key[$pick]}#" "$work/env-bc" >"$work/env-spread-$pick"
+  echo "CLOISTER_SPREAD=1" >>"$work/env-spread-$pick"
+  run cli "$work/env-spread-$pick" upload --model "$tiny" --name tiny >/dev/null
+  run cli "$work/env-spread-$pick" generate --model tiny --prompt "spread" --max-tokens 2 >/dev/null
+  after="$(sessions "$node")"
+  [ "$after" -ge $((before + 2)) ] \
+    || fail "the key that picks node $pick did not land there (sessions on $node $before -> $after)"
+done
 # A long-lived client on b,c: one turn on b, then b stops and the conversation carries on.
 mkfifo "$work/chat.in"
 (set -a; . "$work/env-bc"; set +a
@@ -423,7 +446,7 @@ wait "$chat_pid" || true
 c3="$(sessions "$c_c")"
 [ "$c3" -gt "$c2" ] || fail "no new session on c after b stopped"
 failed_turns="$(wc -l <"$work/chat.err")"
-echo "check.sh: fleet ok (two clients spread over b and c; after b stopped the chat re-attested c and carried on, $failed_turns turn(s) refused meanwhile)"
+echo "check.sh: fleet ok (clients spread over b and c, by order and by CLOISTER_SPREAD; after b stopped the chat re-attested c and carried on, $failed_turns turn(s) refused meanwhile)"
 
 echo "check.sh: all steps ok in $(( $(date +%s) - started_all )) s (image $image, $((size / 1000000)) MB, first start ${startup} s)"
 if [ "${built_image:-0}" = 1 ] && [ "$keep" = 0 ]; then
