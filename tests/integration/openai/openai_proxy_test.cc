@@ -569,7 +569,8 @@ TEST_F(OpenAiProxyTest, ADisconnectMidStreamCancelsTheGenerationAndFreesTheSeque
   // A caller reads three tokens and hangs up; the proxy cancels, so the slot frees and the
   // enclave stops generating.
   int reader = OpenStream(solo, endless);
-  EXPECT_EQ(ReadContentEvents(reader, 3), 3);
+  // At least three: events that piled up while the proxy wrote arrive in one HTTP chunk.
+  EXPECT_GE(ReadContentEvents(reader, 3), 3);
   close(reader);
   when_free();
 
