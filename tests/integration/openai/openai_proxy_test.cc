@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -43,6 +44,7 @@
 #include "nlohmann/json.hpp"
 #include "sdk/model_dir.h"
 #include "tests/support/appliance.h"
+#include "tests/support/http.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tensor_files.h"
@@ -575,6 +577,19 @@ TEST_F(OpenAiProxyTest, ADisconnectMidStreamCancelsTheGenerationAndFreesTheSeque
   when_free();
 
   ExpectStreamCutShort();
+
+  // The operator sees it in the metrics: the chunks relayed for solo (the cut stream and the
+  // one-token answers that found the slot free) stay far below the 400 tokens asked for.
+  double chunks = -1;
+  const std::string metrics = HttpGet(appliance_->metrics_address(), "/metrics");
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (absl::StartsWith(line, "cloister_generation_chunks_total{") &&
+        absl::StrContains(line, "tenant=\"solo\"")) {
+      ASSERT_TRUE(absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &chunks)) << line;
+    }
+  }
+  EXPECT_GE(chunks, 3) << metrics;
+  EXPECT_LT(chunks, 400) << metrics;
 }
 
 TEST_F(OpenAiProxyTest, NoPromptReachesAnyLogOrFile) {
