@@ -18,18 +18,23 @@ from conftest import CLS, Appliance, model_path, reference_sets
 OUTPUT = "softmax_0.tmp_0"
 
 
-@pytest.fixture(scope="module")
-def nodes(work_dir):
-    first = Appliance(work_dir / "failover-a")
+def _two_nodes(work_dir, name: str):
+    """Two appliances provisioned alike (the second from a copy of the first's data dir)."""
+    first = Appliance(work_dir / f"{name}-a")
     first.work.mkdir()
     first.start()
-    second = Appliance(work_dir / "failover-b")
+    second = Appliance(work_dir / f"{name}-b")
     second.work.mkdir()
     shutil.copytree(first.data_dir, second.data_dir, ignore=shutil.ignore_patterns("models"))
     second.start()
     yield first, second
     first.stop()
     second.stop()
+
+
+@pytest.fixture(scope="module")
+def nodes(work_dir):
+    yield from _two_nodes(work_dir, "failover")
 
 
 def _closed_address() -> str:
@@ -92,16 +97,7 @@ def test_moves_to_the_other_node_when_its_node_stops(nodes, key):
 @pytest.fixture(scope="module")
 def spread_nodes(work_dir):
     """Two more nodes, both up (the tests above stop the first of theirs)."""
-    first = Appliance(work_dir / "spread-a")
-    first.work.mkdir()
-    first.start()
-    second = Appliance(work_dir / "spread-b")
-    second.work.mkdir()
-    shutil.copytree(first.data_dir, second.data_dir, ignore=shutil.ignore_patterns("models"))
-    second.start()
-    yield first, second
-    first.stop()
-    second.stop()
+    yield from _two_nodes(work_dir, "spread")
 
 
 def test_spread_starts_each_key_on_the_node_it_picks(spread_nodes, work_dir, monkeypatch):
