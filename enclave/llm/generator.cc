@@ -183,6 +183,7 @@ class Generator::Impl {
     return best;
   }
   int64_t preemptions() const { return preemptions_; }
+  const std::vector<Generator::StepPart>& last_step() const { return last_step_; }
   std::vector<Generator::Occupancy> occupancy() const {
     std::map<std::pair<std::string, int>, Generator::Occupancy> by_key;
     for (const auto& [id, s] : sequences_) {
@@ -217,6 +218,7 @@ class Generator::Impl {
   }
 
   absl::StatusOr<std::vector<TokenEvent>> Step() {
+    last_step_.clear();
     std::vector<TokenEvent> events = TakeCancelled();
     Admit();
     std::vector<Scheduled> scheduled = Schedule();
@@ -226,6 +228,7 @@ class Generator::Impl {
     std::vector<StepSequence> parts = MakeParts(scheduled);
     RETURN_IF_ERROR(engine_->Step(parts, result_));
     Charge(scheduled, parts);
+    for (const Scheduled& part : scheduled) last_step_.push_back({part.sequence->id, part.count});
 
     const int64_t vocab = model_.config().vocab_size;
     int64_t logit_index = 0;
@@ -528,6 +531,7 @@ class Generator::Impl {
   int32_t prefill_cap_ = 0;
   std::unordered_map<std::string, int64_t> kv_quotas_;  // blocks, per tenant with a quota
   StepResult result_;
+  std::vector<Generator::StepPart> last_step_;
 };
 
 absl::StatusOr<int32_t> KvBlocksFor(const ModelConfig& config, const GeneratorOptions& options) {
@@ -597,6 +601,9 @@ void Generator::SetTenantKvQuota(const std::string& tenant, int64_t tokens) {
   impl_->SetTenantKvQuota(tenant, tokens);
 }
 absl::StatusOr<std::vector<TokenEvent>> Generator::Step() { return impl_->Step(); }
+const std::vector<Generator::StepPart>& Generator::last_step() const {
+  return impl_->last_step();
+}
 const StepEngine& Generator::engine() const { return impl_->engine(); }
 
 }  // namespace cloister::llm

@@ -128,6 +128,14 @@ class Generator {
   bool idle() const;
   // One engine step; events for the sequences that sampled a token (or were cancelled).
   absl::StatusOr<std::vector<TokenEvent>> Step();
+  // The sequences the last Step ran and the tokens it computed for each (a prefill chunk's
+  // length, 1 for a decode), in step order; empty when it ran nothing or failed. What a step's
+  // time is shared by: a sequence waiting, or cancelled before the step, had no part in it.
+  struct StepPart {
+    uint64_t sequence = 0;
+    int64_t tokens = 0;
+  };
+  const std::vector<StepPart>& last_step() const;
 
   const StepEngine& engine() const;
   // Sequences added and not yet finished (waiting or running).

@@ -195,6 +195,53 @@ TEST_F(GeneratorFairnessTest, ARealtimeDecodeKeepsItsStepShort) {
   EXPECT_GT(chunked, 5u);  // the prompt went in beside the realtime decodes, in pieces
 }
 
+// What a step's time is shared by (the receipts' execution time): the sequences the step ran,
+// each with the tokens computed for it, as the engine saw them; a sequence waiting for a slot
+// has no part, and a step that runs nothing leaves the list empty.
+TEST_F(GeneratorFairnessTest, TheLastStepNamesEachSequenceWithTheTokensItComputed) {
+  GeneratorOptions options;
+  options.max_sequences = 2;
+  options.max_step_tokens = 64;
+  auto generator = Make(options);
+  ASSERT_NE(generator, nullptr);
+  EXPECT_TRUE(generator->last_step().empty());
+  GenerationRequest big = Long("a", 1, Priority::kStandard, 4);
+  big.prompt_ids = refs_[5].prompt_ids;  // 153 tokens: three chunks of at most 64
+  auto first = generator->Add(big);
+  auto second = generator->Add(Long("b", 1, Priority::kStandard, 4));
+  auto third = generator->Add(Long("c", 1, Priority::kStandard, 4));  // no slot yet
+  ASSERT_TRUE(first.ok() && second.ok() && third.ok());
+  bool saw_third = false, one_finished = false;
+  int64_t first_tokens = 0;
+  for (int step = 0; step < 40 && generator->active() > 0; ++step) {
+    auto events = generator->Step();
+    ASSERT_TRUE(events.ok()) << events.status();
+    const auto& parts = generator->last_step();
+    ASSERT_EQ(parts.size(), engine_->steps.back().size()) << "step " << step;
+    int64_t total = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      EXPECT_EQ(parts[i].tokens, static_cast<int64_t>(engine_->steps.back()[i])) << step;
+      total += parts[i].tokens;
+      if (parts[i].sequence == *first) first_tokens += parts[i].tokens;
+      if (parts[i].sequence == *third) {
+        // The third waits for a slot: it runs only after one of the first two has finished.
+        EXPECT_TRUE(one_finished) << "step " << step;
+        saw_third = true;
+      }
+    }
+    EXPECT_LE(total, 64) << "step " << step;
+    for (const TokenEvent& event : *events) {
+      one_finished |= event.finish != FinishReason::kNone;
+    }
+  }
+  EXPECT_EQ(generator->active(), 0u);
+  EXPECT_TRUE(saw_third);
+  // The first sequence's prompt, then its three decodes after the token its prefill sampled.
+  EXPECT_EQ(first_tokens, static_cast<int64_t>(refs_[5].prompt_ids.size()) + 3);
+  ASSERT_TRUE(generator->Step().ok());
+  EXPECT_TRUE(generator->last_step().empty());
+}
+
 // KV memory for two sequences: two batch sequences hold it when a realtime one arrives; the
 // newest batch sequence is preempted, the realtime one runs at once, and every sequence still
 // gives exactly the ids it gives alone.
