@@ -378,10 +378,19 @@ void GenerationService::Step(Engine& engine) {
     engines_.erase(engine.model->handle);  // a fresh generator for the next request
     return;
   }
-  // The step's time, shared by the sequences that were in it.
-  const double share = step_ns / static_cast<double>(std::max<size_t>(engine.running.size(), 1));
+  // The step's time, shared by the sequences that were in it in proportion to the tokens it
+  // computed for each (a prefill chunk of 400 tokens costs about 400 decodes); one waiting for
+  // a slot had no part in it.
+  const std::vector<llm::Generator::StepPart>& parts = engine.generator->last_step();
+  int64_t step_tokens = 0;
+  for (const llm::Generator::StepPart& part : parts) step_tokens += part.tokens;
+  for (const llm::Generator::StepPart& part : parts) {
+    auto it = engine.running.find(part.sequence);
+    if (it == engine.running.end()) continue;
+    it->second->execution_ns +=
+        step_ns * static_cast<double>(part.tokens) / static_cast<double>(step_tokens);
+  }
   for (auto& [sequence, stream] : engine.running) {
-    stream->execution_ns += share;
     // Blocks held after the step (a finishing sequence's are already freed: it had them for
     // the steps before).
     stream->kv_block_ns += static_cast<double>(engine.generator->kv_blocks(sequence)) * step_ns;
