@@ -14,6 +14,7 @@
 #include "crypto/random.h"
 #include "crypto/receipt.h"
 #include "enclave/batch_runner.h"
+#include "enclave/llm/engine.h"
 #include "enclave/runtime/executor.h"
 #include "proto/duration.h"
 #include "proto/error_reason.h"
@@ -131,6 +132,29 @@ absl::StatusOr<std::unique_ptr<attest::EvidenceCollector>> MakeCollector(
   return attest::MakeSimCollector(opts.sim_dir, opts.measurement, sim_options);
 }
 
+// The LLM engine backend: the one named in the options (which must resolve), else the one of
+// the executor's name where this build has it and it can run, else the CPU engine (logged, so an
+// operator sees that a GPU worker generates on the CPU).
+absl::StatusOr<std::string> ChooseLlmExecutor(const EnclaveOptions& opts,
+                                              std::string_view executor) {
+  if (!opts.llm_executor.empty()) {
+    absl::StatusOr<std::string> named = llm::ResolveExecutor(opts.llm_executor);
+    if (!named.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LLM engine \"", opts.llm_executor, "\": ", named.status().message()));
+    }
+    return named;
+  }
+  absl::StatusOr<std::string> chosen = llm::ResolveExecutor(executor);
+  if (!chosen.ok()) {
+    Log(LogLevel::kWarning, "llm_engine_on_cpu",
+        {{"executor", std::string(executor)}, {"reason", std::string(chosen.status().message())}});
+    return std::string("cpu");
+  }
+  Log(LogLevel::kInfo, "llm_engine", {{"name", *chosen}});
+  return chosen;
+}
+
 void LogReady(const EnclaveOptions& opts, const pcie::BatchPath& path, ByteSpan evidence_digest) {
   Log(opts.pcie_mode == pcie::PcieMode::kOff && opts.tee != TeeMode::kSim ? LogLevel::kWarning
                                                                           : LogLevel::kInfo,
@@ -178,12 +202,13 @@ absl::StatusOr<std::unique_ptr<Enclave>> Enclave::Create(EnclaveOptions options)
   }
   enclave->sessions_ =
       std::make_unique<SessionManager>(&enclave->keys_, opts.clock, opts.session_limits);
-  enclave->models_ =
-      std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options, opts.model_limits);
   // A device executor with a path of its own takes batches into device memory (and in mode
   // emulated decrypts them there); the others compute in host memory, over a TransferPath.
   const std::string_view executor_name =
       opts.load_options.executor != nullptr ? opts.load_options.executor->name() : "cpu";
+  ASSIGN_OR_RETURN(const std::string llm_executor, ChooseLlmExecutor(opts, executor_name));
+  enclave->models_ = std::make_unique<ModelStore>(std::move(sealing_key), opts.load_options,
+                                                  opts.model_limits, llm_executor);
   ASSIGN_OR_RETURN(enclave->batch_path_,
                    pcie::NewBatchPath(executor_name, opts.pcie_mode, opts.pcie_options));
   if (opts.run_threads > 1) enclave->runs_ = std::make_unique<TaskPool>(opts.run_threads);

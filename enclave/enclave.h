@@ -79,6 +79,10 @@ struct EnclaveOptions {
   std::function<absl::StatusOr<DeviceMemoryInfo>()> device_memory;
   // Generation (GenerateCall): each LLM's engine threads and step limits.
   GenerationOptions generation;
+  // The engine backend LLMs run on (llm/engine.h): empty follows the executor (the CUDA LLM
+  // engine beside the CUDA executor where it is in the build, else the CPU engine); a name must
+  // resolve (llm::ResolveExecutor), or Create fails.
+  std::string llm_executor;
 };
 
 class Enclave {

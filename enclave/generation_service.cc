@@ -117,16 +117,24 @@ llm::SamplingParams SamplingOf(const api::v1::SamplingParameters& p) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<llm::Generator>> GenerationService::MakeGenerator(
-    const llm::Model& model, const llm::GeneratorOptions& options) {
-  if (options_.transfer == nullptr) return llm::Generator::Create(model, options);
-  ASSIGN_OR_RETURN(int32_t blocks, llm::KvBlocksFor(model.config(), options));
+    const StoredModel& model, const llm::GeneratorOptions& options) {
+  const llm::Model& llm = *model.llm;
+  ASSIGN_OR_RETURN(int32_t blocks, llm::KvBlocksFor(llm.config(), options));
   llm::EngineOptions engine_options;
+  engine_options.executor = model.llm_executor;
   engine_options.threads = options.threads;
   engine_options.num_blocks = blocks;
   engine_options.block_size = options.block_size;
-  ASSIGN_OR_RETURN(std::unique_ptr<llm::StepEngine> cpu, llm::MakeCpuEngine(model, engine_options));
-  return llm::Generator::Create(model, options,
-                                MakeStepTransferEngine(std::move(cpu), options_.transfer));
+  // The CPU engine computes from the model's weights; a device engine reads them from the
+  // package the store kept for it.
+  ASSIGN_OR_RETURN(std::unique_ptr<llm::StepEngine> engine,
+                   model.llm_executor == "cpu"
+                       ? llm::MakeCpuEngine(llm, engine_options)
+                       : llm::CreateEngine(llm, model.llm_files, engine_options));
+  if (options_.transfer != nullptr) {
+    engine = MakeStepTransferEngine(std::move(engine), options_.transfer);
+  }
+  return llm::Generator::Create(llm, options, std::move(engine));
 }
 
 // One generation on its way: the request, where its chunks go and what they have said so far.
@@ -297,7 +305,7 @@ void GenerationService::Admit(std::unique_ptr<Stream> stream) {
     options.max_step_tokens = options_.max_step_tokens;
     options.realtime_step_tokens = options_.realtime_step_tokens;
     options.counters = counters_;
-    absl::StatusOr<std::unique_ptr<llm::Generator>> generator = MakeGenerator(*model->llm, options);
+    absl::StatusOr<std::unique_ptr<llm::Generator>> generator = MakeGenerator(*model, options);
     if (!generator.ok()) {
       engines_.erase(stream->r.model_handle);
       Fail(*stream, generator.status());

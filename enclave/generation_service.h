@@ -119,7 +119,7 @@ class GenerationService {
   // ranks first, releases generators idle for a while.
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   // A generator for `model`, its steps on the transfer path when there is one.
-  absl::StatusOr<std::unique_ptr<llm::Generator>> MakeGenerator(const llm::Model& model,
+  absl::StatusOr<std::unique_ptr<llm::Generator>> MakeGenerator(const StoredModel& model,
                                                                 const llm::GeneratorOptions& options);
   bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Admit(std::unique_ptr<Stream> stream);

@@ -67,21 +67,30 @@ api::v1::ModelInfo DescribeModel(const StoredModel& model, ByteSpan digest) {
   return info;
 }
 
-// Reads a model package with the strict reader and loads the checkpoint it holds. The engine
-// checks config.json and every safetensors header against the bytes (ranges inside the file,
-// shapes matching ranges, no duplicates) before it allocates, and refuses weights over
-// `max_weight_bytes` (0: no limit) before allocating them. It copies the weights out, so the
-// package may be wiped once this returns. InvalidArgument ("model refused: ..."), or
-// ResourceExhausted for weights over the budget.
-absl::StatusOr<std::unique_ptr<const llm::Model>> LoadPackagedLlm(ByteSpan package,
-                                                                  uint64_t max_weight_bytes) {
+// Reads a model package with the strict reader and loads the checkpoint it holds into
+// `stored`. The engine checks config.json and every safetensors header against the bytes (ranges
+// inside the file, shapes matching ranges, no duplicates) before it allocates, and refuses
+// weights over `max_weight_bytes` (0: no limit) before allocating them. For the CPU engine it
+// copies the weights out, so the package may be wiped once this returns; for a device engine
+// the model keeps no weights and `stored` keeps a copy of the package, which must fit the same
+// budget. InvalidArgument ("model refused: ..."), or ResourceExhausted for weights over the
+// budget.
+absl::Status LoadPackagedLlm(ByteSpan package, uint64_t max_weight_bytes,
+                             const std::string& executor, StoredModel& stored) {
   absl::StatusOr<package::PackageMembers> members = package::ReadModelPackage(package);
   if (!members.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("model refused: ", members.status().message()));
   }
+  const bool device = executor != "cpu";
+  if (device && max_weight_bytes != 0 && package.size() > max_weight_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model refused: the package of ", package.size(), " bytes, kept for the ", executor,
+        " engine, is over the limit of ", max_weight_bytes,
+        " bytes (the tenant's model-memory quota left)"));
+  }
   llm::CheckpointFiles files(members->begin(), members->end());
   llm::LoadOptions options;
-  options.weights = llm::WeightFormat::kAsStored;
+  options.weights = device ? llm::WeightFormat::kNone : llm::WeightFormat::kAsStored;
   options.max_weight_bytes = static_cast<size_t>(max_weight_bytes);
   absl::StatusOr<std::unique_ptr<llm::Model>> model = llm::Model::Load(files, options);
   if (!model.ok()) {
@@ -92,14 +101,25 @@ absl::StatusOr<std::unique_ptr<const llm::Model>> LoadPackagedLlm(ByteSpan packa
     }
     return absl::InvalidArgumentError(message);
   }
-  return std::unique_ptr<const llm::Model>(*std::move(model));
+  stored.llm = *std::move(model);
+  stored.llm_executor = executor;
+  if (device) {
+    stored.llm_package = SecretBytes(package);
+    ASSIGN_OR_RETURN(package::PackageMembers kept,
+                     package::ReadModelPackage(stored.llm_package.span()));
+    stored.llm_files = llm::CheckpointFiles(kept.begin(), kept.end());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 ModelStore::ModelStore(SecretBytes sealing_key, runtime::LoadOptions load_options,
-                       ModelStoreLimits limits)
-    : sealing_key_(std::move(sealing_key)), load_options_(load_options), limits_(limits) {}
+                       ModelStoreLimits limits, std::string llm_executor)
+    : sealing_key_(std::move(sealing_key)),
+      load_options_(load_options),
+      limits_(limits),
+      llm_executor_(std::move(llm_executor)) {}
 
 absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
     ByteSpan owner, const std::string& handle, const std::string& name, ByteSpan key,
@@ -172,8 +192,7 @@ absl::StatusOr<std::shared_ptr<StoredModel>> ModelStore::Decrypt(
 absl::Status ModelStore::LoadPlaintext(ByteSpan plaintext, uint64_t memory_budget,
                                        StoredModel& stored) {
   if (package::IsModelPackage(plaintext)) {
-    ASSIGN_OR_RETURN(stored.llm, LoadPackagedLlm(plaintext, memory_budget));
-    return absl::OkStatus();
+    return LoadPackagedLlm(plaintext, memory_budget, llm_executor_, stored);
   }
   auto model = runtime::Model::Load(plaintext, load_options_);
   if (!model.ok()) {
@@ -300,7 +319,9 @@ absl::StatusOr<ModelStore::LoadResult> ModelStore::Load(ByteSpan owner, const st
   ASSIGN_OR_RETURN(Bytes wrapped, Wrap(*stored, AsBytes(request.model_key()),
                                        AsBytes(request.plaintext_sha256())));
   const uint64_t memory_size =
-      stored->llm != nullptr ? static_cast<uint64_t>(stored->llm->weight_bytes()) : 0;
+      stored->llm == nullptr          ? 0
+      : stored->llm_package.empty() ? static_cast<uint64_t>(stored->llm->weight_bytes())
+                                    : static_cast<uint64_t>(stored->llm_package.size());
   LoadResult result{stored->info, std::move(wrapped), memory_size};
   absl::MutexLock lock(&mu_);
   if (!models_.emplace(handle, std::move(stored)).second) {

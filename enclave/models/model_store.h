@@ -37,6 +37,13 @@ struct StoredModel {
   // Generate.
   std::unique_ptr<const runtime::Model> model;
   std::unique_ptr<const llm::Model> llm;
+  // The engine backend an LLM's generators run on (llm::CreateEngine): "cpu", whose engine
+  // computes from `llm`'s weights, or a device backend, for which `llm` holds no weights and the
+  // store keeps the package's plaintext instead, so that each generator's engine reads the
+  // weights from `llm_files` (views into `llm_package`) when it is made.
+  std::string llm_executor = "cpu";
+  SecretBytes llm_package;
+  llm::CheckpointFiles llm_files;
   api::v1::ModelInfo info;
 };
 
@@ -47,13 +54,16 @@ struct ModelStoreLimits {
 
 class ModelStore {
  public:
-  ModelStore(SecretBytes sealing_key, runtime::LoadOptions load_options, ModelStoreLimits limits = {});
+  // `llm_executor`: the engine backend LLMs are loaded for (an llm::ResolveExecutor result).
+  ModelStore(SecretBytes sealing_key, runtime::LoadOptions load_options, ModelStoreLimits limits = {},
+             std::string llm_executor = "cpu");
 
   struct LoadResult {
     api::v1::ModelInfo info;
     Bytes wrapped_key;
     // Bytes the model takes in memory as the store counts them: an LLM's weights
-    // (llm::Model::weight_bytes, what the budget bounds); 0 for an ONNX model, not counted.
+    // (llm::Model::weight_bytes, what the budget bounds), or for a device engine the package it
+    // keeps; 0 for an ONNX model, not counted.
     uint64_t memory_size = 0;
   };
   // Loads a newly uploaded model for `owner` under `handle` (which must be the handle of
@@ -113,6 +123,7 @@ class ModelStore {
   const SecretBytes sealing_key_;
   const runtime::LoadOptions load_options_;
   const ModelStoreLimits limits_;
+  const std::string llm_executor_;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const StoredModel>> models_ ABSL_GUARDED_BY(mu_);
   // Names of the published models (handles in models_).

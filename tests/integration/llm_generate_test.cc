@@ -13,9 +13,12 @@
 #include "attest/policy.h"
 #include "base/clock.h"
 #include "base/file.h"
+#include "base/status.h"
 #include "crypto/hash.h"
 #include "crypto/receipt.h"
 #include "enclave/enclave.h"
+#include "enclave/llm/engine.h"
+#include "proto/model_package.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -548,6 +551,110 @@ TEST_F(LlmGenerateEmulatedPcieTest, StepsCrossThePathAndATamperedStepEndsTheStre
   EXPECT_THAT(tampered.chunks[0].message(), HasSubstr("the engine failed"));
   EXPECT_TRUE(tampered.ids.empty());
   EXPECT_GT((*path)->stats().authentication_failures, 0u);
+}
+
+// A device engine's side of the contract, run on the CPU: the backend gets the model without
+// weights and the checkpoint's files, and loads the weights from those files itself. Registered
+// under a name of its own, so the enclave's choice of backend is what is tested.
+constexpr char kFilesBackend[] = "cpu-from-files-for-test";
+std::atomic<int> files_engines_made{0};
+
+class FilesCpuEngine : public llm::StepEngine {
+ public:
+  FilesCpuEngine(std::unique_ptr<llm::Model> model, std::unique_ptr<llm::StepEngine> inner)
+      : model_(std::move(model)), inner_(std::move(inner)) {}
+  std::string_view name() const override { return kFilesBackend; }
+  int32_t num_blocks() const override { return inner_->num_blocks(); }
+  int32_t block_size() const override { return inner_->block_size(); }
+  size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
+  size_t kv_bytes() const override { return inner_->kv_bytes(); }
+  size_t weight_bytes() const override { return inner_->weight_bytes(); }
+  void ScrubBlock(int32_t block) override { inner_->ScrubBlock(block); }
+  absl::Status Step(std::span<const llm::StepSequence> parts, llm::StepResult& result) override {
+    return inner_->Step(parts, result);
+  }
+
+ private:
+  std::unique_ptr<llm::Model> model_;  // the weights, read from the files
+  std::unique_ptr<llm::StepEngine> inner_;
+};
+
+[[maybe_unused]] const bool files_backend_registered = [] {
+  llm::RegisterEngineBackend(
+      kFilesBackend,
+      {[] { return absl::OkStatus(); },
+       [](const llm::Model& model, const llm::CheckpointFiles& files,
+          const llm::EngineOptions& options) -> absl::StatusOr<std::unique_ptr<llm::StepEngine>> {
+         if (model.weight_bytes() != 0) {
+           return absl::FailedPreconditionError("the model came with host weights");
+         }
+         ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> weights,
+                          llm::Model::Load(files, llm::LoadOptions{}));
+         ASSIGN_OR_RETURN(std::unique_ptr<llm::StepEngine> inner,
+                          llm::MakeCpuEngine(*weights, options));
+         ++files_engines_made;
+         return std::unique_ptr<llm::StepEngine>(
+             std::make_unique<FilesCpuEngine>(std::move(weights), std::move(inner)));
+       },
+       nullptr});
+  return true;
+}();
+
+// LLMs on an engine backend other than the CPU's (as the CUDA LLM engine beside the CUDA
+// executor): the store keeps the package for it, counts the package as the model's memory, and
+// the generator's engine is made by that backend from the kept files, so the reference ids come
+// out of weights the engine read itself.
+class LlmGenerateDeviceEngineTest : public LlmGenerateTest {
+ protected:
+  void Configure(enclave::EnclaveOptions& options) override {
+    options.llm_executor = kFilesBackend;
+  }
+};
+
+TEST_F(LlmGenerateDeviceEngineTest, TheBackendReadsTheWeightsFromTheKeptPackage) {
+  const int made_before = files_engines_made.load();
+  const auto& prompts = references_["prompts"];
+  std::vector<boundary::v1::ForwardedRequest> items;
+  for (size_t i = 0; i < prompts.size(); ++i) items.push_back(Send(900 + i, Greedy(prompts[i])));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Stream stream = Read(900 + i, items[i]);
+    EXPECT_EQ(stream.ids, prompts[i]["generated_ids"].get<std::vector<int32_t>>()) << i;
+  }
+  EXPECT_EQ(files_engines_made.load(), made_before + 1);  // one generator for the model
+}
+
+TEST_F(LlmGenerateDeviceEngineTest, TheKeptPackageCountsAsModelMemoryAndMustFitTheBudget) {
+  auto package = sdk::PackModelDir(kTinyLlama, uint64_t{256} << 20);
+  ASSERT_TRUE(package.ok()) << package.status();
+  auto upload = [&](const std::string& name, uint64_t budget, EnclaveToHost& reply) {
+    HostToEnclave call = tenant_->LoadCall(name, ToString(*package));
+    call.mutable_load_model()->set_model_memory_budget(budget);
+    reply = enclave_->Handle(call);
+    EXPECT_EQ(reply.status().code(), 0) << reply.status().message();
+    return tenant_->OpenReply(crypto::MessageKind::kLoadModel, call.load_model().request(),
+                              reply.load_model().reply());
+  };
+  EnclaveToHost reply;
+  absl::Status refused = upload("tiny-small-budget", package->size() - 1, reply);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("kept for the"));
+  EXPECT_TRUE(reply.load_model().wrapped_model_key().empty());
+  absl::Status loaded = upload("tiny-exact-budget", package->size(), reply);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_EQ(reply.load_model().model_memory_size(), package->size());
+}
+
+TEST(LlmEngineChoiceTest, AnLlmEngineThatIsNotThereStopsTheEnclaveWithOneLine) {
+  const std::string dir = MakeTempDir("cloister-llm-engine-choice-test");
+  enclave::EnclaveOptions options;
+  options.sim_dir = dir + "/sim";
+  options.measurement = crypto::Sha384(AsBytes("llm engine choice test"));
+  options.llm_executor = "tpu";
+  auto made = enclave::Enclave::Create(std::move(options));
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(made.status().message()), HasSubstr("LLM engine \"tpu\""));
+  EXPECT_EQ(std::string(made.status().message()).find('\n'), std::string::npos);
 }
 
 }  // namespace
