@@ -1,6 +1,7 @@
 #include "bench/llm_cc_tax.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -84,6 +85,7 @@ absl::StatusOr<LlmCcTaxOptions> ParseLlmCcTaxFlags(const std::vector<std::string
       {"--rounds", IntFlag{&options.rounds, 1}},
       {"--threads", IntFlag{&options.threads, 1}},
       {"--models-dir", StringFlag{&options.models_dir, {}}},
+      {"--model-dir", StringFlag{&options.model_dir, {}}},
   };
   RETURN_IF_ERROR(ParseFlags(args, specs));
   return options;
@@ -93,7 +95,7 @@ std::string LlmCcTaxUsage() {
   return "generation with the PCIe path emulated (AES-256-GCM) over off, same requests\n"
          "                   [--json] [--concurrency 1,8,32] [--requests N (4 per stream)]\n"
          "                   [--max-tokens N (64)] [--rounds N (3)] [--threads N (1)]\n"
-         "                   [--models-dir DIR]\n";
+         "                   [--models-dir DIR] [--model-dir CHECKPOINT_DIR]\n";
 }
 
 absl::StatusOr<std::vector<LlmCcTaxLine>> RunLlmCcTax(const LlmCcTaxOptions& options,
@@ -104,8 +106,14 @@ absl::StatusOr<std::vector<LlmCcTaxLine>> RunLlmCcTax(const LlmCcTaxOptions& opt
     enclave_options.generation.threads = options.threads;
     enclave_options.pcie_mode = mode == 0 ? enclave::pcie::PcieMode::kOff
                                           : enclave::pcie::PcieMode::kEmulated;
-    ASSIGN_OR_RETURN(drivers[mode], LlmEnclaveDriver::Create(
-                                        options.models_dir, std::move(enclave_options), {"t"}));
+    ASSIGN_OR_RETURN(drivers[mode],
+                     LlmEnclaveDriver::Create(options.models_dir, std::move(enclave_options),
+                                              {"t"}, options.model_dir));
+  }
+  std::string model = "tiny-llama";
+  if (!options.model_dir.empty()) {
+    const std::filesystem::path path = std::filesystem::path(options.model_dir).lexically_normal();
+    model = path.has_filename() ? path.filename().string() : path.parent_path().filename().string();
   }
   std::vector<LlmCcTaxLine> lines;
   for (int concurrency : options.concurrency) {
@@ -132,7 +140,7 @@ absl::StatusOr<std::vector<LlmCcTaxLine>> RunLlmCcTax(const LlmCcTaxOptions& opt
     if (options.json) {
       nlohmann::ordered_json j;
       j["case"] = "llm-cc-tax";
-      j["model"] = "tiny-llama";
+      j["model"] = model;
       j["concurrency"] = concurrency;
       j["threads"] = options.threads;
       j["ttft_p50_ms"] = {line.ttft_p50_ms[0], line.ttft_p50_ms[1]};

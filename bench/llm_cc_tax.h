@@ -23,6 +23,7 @@ namespace cloister::bench {
 
 struct LlmCcTaxOptions {
   std::string models_dir;
+  std::string model_dir;  // a checkpoint folder instead of the shared tiny model
   std::vector<int> concurrency = {1, 8, 32};
   int requests_per_stream = 4;  // requests each concurrent stream sends, one after another
   int max_tokens = 64;

@@ -57,8 +57,8 @@ class LlmEnclaveDriver::Sink : public enclave::FrameSink {
 
 absl::StatusOr<std::unique_ptr<LlmEnclaveDriver>> LlmEnclaveDriver::Create(
     const std::string& models_dir, enclave::EnclaveOptions options,
-    const std::vector<std::string>& tenants) {
-  const std::string model_dir = models_dir + "/llm/tiny-llama";
+    const std::vector<std::string>& tenants, const std::string& model_dir) {
+  const std::string tiny_dir = models_dir + "/llm/tiny-llama";
   const std::string dir = testing::MakeTempDir("cloister-llm-bench");
   options.sim_dir = dir + "/sim";
   options.dev_policy_out = dir + "/dev-policy.yaml";
@@ -67,11 +67,12 @@ absl::StatusOr<std::unique_ptr<LlmEnclaveDriver>> LlmEnclaveDriver::Create(
   driver->sink_ = std::make_shared<Sink>();
   ASSIGN_OR_RETURN(driver->enclave_, enclave::Enclave::Create(std::move(options)));
   ASSIGN_OR_RETURN(attest::v1::Policy policy, attest::LoadPolicyFile(dir + "/dev-policy.yaml"));
-  ASSIGN_OR_RETURN(Bytes package, sdk::PackModelDir(model_dir, uint64_t{1} << 30));
-  ASSIGN_OR_RETURN(std::string references, ReadFile(model_dir + "/reference.json", 16 << 20));
+  ASSIGN_OR_RETURN(Bytes package,
+                   sdk::PackModelDir(model_dir.empty() ? tiny_dir : model_dir, uint64_t{1} << 30));
+  ASSIGN_OR_RETURN(std::string references, ReadFile(tiny_dir + "/reference.json", 16 << 20));
   const nlohmann::json parsed = nlohmann::json::parse(references, nullptr, false);
   if (parsed.is_discarded() || !parsed.contains("prompts")) {
-    return absl::InvalidArgumentError(absl::StrCat(model_dir, "/reference.json has no prompts"));
+    return absl::InvalidArgumentError(absl::StrCat(tiny_dir, "/reference.json has no prompts"));
   }
   for (const auto& prompt : parsed["prompts"]) {
     driver->prompts_.push_back(prompt["prompt_ids"].get<std::vector<int32_t>>());

@@ -33,10 +33,12 @@ api::v1::GenerateRequest GreedyRequest(const std::vector<int32_t>& prompt, int m
 class LlmEnclaveDriver {
  public:
   // An enclave with `options` (sim TEE in a temporary folder; its measurement set here) and one
-  // tenant per name, each with the tiny model of `models_dir` uploaded as "tiny".
+  // tenant per name, each with the tiny model of `models_dir` uploaded as "tiny", or the
+  // checkpoint folder `model_dir` when given (a synthetic benchmark model, which shares the tiny
+  // model's tokenizer: the prompts stay the tiny model's reference prompts).
   static absl::StatusOr<std::unique_ptr<LlmEnclaveDriver>> Create(
       const std::string& models_dir, enclave::EnclaveOptions options,
-      const std::vector<std::string>& tenants);
+      const std::vector<std::string>& tenants, const std::string& model_dir = "");
   ~LlmEnclaveDriver();
 
   // The reference prompts' token ids of the tiny model.
