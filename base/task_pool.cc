@@ -32,9 +32,20 @@ TaskPool::~TaskPool() {
 }
 
 absl::Status TaskPool::Run(size_t count, const TaskFn& fn) {
+  if (count <= 1 || threads_.empty()) {
+    // Nothing to share: the caller runs the tasks without the pool's lock. Releasing that lock
+    // wakes a waiting pool thread (a futex wake, seen in profiles as the caller's kernel time),
+    // which the PCIe path paid on every small transfer: on the tiny LLM's steps, two per step,
+    // 4 to 8 % of the step time (bench/results/2026-12-03-llm-cc-tax-wakeups.md).
+    absl::Status first;
+    for (size_t task = 0; task < count; ++task) {
+      absl::Status status = fn(task, 0);
+      if (!status.ok() && first.ok()) first = std::move(status);
+    }
+    return first;
+  }
   Job job{&fn, count};
-  const bool share = count > 1 && !threads_.empty();
-  if (share) {
+  {
     absl::MutexLock lock(&mu_);
     queue_.push_back(&job);
   }
@@ -43,10 +54,8 @@ absl::Status TaskPool::Run(size_t count, const TaskFn& fn) {
   // The job lives on this stack: wait until no thread can touch it any more.
   mu_.Await(absl::Condition(
       +[](Job* j) { return j->done == j->count && j->active == 0; }, &job));
-  if (share) {
-    auto it = std::find(queue_.begin(), queue_.end(), &job);
-    if (it != queue_.end()) queue_.erase(it);
-  }
+  auto it = std::find(queue_.begin(), queue_.end(), &job);
+  if (it != queue_.end()) queue_.erase(it);
   return job.error;
 }
 
