@@ -11,6 +11,7 @@
 #include "bench/broker_efficiency.h"
 #include "bench/cc_tax.h"
 #include "bench/chaos.h"
+#include "bench/llm_cc_tax.h"
 #include "bench/llm_broker_efficiency.h"
 #include "bench/coalescing.h"
 #include "bench/proxy_overhead.h"
@@ -80,6 +81,19 @@ TEST(Chaos, CheckCatchesEveryMissAndJsonHasEveryField) {
   }
   EXPECT_EQ(line["sent"], 10);
   EXPECT_EQ(line["error_codes"]["UNAVAILABLE"], 1);
+}
+
+TEST(LlmCcTaxFlags, ParseAndRefuse) {
+  auto options = ParseLlmCcTaxFlags(
+      {"--concurrency", "8,32", "--same-mode", "emulated", "--model-dir", "/models/m"}, {});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->concurrency, (std::vector<int>{8, 32}));
+  EXPECT_EQ(options->same_mode, "emulated");
+  EXPECT_EQ(options->model_dir, "/models/m");
+  EXPECT_EQ(ParseLlmCcTaxFlags({"--same-mode", "driver"}, {}).status().message(),
+            "--same-mode must be off or emulated, not 'driver'");
+  EXPECT_FALSE(ParseLlmCcTaxFlags({"--concurrency", "0"}, {}).ok());
+  EXPECT_FALSE(ParseLlmCcTaxFlags({"--rounds", "0"}, {}).ok());
 }
 
 TEST(CaseFlags, EachCaseRefusesBadValues) {

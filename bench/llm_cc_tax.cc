@@ -11,6 +11,7 @@
 #include "base/flags.h"
 #include "base/status.h"
 #include "bench/llm_enclave_driver.h"
+#include "cloister/boundary/v1/boundary.pb.h"
 #include "nlohmann/json.hpp"
 
 namespace cloister::bench {
@@ -19,6 +20,7 @@ namespace {
 struct Samples {
   std::vector<double> ttft_ms, itl_ms;
   double tokens = 0, seconds = 0;
+  double step_ns = 0;  // the receipts' execution time: the steps' share of each request
 };
 
 // `concurrency` streams, each sending requests_per_stream requests one after another.
@@ -63,6 +65,11 @@ absl::Status RunRound(LlmEnclaveDriver& driver, const LlmCcTaxOptions& options, 
       o.last = c.arrived;
       samples.tokens += c.chunk.tokens_size();
       if (c.final) {
+        boundary::v1::UsageReceipt receipt;
+        if (!receipt.ParseFromString(c.chunk.receipt())) {
+          return absl::InternalError("a final chunk without a readable usage receipt");
+        }
+        samples.step_ns += static_cast<double>(receipt.batch().execution_ns());
         const int stream = o.stream;
         open.erase(it);
         if (left[stream] > 0) RETURN_IF_ERROR(send(stream));
@@ -86,6 +93,14 @@ absl::StatusOr<LlmCcTaxOptions> ParseLlmCcTaxFlags(const std::vector<std::string
       {"--threads", IntFlag{&options.threads, 1}},
       {"--models-dir", StringFlag{&options.models_dir, {}}},
       {"--model-dir", StringFlag{&options.model_dir, {}}},
+      {"--same-mode", CustomFlag{[&](const std::string& text) -> absl::Status {
+         if (text != "off" && text != "emulated") {
+           return absl::InvalidArgumentError(
+               absl::StrCat("--same-mode must be off or emulated, not '", text, "'"));
+         }
+         options.same_mode = text;
+         return absl::OkStatus();
+       }}},
   };
   RETURN_IF_ERROR(ParseFlags(args, specs));
   return options;
@@ -95,21 +110,36 @@ std::string LlmCcTaxUsage() {
   return "generation with the PCIe path emulated (AES-256-GCM) over off, same requests\n"
          "                   [--json] [--concurrency 1,8,32] [--requests N (4 per stream)]\n"
          "                   [--max-tokens N (64)] [--rounds N (3)] [--threads N (1)]\n"
-         "                   [--models-dir DIR] [--model-dir CHECKPOINT_DIR]\n";
+         "                   [--models-dir DIR] [--model-dir CHECKPOINT_DIR]\n"
+         "                   [--same-mode off|emulated (a control: both sides in one mode)]\n";
 }
 
 absl::StatusOr<std::vector<LlmCcTaxLine>> RunLlmCcTax(const LlmCcTaxOptions& options,
                                                       std::FILE* out, std::FILE* log) {
-  std::unique_ptr<LlmEnclaveDriver> drivers[2];
-  for (int mode = 0; mode < 2; ++mode) {
-    enclave::EnclaveOptions enclave_options;
-    enclave_options.generation.threads = options.threads;
-    enclave_options.pcie_mode = mode == 0 ? enclave::pcie::PcieMode::kOff
-                                          : enclave::pcie::PcieMode::kEmulated;
-    ASSIGN_OR_RETURN(drivers[mode],
-                     LlmEnclaveDriver::Create(options.models_dir, std::move(enclave_options),
-                                              {"t"}, options.model_dir));
-  }
+  // Each round gets two fresh enclaves, made in the order they run: where a model's weights and
+  // KV cache land in memory moves a kernel's speed by several percent on these small steps, as
+  // much between two enclaves in the same mode as the mode itself; fresh ones each round spread
+  // that over both sides instead of fixing it on one for the whole run.
+  auto make_drivers = [&](int first, std::unique_ptr<LlmEnclaveDriver> (&drivers)[2])
+      -> absl::Status {
+    for (int k = 0; k < 2; ++k) drivers[k].reset();
+    for (int k = 0; k < 2; ++k) {
+      const int mode = k == 0 ? first : 1 - first;
+      enclave::EnclaveOptions enclave_options;
+      enclave_options.generation.threads = options.threads;
+      enclave_options.pcie_mode = mode == 0 ? enclave::pcie::PcieMode::kOff
+                                            : enclave::pcie::PcieMode::kEmulated;
+      if (!options.same_mode.empty()) {
+        enclave_options.pcie_mode = options.same_mode == "off"
+                                        ? enclave::pcie::PcieMode::kOff
+                                        : enclave::pcie::PcieMode::kEmulated;
+      }
+      ASSIGN_OR_RETURN(drivers[mode],
+                       LlmEnclaveDriver::Create(options.models_dir, std::move(enclave_options),
+                                                {"t"}, options.model_dir));
+    }
+    return absl::OkStatus();
+  };
   std::string model = "tiny-llama";
   if (!options.model_dir.empty()) {
     const std::filesystem::path path = std::filesystem::path(options.model_dir).lexically_normal();
@@ -120,8 +150,11 @@ absl::StatusOr<std::vector<LlmCcTaxLine>> RunLlmCcTax(const LlmCcTaxOptions& opt
     Samples samples[2];
     for (int round = 0; round < options.rounds; ++round) {
       // Alternate which mode goes first, so that drift in the machine's speed hits both.
+      const int first = round % 2;
+      std::unique_ptr<LlmEnclaveDriver> drivers[2];
+      RETURN_IF_ERROR(make_drivers(first, drivers));
       for (int k = 0; k < 2; ++k) {
-        const int mode = (round % 2 == 0) ? k : 1 - k;
+        const int mode = k == 0 ? first : 1 - first;
         RETURN_IF_ERROR(RunRound(*drivers[mode], options, concurrency, samples[mode]));
       }
     }
@@ -132,6 +165,7 @@ absl::StatusOr<std::vector<LlmCcTaxLine>> RunLlmCcTax(const LlmCcTaxOptions& opt
       line.itl_p50_ms[mode] = Percentile(samples[mode].itl_ms, 0.5);
       line.itl_p99_ms[mode] = Percentile(samples[mode].itl_ms, 0.99);
       line.tokens_per_s[mode] = samples[mode].tokens / samples[mode].seconds;
+      line.step_us_per_token[mode] = samples[mode].step_ns / 1e3 / samples[mode].tokens;
     }
     line.ttft_p50_ratio = line.ttft_p50_ms[0] / line.ttft_p50_ms[1];
     line.itl_p50_ratio = line.itl_p50_ms[0] / line.itl_p50_ms[1];
@@ -146,7 +180,9 @@ absl::StatusOr<std::vector<LlmCcTaxLine>> RunLlmCcTax(const LlmCcTaxOptions& opt
       j["ttft_p50_ms"] = {line.ttft_p50_ms[0], line.ttft_p50_ms[1]};
       j["itl_p50_ms"] = {line.itl_p50_ms[0], line.itl_p50_ms[1]};
       j["itl_p99_ms"] = {line.itl_p99_ms[0], line.itl_p99_ms[1]};
+      if (!options.same_mode.empty()) j["same_mode"] = options.same_mode;
       j["tokens_per_s"] = {line.tokens_per_s[0], line.tokens_per_s[1]};
+      j["step_us_per_token"] = {line.step_us_per_token[0], line.step_us_per_token[1]};
       j["ttft_p50_ratio"] = line.ttft_p50_ratio;
       j["itl_p50_ratio"] = line.itl_p50_ratio;
       j["itl_p99_ratio"] = line.itl_p99_ratio;
@@ -156,12 +192,13 @@ absl::StatusOr<std::vector<LlmCcTaxLine>> RunLlmCcTax(const LlmCcTaxOptions& opt
     } else {
       absl::FPrintF(out,
                     "concurrency %2d  (off / emulated)  ttft p50 %.2f / %.2f ms  itl p50 %.3f / "
-                    "%.3f ms  p99 %.3f / %.3f ms  tokens/s %.0f / %.0f\n"
+                    "%.3f ms  p99 %.3f / %.3f ms  tokens/s %.0f / %.0f  step us/token %.1f / %.1f\n"
                     "                ratios: ttft_p50 %.3f  itl_p50 %.3f  itl_p99 %.3f  "
                     "tokens_per_s %.3f (target >= 0.98 at 8 and above)\n",
                     concurrency, line.ttft_p50_ms[0], line.ttft_p50_ms[1], line.itl_p50_ms[0],
                     line.itl_p50_ms[1], line.itl_p99_ms[0], line.itl_p99_ms[1],
-                    line.tokens_per_s[0], line.tokens_per_s[1], line.ttft_p50_ratio,
+                    line.tokens_per_s[0], line.tokens_per_s[1], line.step_us_per_token[0],
+                    line.step_us_per_token[1], line.ttft_p50_ratio,
                     line.itl_p50_ratio, line.itl_p99_ratio, line.tokens_per_s_ratio);
     }
     lines.push_back(line);

@@ -24,6 +24,7 @@ namespace cloister::bench {
 struct LlmCcTaxOptions {
   std::string models_dir;
   std::string model_dir;  // a checkpoint folder instead of the shared tiny model
+  std::string same_mode;  // "off" or "emulated": both sides in that mode (a control)
   std::vector<int> concurrency = {1, 8, 32};
   int requests_per_stream = 4;  // requests each concurrent stream sends, one after another
   int max_tokens = 64;
@@ -38,6 +39,9 @@ struct LlmCcTaxLine {
   double itl_p50_ms[2] = {0, 0};
   double itl_p99_ms[2] = {0, 0};
   double tokens_per_s[2] = {0, 0};
+  // The receipts' execution time (each request's share of its steps) per token: the time inside
+  // the steps, transfers included, apart from the time spent delivering chunks.
+  double step_us_per_token[2] = {0, 0};
   double ttft_p50_ratio = 0, itl_p50_ratio = 0, itl_p99_ratio = 0, tokens_per_s_ratio = 0;
 };
 
