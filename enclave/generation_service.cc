@@ -188,6 +188,7 @@ void GenerationService::Loop() {
                              std::max(absl::ZeroDuration(), std::min(kIdleRelease, until_tick)));
       }
       incoming.swap(incoming_);
+      interrupt_.store(false);  // what set it is in `incoming` now
       cancels.swap(cancels_);
       stopping = stopping_;
     }
@@ -314,6 +315,7 @@ void GenerationService::Admit(std::unique_ptr<Stream> stream) {
     slot = std::make_unique<Engine>();
     slot->model = model;
     slot->generator = *std::move(generator);
+    slot->generator->set_interrupt(&interrupt_);
   }
   Engine& engine = *slot;
   const api::v1::GenerateRequest& request = stream->r.request;
@@ -686,7 +688,10 @@ void GenerationService::Start(Request request) {
     stream->r.sink->Write(frame);
     return;
   }
+  // A realtime request need not wait for the rest of a best-effort step running now.
+  const bool realtime = stream->r.priority == llm::Priority::kRealtime;
   incoming_.push_back(std::move(stream));
+  if (realtime && options_.interrupt_for_realtime) interrupt_.store(true);
 }
 
 bool GenerationService::Cancel(uint64_t call_id) {

@@ -18,6 +18,7 @@
 // chunk and joins the thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -54,6 +55,10 @@ struct GenerationOptions {
   // behind a long step (its time to first token stays short).
   absl::Duration realtime_guard = absl::Seconds(2);
   int realtime_step_tokens = 64;
+  // A realtime request that arrives while a step without realtime work runs interrupts that
+  // step between two layers (llm::Generator::set_interrupt): it waits for one layer, not the
+  // whole step. The interrupted step is done again after the realtime prefill.
+  bool interrupt_for_realtime = true;
   // Where each step's token ids and results cross (step_transfer.h): the enclave's host
   // transfer path; null: they do not cross (a device engine with a path of its own).
   pcie::TransferPath* transfer = nullptr;
@@ -148,6 +153,9 @@ class GenerationService {
   const GenerationOptions options_;
   absl::Mutex mu_;
   std::deque<std::unique_ptr<Stream>> incoming_ ABSL_GUARDED_BY(mu_);
+  // Set (under mu_) when a realtime request joins `incoming_`, cleared when the stepping
+  // thread takes them; the generators' steps without realtime work watch it.
+  std::atomic<bool> interrupt_{false};
   std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> calls_ ABSL_GUARDED_BY(mu_);  // call ids with a stream not yet ended
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -21,6 +21,7 @@ class StepTransferEngine : public llm::StepEngine {
   size_t kv_bytes() const override { return inner_->kv_bytes(); }
   size_t weight_bytes() const override { return inner_->weight_bytes(); }
   void ScrubBlock(int32_t block) override { inner_->ScrubBlock(block); }
+  void SetInterrupt(const std::atomic<bool>* flag) override { inner_->SetInterrupt(flag); }
 
   absl::Status Step(std::span<const llm::StepSequence> parts, llm::StepResult& result) override {
     // In: every part's tokens, one after another, in one transfer.

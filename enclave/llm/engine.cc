@@ -35,18 +35,20 @@ class CpuEngine : public StepEngine {
   void ScrubBlock(int32_t block) override { cache_.ScrubBlock(block); }
 
   absl::Status Step(std::span<const StepSequence> parts, StepResult& result) override {
-    RETURN_IF_ERROR(model_.Forward(parts, cache_, pool_, result.logits));
+    RETURN_IF_ERROR(model_.Forward(parts, cache_, pool_, result.logits, interrupt_));
     result.ids.clear();
     for (const StepSequence& part : parts) {
       if (part.want_logits) result.ids.push_back(-1);  // the Sampler picks on the host anyway
     }
     return absl::OkStatus();
   }
+  void SetInterrupt(const std::atomic<bool>* flag) override { interrupt_ = flag; }
 
  private:
   const Model& model_;
   ThreadPool pool_;
   KvCache cache_;
+  const std::atomic<bool>* interrupt_ = nullptr;
 };
 
 struct Registry {

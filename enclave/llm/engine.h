@@ -8,6 +8,7 @@
 // thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,6 +53,10 @@ class StepEngine {
   // Runs one step (see StepSequence). Errors name the part that was wrong; nothing in the cache
   // outside the parts' own blocks changes.
   virtual absl::Status Step(std::span<const StepSequence> parts, StepResult& result) = 0;
+  // The flag the next steps watch (null: none): an engine that can, gives a step up part-way
+  // once it is set and returns Cancelled (Model::Forward's contract). Engines that cannot
+  // ignore it and finish their steps.
+  virtual void SetInterrupt(const std::atomic<bool>* flag) {}
 };
 
 struct EngineOptions {

@@ -183,6 +183,8 @@ class Generator::Impl {
     return best;
   }
   int64_t preemptions() const { return preemptions_; }
+  int64_t interrupted_steps() const { return interrupted_steps_; }
+  void set_interrupt(const std::atomic<bool>* flag) { interrupt_ = flag; }
   const std::vector<Generator::StepPart>& last_step() const { return last_step_; }
   std::vector<Generator::Occupancy> occupancy() const {
     std::map<std::pair<std::string, int>, Generator::Occupancy> by_key;
@@ -226,7 +228,19 @@ class Generator::Impl {
     std::vector<Sequence*> step;
     for (const Scheduled& part : scheduled) step.push_back(part.sequence);
     std::vector<StepSequence> parts = MakeParts(scheduled);
-    RETURN_IF_ERROR(engine_->Step(parts, result_));
+    // A step with no realtime sequence in it may be given up part-way for a realtime arrival
+    // (set_interrupt); nothing of it counts, and its sequences run again in the next step.
+    bool interruptible = interrupt_ != nullptr;
+    for (const Scheduled& part : scheduled) {
+      interruptible &= part.sequence->request.priority != Priority::kRealtime;
+    }
+    engine_->SetInterrupt(interruptible ? interrupt_ : nullptr);
+    absl::Status stepped = engine_->Step(parts, result_);
+    if (interruptible && absl::IsCancelled(stepped) && interrupt_->load()) {
+      ++interrupted_steps_;
+      return events;
+    }
+    RETURN_IF_ERROR(stepped);
     Charge(scheduled, parts);
     for (const Scheduled& part : scheduled) last_step_.push_back({part.sequence->id, part.count});
 
@@ -299,7 +313,7 @@ class Generator::Impl {
 
   // Decode tokens of running sequences first, then prefill chunks, under the token budget, each
   // in rank order. While a realtime sequence decodes, other classes' prefill only fills the step
-  // up to realtime_step_tokens.
+  // up to realtime_step_tokens; a step with a realtime prompt in it has no other prefill.
   std::vector<Scheduled> Schedule() const {
     std::vector<Sequence*> decode, prefill;
     for (uint64_t id : order_) {
@@ -319,9 +333,13 @@ class Generator::Impl {
       realtime_decodes |= s->request.priority == Priority::kRealtime;
     }
     int64_t used = options_.max_step_tokens - budget;
+    bool realtime_prefills = false;
     for (Sequence* s : prefill) {
       int64_t room = budget;
       if (s->request.priority != Priority::kRealtime) {
+        // A realtime prompt's step carries no other prefill: its first token comes as soon
+        // as it would alone, but for the other sequences' decodes.
+        if (realtime_prefills) break;
         if (realtime_decodes) room = std::min<int64_t>(room, options_.realtime_step_tokens - used);
         if (prefill_cap_ > 0) room = std::min<int64_t>(room, prefill_cap_ - used);
       }
@@ -330,6 +348,7 @@ class Generator::Impl {
       step.push_back({s, count});
       budget -= count;
       used += count;
+      realtime_prefills |= s->request.priority == Priority::kRealtime;
     }
     return step;
   }
@@ -528,6 +547,8 @@ class Generator::Impl {
   std::vector<uint64_t> cancelled_;
   std::shared_ptr<TenantCounters> counters_;
   int64_t preemptions_ = 0;
+  int64_t interrupted_steps_ = 0;
+  const std::atomic<bool>* interrupt_ = nullptr;
   int32_t prefill_cap_ = 0;
   std::unordered_map<std::string, int64_t> kv_quotas_;  // blocks, per tenant with a quota
   StepResult result_;
@@ -601,6 +622,8 @@ void Generator::SetTenantKvQuota(const std::string& tenant, int64_t tokens) {
   impl_->SetTenantKvQuota(tenant, tokens);
 }
 absl::StatusOr<std::vector<TokenEvent>> Generator::Step() { return impl_->Step(); }
+void Generator::set_interrupt(const std::atomic<bool>* flag) { impl_->set_interrupt(flag); }
+int64_t Generator::interrupted_steps() const { return impl_->interrupted_steps(); }
 const std::vector<Generator::StepPart>& Generator::last_step() const {
   return impl_->last_step();
 }

@@ -16,6 +16,7 @@
 // Threading: not thread-safe; one thread owns a Generator and calls Step in a loop.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -136,6 +137,14 @@ class Generator {
     int64_t tokens = 0;
   };
   const std::vector<StepPart>& last_step() const;
+  // A flag (owned by the caller, null: none) that, once set, lets the engine give up a step in
+  // which no realtime sequence runs, part-way (StepEngine::SetInterrupt): a realtime request
+  // that arrives then waits for a layer of a best-effort step, not all of it. The step counts
+  // for nothing (no tokens, no service, no time in last_step) and its sequences run again in
+  // the next; the caller clears the flag. Engines that cannot stop a step ignore it.
+  void set_interrupt(const std::atomic<bool>* flag);
+  // Steps given up so far for the flag.
+  int64_t interrupted_steps() const;
 
   const StepEngine& engine() const;
   // Sequences added and not yet finished (waiting or running).

@@ -4,6 +4,7 @@
 // prefilled, and a batch sequence preempted for a realtime one gives exactly the ids it gives
 // alone (its tokens are recomputed, not lost).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -32,6 +33,7 @@ class RecordingEngine : public StepEngine {
   size_t kv_bytes() const override { return inner_->kv_bytes(); }
   size_t weight_bytes() const override { return inner_->weight_bytes(); }
   void ScrubBlock(int32_t block) override { inner_->ScrubBlock(block); }
+  void SetInterrupt(const std::atomic<bool>* flag) override { inner_->SetInterrupt(flag); }
   absl::Status Step(std::span<const StepSequence> parts, StepResult& result) override {
     std::vector<size_t> sizes;
     for (const StepSequence& part : parts) sizes.push_back(part.tokens.size());
@@ -240,6 +242,62 @@ TEST_F(GeneratorFairnessTest, TheLastStepNamesEachSequenceWithTheTokensItCompute
   EXPECT_EQ(first_tokens, static_cast<int64_t>(refs_[5].prompt_ids.size()) + 3);
   ASSERT_TRUE(generator->Step().ok());
   EXPECT_TRUE(generator->last_step().empty());
+}
+
+// The interrupt flag gives up a step with no realtime sequence in it: no tokens, no service,
+// nothing in last_step, and the sequence then gives exactly its ids. A step with a realtime
+// sequence in it runs to the end whatever the flag says.
+TEST_F(GeneratorFairnessTest, TheInterruptFlagGivesUpOnlyStepsWithoutRealtimeWork) {
+  auto generator = Make(GeneratorOptions{});
+  ASSERT_NE(generator, nullptr);
+  std::atomic<bool> flag(true);
+  generator->set_interrupt(&flag);
+  GenerationRequest bulk = Long("bulk", 1, Priority::kBatch, 8);
+  auto b = generator->Add(bulk);
+  ASSERT_TRUE(b.ok());
+  for (int i = 0; i < 3; ++i) {
+    auto events = generator->Step();
+    ASSERT_TRUE(events.ok()) << events.status();
+    EXPECT_TRUE(events->empty());
+    EXPECT_TRUE(generator->last_step().empty());
+  }
+  EXPECT_EQ(generator->interrupted_steps(), 3);
+  EXPECT_EQ(generator->tenant_service("bulk"), 0);
+  // A realtime sequence joins: its steps are not given up, and the batch one runs in them.
+  auto r = generator->Add(Long("rt", 1, Priority::kRealtime, 8));
+  ASSERT_TRUE(r.ok());
+  std::map<uint64_t, std::vector<int32_t>> ids;
+  auto events = generator->Step();
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_EQ(generator->interrupted_steps(), 3);
+  EXPECT_FALSE(generator->last_step().empty());
+  for (const TokenEvent& e : *events) ids[e.sequence].push_back(e.token.id);
+  flag.store(false);
+  for (int step = 0; step < 100 && !generator->idle(); ++step) {
+    auto more = generator->Step();
+    ASSERT_TRUE(more.ok());
+    for (const TokenEvent& e : *more) ids[e.sequence].push_back(e.token.id);
+  }
+  std::vector<int32_t> expected(refs_[3].generated_ids.begin(), refs_[3].generated_ids.begin() + 8);
+  EXPECT_EQ(ids[*b], expected);
+  EXPECT_EQ(ids[*r], expected);
+}
+
+// A step that carries a realtime prompt carries no other prefill (a batch prompt waiting beside
+// it goes in the steps after), so the realtime first token is not held up by it.
+TEST_F(GeneratorFairnessTest, ARealtimePromptsStepCarriesNoOtherPrefill) {
+  auto generator = Make(GeneratorOptions{});
+  ASSERT_NE(generator, nullptr);
+  GenerationRequest bulk = Long("bulk", 1, Priority::kBatch, 4);
+  bulk.prompt_ids = refs_[5].prompt_ids;
+  ASSERT_TRUE(generator->Add(bulk).ok());
+  auto r = generator->Add(Long("rt", 1, Priority::kRealtime, 4));
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(generator->Step().ok());
+  ASSERT_EQ(generator->last_step().size(), 1u);
+  EXPECT_EQ(generator->last_step()[0].sequence, *r);
+  ASSERT_TRUE(generator->Step().ok());  // the realtime decode, and the batch prompt beside it
+  EXPECT_EQ(generator->last_step().size(), 2u);
 }
 
 // KV memory for two sequences: two batch sequences hold it when a realtime one arrives; the

@@ -626,7 +626,8 @@ void ProjectLogits(StepPass& s, const Model::Weights& w, std::vector<float>& log
 }  // namespace
 
 absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
-                            ThreadPool& pool, std::vector<float>& logits) const {
+                            ThreadPool& pool, std::vector<float>& logits,
+                            const std::atomic<bool>* interrupt) const {
   if (weights_ == nullptr) {
     return absl::FailedPreconditionError(
         "the model was loaded without host weights (another engine holds them)");
@@ -636,7 +637,12 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
   StepPass pass(config_, parts, cache, pool);
   FlattenStep(pass);
   EmbedStep(pass, w);
-  for (int64_t l = 0; l < config_.num_layers; ++l) RunLayer(pass, w.layers[l], l);
+  auto interrupted = [&] { return interrupt != nullptr && interrupt->load(std::memory_order_relaxed); };
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    if (interrupted()) return absl::CancelledError("the step was interrupted");
+    RunLayer(pass, w.layers[l], l);
+  }
+  if (interrupted()) return absl::CancelledError("the step was interrupted");
   ProjectLogits(pass, w, logits);
   return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 // KvCache (the cache is the mutable state). Forward uses the ThreadPool it is given.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -108,8 +109,12 @@ class Model {
   size_t weight_bytes() const { return weight_bytes_; }
 
   // Runs the step. `logits` receives vocab_size floats for each part with want_logits, in order.
+  // With `interrupt`, the step gives up between layers once the flag is set: Cancelled, having
+  // written keys and values only at the parts' own new positions, which the next step over
+  // them writes again.
   absl::Status Forward(std::span<const StepSequence> parts, KvCache& cache, ThreadPool& pool,
-                       std::vector<float>& logits) const;
+                       std::vector<float>& logits,
+                       const std::atomic<bool>* interrupt = nullptr) const;
 
   struct Weights;
 

@@ -4,15 +4,18 @@
 // prompts prefilled in chunks; and the load-time refusals.
 #include "enclave/llm/model.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <algorithm>
 #include <fstream>
 #include <list>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -84,6 +87,47 @@ TEST_F(TinyModelTest, LastPositionLogitsMatchTheReference) {
     EXPECT_LT(worst, 1e-3);
     RecordProperty("worst_relative_error", std::to_string(worst));
   }
+}
+
+// A step given up part-way (the interrupt flag set from another thread while it runs) leaves
+// only keys and values at the part's own new positions, which the step done again rewrites:
+// the logits are the reference's. Whether the flag lands before the first layer or between two,
+// the redone step must match; a step that finished before the flag came is as good.
+TEST_F(TinyModelTest, AnInterruptedStepDoneAgainGivesTheReferenceLogits) {
+  auto model = LoadModel(WeightFormat::kAsStored);
+  ASSERT_NE(model, nullptr);
+  std::vector<float> expected = ReadNpy(kModelDir + "/reference_logits.npy");
+  std::vector<Reference> refs = LoadReferences();
+  KvCache cache(model->config(), 8, 16);
+  ThreadPool pool(1);
+  std::vector<int32_t> table = {3, 0, 5};
+  StepSequence part{refs[0].prompt_ids, 0, table, true};
+  std::vector<float> logits;
+  std::atomic<bool> already(true);
+  absl::Status refused = model->Forward({&part, 1}, cache, pool, logits, &already);
+  EXPECT_TRUE(absl::IsCancelled(refused)) << refused;
+  int interrupted = 0;
+  for (int delay_us = 0; delay_us <= 2000; delay_us += 50) {
+    std::atomic<bool> flag(false);
+    std::thread setter([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      flag.store(true);
+    });
+    absl::Status status = model->Forward({&part, 1}, cache, pool, logits, &flag);
+    setter.join();
+    if (absl::IsCancelled(status)) ++interrupted;
+    else ASSERT_TRUE(status.ok()) << status;
+    std::atomic<bool> clear(false);
+    ASSERT_TRUE(model->Forward({&part, 1}, cache, pool, logits, &clear).ok());
+    ASSERT_EQ(logits.size(), expected.size());
+    double worst = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      worst = std::max(worst, std::abs(logits[i] - expected[i]) /
+                                  std::max(1.0, std::abs(double{expected[i]})));
+    }
+    EXPECT_LT(worst, 1e-3) << "after a flag at " << delay_us << " us";
+  }
+  EXPECT_GT(interrupted, 0);
 }
 
 TEST_F(TinyModelTest, GreedyIdsMatchAloneAndTogether) {
