@@ -36,7 +36,8 @@ node_tests=$(cache_value CLOISTER_ONNX_NODE_TESTS)
 build_dir=$(cd "$build" && pwd)
 
 programs=(gpu_executor_test gpu_transfer_test batch_runner_gpu_test cloister-bench cloister-enclave cloisterd cloister
-          tensor-to-npy models_test onnx-conformance gpu_llm_test cloister-llm)
+          tensor-to-npy models_test onnx-conformance gpu_llm_test cloister-llm llm_appliance_test
+          cloister-audit)
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/shared/models" "$out/node"
 for program in "${programs[@]}"; do

@@ -7,8 +7,8 @@
 # the whole appliance on the shared models with the executor chosen automatically (so CUDA) in
 # PCIe mode emulated (the device path and its GCM kernels end to end), and cc-tax on the CUDA and
 # on the CPU executor; and the LLM engine on CUDA (gpu_llm_test against the references and the
-# CPU engine, cloister-llm's conformance check, where --executor auto picks cuda, and
-# cloister-bench llm-cuda on a synthetic 1 B model, written on the machine by
+# CPU engine, cloister-llm's conformance check, where --executor auto picks cuda, generation
+# through the appliance with the worker on CUDA (llm_appliance_test), and cloister-bench llm-cuda on a synthetic 1 B model, written on the machine by
 # bench/make_synthetic_llama.py). The programs keep the paths they were built with, so those are recreated
 # as links first.
 #
@@ -99,6 +99,10 @@ if wants llm && [ -x "$bin/gpu_llm_test" ]; then
   if [ -x "$bin/cloister-llm" ]; then
     step llm_conformance_cuda 240 python3 "$repo/tests/conformance/llm/check_cloister_llm.py" \
       "$bin/cloister-llm" "$shared_dir/models/llm/tiny-llama"
+  fi
+  # Generation through cloisterd with the worker on the CUDA executor, so on the CUDA LLM engine.
+  if [ -x "$bin/llm_appliance_test" ]; then
+    step llm_appliance_cuda 300 env CLOISTER_TEST_EXECUTOR=cuda "$bin/llm_appliance_test"
   fi
 fi
 if wants llmbench; then

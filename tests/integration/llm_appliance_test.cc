@@ -6,6 +6,9 @@
 // model is refused exactly as a model that does not exist; a client that goes away mid-stream
 // leaves the appliance serving; and the signed usage reaches the receipt log, whose audit adds
 // up the tokens.
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
@@ -50,10 +53,25 @@ class LlmApplianceTest : public ::testing::Test {
       if (tenant == "hooli") out << "    max_tokens: 8\n";
       std::ofstream(work_ + "/" + tenant + ".token") << TokenOf(tenant) << "\n";
     }
+    // CLOISTER_TEST_EXECUTOR=cuda (ctest llm_appliance_cuda, label gpu): the worker runs on the
+    // CUDA executor, and generation on the CUDA LLM engine beside it.
+    const char* executor = std::getenv("CLOISTER_TEST_EXECUTOR");
+    executor_ = executor != nullptr ? executor : "";
+    if (executor_ == "cuda" && ::access("/dev/nvidia0", F_OK) != 0) {
+      GTEST_SKIP() << "CLOISTER_TEST_EXECUTOR=cuda and no /dev/nvidia0: no GPU here";
+    }
+    if (!executor_.empty()) {
+      out << "devices:\n  - name: dev0\n    executor: " << executor_ << "\n";
+    }
     out.close();
     appliance_ = std::make_unique<Appliance>(CLOISTERD_BINARY, work_ + "/data",
                                              std::vector<std::string>{"--config", config});
     ASSERT_TRUE(appliance_->Start().ok());
+    if (executor_ == "cuda") {
+      ASSERT_NE(appliance_->Logs().find("\"event\":\"llm_engine\",\"name\":\"cuda\""),
+                std::string::npos)
+          << appliance_->Logs();
+    }
     auto text = ReadFile(kTinyLlama + "/reference.json", 16 << 20);
     ASSERT_TRUE(text.ok());
     references_ = nlohmann::json::parse(*text);
@@ -88,6 +106,7 @@ class LlmApplianceTest : public ::testing::Test {
   }
 
   std::string work_;
+  std::string executor_;  // CLOISTER_TEST_EXECUTOR, empty: the worker's default
   std::unique_ptr<Appliance> appliance_;
   nlohmann::json references_;
 };
