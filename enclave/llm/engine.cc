@@ -1,5 +1,7 @@
 #include "enclave/llm/engine.h"
 
+#include <cstring>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -36,10 +38,36 @@ class CpuEngine : public StepEngine {
 
   absl::Status Step(std::span<const StepSequence> parts, StepResult& result) override {
     RETURN_IF_ERROR(model_.Forward(parts, cache_, pool_, result.logits, interrupt_));
+    // Plain greedy parts get their argmax here (ties to the lowest id, NaN never chosen over a
+    // number), as a device engine picks them, so that only their ids come back: a step's
+    // results crossing the PCIe path are then its ids, not a logits row per sequence (at 8
+    // sequences of a 2 k vocabulary, 64 KiB to seal and open every step).
+    const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
     result.ids.clear();
+    size_t row = 0, kept = 0;
     for (const StepSequence& part : parts) {
-      if (part.want_logits) result.ids.push_back(-1);  // the Sampler picks on the host anyway
+      if (!part.want_logits) continue;
+      float* logits = result.logits.data() + row * vocab;
+      ++row;
+      if (part.argmax) {
+        int32_t best = 0;
+        float best_value = -std::numeric_limits<float>::infinity();
+        for (size_t i = 0; i < vocab; ++i) {
+          if (logits[i] > best_value) {
+            best_value = logits[i];
+            best = static_cast<int32_t>(i);
+          }
+        }
+        result.ids.push_back(best);
+        continue;
+      }
+      result.ids.push_back(-1);
+      if (kept + 1 != row) {
+        std::memmove(result.logits.data() + kept * vocab, logits, vocab * sizeof(float));
+      }
+      ++kept;
     }
+    result.logits.resize(kept * vocab);
     return absl::OkStatus();
   }
   void SetInterrupt(const std::atomic<bool>* flag) override { interrupt_ = flag; }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "base/status.h"
 #include "enclave/llm/generator.h"
 #include "enclave/llm/tiny_model_references.h"
 #include "gmock/gmock.h"
@@ -156,10 +157,13 @@ TEST_F(TinyModelTest, GreedyIdsMatchAloneAndTogether) {
 
 // An engine that picks argmax rows itself, as a device engine does (ids back, logits only for
 // the rows the host samples): the CPU engine's logits, reduced on the host.
-class ArgmaxOnHostEngine : public StepEngine {
+// Forwards to the CPU engine and counts the rows it picked itself, checking that only the other
+// rows' logits came back.
+class PickCountingEngine : public StepEngine {
  public:
-  explicit ArgmaxOnHostEngine(std::unique_ptr<StepEngine> inner) : inner_(std::move(inner)) {}
-  std::string_view name() const override { return "argmax-on-host"; }
+  PickCountingEngine(std::unique_ptr<StepEngine> inner, int32_t vocab)
+      : inner_(std::move(inner)), vocab_(vocab) {}
+  std::string_view name() const override { return "pick-counting"; }
   int32_t num_blocks() const override { return inner_->num_blocks(); }
   int32_t block_size() const override { return inner_->block_size(); }
   size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
@@ -167,33 +171,28 @@ class ArgmaxOnHostEngine : public StepEngine {
   size_t weight_bytes() const override { return inner_->weight_bytes(); }
   void ScrubBlock(int32_t block) override { inner_->ScrubBlock(block); }
   absl::Status Step(std::span<const StepSequence> parts, StepResult& result) override {
-    StepResult all;
-    absl::Status status = inner_->Step(parts, all);
-    if (!status.ok()) return status;
-    const size_t vocab = all.logits.size() / std::max<size_t>(1, all.ids.size());
-    result.ids.clear();
-    result.logits.clear();
-    size_t row = 0;
+    RETURN_IF_ERROR(inner_->Step(parts, result));
+    size_t host_rows = 0, i = 0;
     for (const StepSequence& part : parts) {
       if (!part.want_logits) continue;
-      const float* begin = all.logits.data() + row * vocab;
-      if (part.argmax) {
-        result.ids.push_back(static_cast<int32_t>(std::max_element(begin, begin + vocab) - begin));
-        ++argmax_rows;
-      } else {
-        result.ids.push_back(-1);
-        result.logits.insert(result.logits.end(), begin, begin + vocab);
-      }
-      ++row;
+      const bool picked = result.ids.at(i++) >= 0;
+      EXPECT_EQ(picked, part.argmax);
+      picked ? ++picked_rows : ++host_rows;
     }
+    EXPECT_EQ(i, result.ids.size());
+    EXPECT_EQ(result.logits.size(), host_rows * static_cast<size_t>(vocab_));
     return absl::OkStatus();
   }
-  int64_t argmax_rows = 0;
+  int64_t picked_rows = 0;
 
  private:
   std::unique_ptr<StepEngine> inner_;
+  int32_t vocab_;
 };
 
+// The CPU engine picks the argmax of plain greedy rows itself and sends back only their ids,
+// beside sampled rows whose logits it returns: the ids are those the host's Sampler picks from
+// the logits (greedy with log-probabilities asked for, so the host picks), and the references.
 TEST_F(TinyModelTest, EnginePickedIdsAndSampledRowsMixInOneStep) {
   auto model = LoadModel(WeightFormat::kAsStored);
   ASSERT_NE(model, nullptr);
@@ -207,17 +206,19 @@ TEST_F(TinyModelTest, EnginePickedIdsAndSampledRowsMixInOneStep) {
   }
   GeneratorOptions options;
   options.threads = 2;
+  std::vector<GenerationRequest> on_host = requests;
+  for (size_t i = 0; i < on_host.size(); i += 2) on_host[i].sampling.logprobs = true;
   auto plain = Generator::Create(*model, options);
   ASSERT_TRUE(plain.ok()) << plain.status();
-  std::vector<std::vector<int32_t>> expected = testing::RunAll(**plain, requests);
+  std::vector<std::vector<int32_t>> expected = testing::RunAll(**plain, on_host);
 
   EngineOptions engine_options;
   engine_options.threads = 2;
   engine_options.num_blocks = *KvBlocksFor(model->config(), options);
   auto cpu = MakeCpuEngine(*model, engine_options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  auto engine = std::make_unique<ArgmaxOnHostEngine>(std::move(*cpu));
-  ArgmaxOnHostEngine* counting = engine.get();
+  auto engine = std::make_unique<PickCountingEngine>(std::move(*cpu), model->config().vocab_size);
+  PickCountingEngine* counting = engine.get();
   auto generator = Generator::Create(*model, options, std::move(engine));
   ASSERT_TRUE(generator.ok()) << generator.status();
   std::vector<std::vector<int32_t>> got = testing::RunAll(**generator, requests);
@@ -225,7 +226,7 @@ TEST_F(TinyModelTest, EnginePickedIdsAndSampledRowsMixInOneStep) {
     EXPECT_EQ(got[i], expected[i]) << "request " << i;
     if (i % 2 == 0) EXPECT_EQ(got[i], refs[i].generated_ids) << "request " << i;
   }
-  EXPECT_GT(counting->argmax_rows, 0);
+  EXPECT_GT(counting->picked_rows, 0);
 }
 
 TEST(EngineSelection, UnknownAndMissingExecutorsAreRefusedInOneLine) {
