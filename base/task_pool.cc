@@ -35,8 +35,9 @@ absl::Status TaskPool::Run(size_t count, const TaskFn& fn) {
   if (count <= 1 || threads_.empty()) {
     // Nothing to share: the caller runs the tasks without the pool's lock. Releasing that lock
     // wakes a waiting pool thread (a futex wake, seen in profiles as the caller's kernel time),
-    // which the PCIe path paid on every small transfer: on the tiny LLM's steps, two per step,
-    // 4 to 8 % of the step time (bench/results/2026-12-03-llm-cc-tax-wakeups.md).
+    // which the PCIe path paid on every small transfer: in a profile of the tiny LLM's emulated
+    // steps, 5.8 % of the stepping thread's samples against 2.4 % on the plaintext path
+    // (bench/results/2026-12-03-llm-cc-tax-wakeups.md).
     absl::Status first;
     for (size_t task = 0; task < count; ++task) {
       absl::Status status = fn(task, 0);
