@@ -761,6 +761,7 @@ absl::StatusOr<boundary::v1::StatsResult> Enclave::GetStats() {
   }
   result.set_kv_blocks_total(static_cast<uint64_t>(generation.kv_blocks_total));
   result.set_kv_block_size(static_cast<uint32_t>(generation.kv_block_size));
+  result.set_interrupted_steps(static_cast<uint64_t>(generation.interrupted_steps));
   if (options_.device_memory) {
     ASSIGN_OR_RETURN(DeviceMemoryInfo device, options_.device_memory());
     result.mutable_device_memory()->set_total_size(device.total_size);

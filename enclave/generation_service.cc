@@ -260,6 +260,7 @@ void GenerationService::Loop() {
 void GenerationService::PublishOccupancy() {
   std::map<std::pair<std::string, int>, llm::Generator::Occupancy> by_key;
   Occupancy occupancy;
+  occupancy.interrupted_steps = interrupted_steps_;
   for (const auto& [handle, engine] : engines_) {
     occupancy.kv_blocks_total += engine->generator->kv_blocks_total();
     occupancy.kv_block_size = engine->generator->block_size();
@@ -376,8 +377,10 @@ void GenerationService::Admit(std::unique_ptr<Stream> stream) {
 
 void GenerationService::Step(Engine& engine) {
   const absl::Time start = absl::Now();
+  const int64_t interrupted_before = engine.generator->interrupted_steps();
   absl::StatusOr<std::vector<llm::TokenEvent>> events = engine.generator->Step();
   const double step_ns = absl::ToDoubleNanoseconds(absl::Now() - start);
+  interrupted_steps_ += engine.generator->interrupted_steps() - interrupted_before;
   if (!events.ok()) {
     Log(LogLevel::kError, "generation_step_failed",
         {{"reason", std::string(events.status().message())}});

@@ -113,6 +113,9 @@ class GenerationService {
     std::vector<llm::Generator::Occupancy> tenants;
     int64_t kv_blocks_total = 0;
     int32_t kv_block_size = 0;
+    // Best-effort steps given up for a realtime arrival since the service started
+    // (GenerationOptions::interrupt_for_realtime): the work thrown away, in steps.
+    int64_t interrupted_steps = 0;
   };
   Occupancy occupancy() ABSL_LOCKS_EXCLUDED(occupancy_mu_);
 
@@ -156,6 +159,7 @@ class GenerationService {
   // Set (under mu_) when a realtime request joins `incoming_`, cleared when the stepping
   // thread takes them; the generators' steps without realtime work watch it.
   std::atomic<bool> interrupt_{false};
+  int64_t interrupted_steps_ = 0;  // stepping thread only
   std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> calls_ ABSL_GUARDED_BY(mu_);  // call ids with a stream not yet ended
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -121,6 +121,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                           .Name("cloister_kv_cache_blocks")
                           .Help("Blocks of each worker's LLM KV caches, total and used")
                           .Register(r);
+  interrupted_steps_ =
+      &prometheus::BuildGauge()
+           .Name("cloister_generation_interrupted_steps")
+           .Help("Best-effort generation steps each worker gave up part-way for a realtime "
+                 "arrival since it started (the work thrown away, in steps)")
+           .Register(r);
   device_memory_ = &prometheus::BuildGauge()
                         .Name("cloister_device_memory_bytes")
                         .Help("GPU memory of each worker's device, total and used")
@@ -265,6 +271,7 @@ void Metrics::RefreshGauges() const {
   for (const GaugeSnapshot::Worker& worker : snapshot.workers) {
     Labels labels = {{"worker", absl::StrCat(worker.index)}};
     in_flight_->Add(labels).Set(worker.batches_in_flight);
+    interrupted_steps_->Add(labels).Set(static_cast<double>(worker.interrupted_steps));
     evidence_age_->Add(labels).Set(worker.evidence_age_seconds);
     if (worker.has_device_memory) {
       for (auto [kind, size] : {std::pair{"total", worker.device_memory_total_size},
@@ -292,7 +299,9 @@ void Metrics::RefreshGauges() const {
   }
   for (const Labels& old : worker_labels_) {
     if (std::find(worker_labels.begin(), worker_labels.end(), old) != worker_labels.end()) continue;
-    for (auto* family : {in_flight_, evidence_age_}) family->Remove(&family->Add(old));
+    for (auto* family : {in_flight_, evidence_age_, interrupted_steps_}) {
+      family->Remove(&family->Add(old));
+    }
   }
   for (const Labels& old : device_labels_) {
     if (std::find(device_labels.begin(), device_labels.end(), old) != device_labels.end()) continue;

@@ -72,6 +72,8 @@ struct GaugeSnapshot {
     // The worker's LLM KV caches (blocks of the generators alive), and the blocks in use.
     uint64_t kv_blocks_total = 0;
     uint64_t kv_blocks_used = 0;
+    // Best-effort generation steps the worker gave up for realtime arrivals since it started.
+    uint64_t interrupted_steps = 0;
   };
   std::vector<Tenant> tenants;
   std::vector<Worker> workers;
@@ -139,6 +141,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* generation_sequences_;
   prometheus::Family<prometheus::Gauge>* kv_blocks_;
   prometheus::Family<prometheus::Gauge>* kv_cache_blocks_;
+  prometheus::Family<prometheus::Gauge>* interrupted_steps_;
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Gauge>* in_flight_;
   prometheus::Family<prometheus::Gauge>* evidence_age_;

@@ -247,6 +247,7 @@ void OperatorPlane::ProbeStats() {
       stats[index].kv_blocks_used += entry.kv_blocks();
     }
     stats[index].kv_blocks_total = result.kv_blocks_total();
+    stats[index].interrupted_steps = result.interrupted_steps();
     if (result.has_device_memory()) {
       stats[index].has_device_memory = true;
       stats[index].device_memory_total_size = result.device_memory().total_size();
@@ -268,6 +269,7 @@ GaugeSnapshot OperatorPlane::Gauges() {
     worker.device_memory_used_size = stats.device_memory_used_size;
     worker.kv_blocks_total = stats.kv_blocks_total;
     worker.kv_blocks_used = stats.kv_blocks_used;
+    worker.interrupted_steps = stats.interrupted_steps;
   }
   for (GaugeSnapshot::Tenant& tenant : gauges.tenants) {
     for (const WorkerStats& stats : worker_stats_) {

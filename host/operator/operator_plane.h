@@ -141,6 +141,7 @@ class OperatorPlane {
     std::map<std::string, Generations> generations_by_tenant;
     uint64_t kv_blocks_total = 0;
     uint64_t kv_blocks_used = 0;
+    uint64_t interrupted_steps = 0;
   };
   absl::Mutex stats_mu_;
   std::vector<WorkerStats> worker_stats_ ABSL_GUARDED_BY(stats_mu_);

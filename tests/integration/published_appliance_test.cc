@@ -229,6 +229,10 @@ TEST_F(PublishedApplianceTest, GaugesShowRunningAndWaitingSequencesAndTheirKvBlo
     if (!drained) absl::SleepFor(absl::Milliseconds(200));
   }
   EXPECT_TRUE(drained) << metrics;
+  // The steps given up for realtime arrivals, per worker (none here: no realtime tenant).
+  EXPECT_NE(metrics.find("cloister_generation_interrupted_steps{worker=\"0\"} 0"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST_F(PublishedApplianceTest, AWorkerRestartedAfterACrashPublishesItAgain) {
