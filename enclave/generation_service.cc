@@ -126,11 +126,9 @@ absl::StatusOr<std::unique_ptr<llm::Generator>> GenerationService::MakeGenerator
   engine_options.num_blocks = blocks;
   engine_options.block_size = options.block_size;
   // The CPU engine computes from the model's weights; a device engine reads them from the
-  // package the store kept for it.
+  // package the store kept for it (llm_files, empty for the CPU engine).
   ASSIGN_OR_RETURN(std::unique_ptr<llm::StepEngine> engine,
-                   model.llm_executor == "cpu"
-                       ? llm::MakeCpuEngine(llm, engine_options)
-                       : llm::CreateEngine(llm, model.llm_files, engine_options));
+                   llm::CreateEngine(llm, model.llm_files, engine_options));
   if (options_.transfer != nullptr) {
     engine = MakeStepTransferEngine(std::move(engine), options_.transfer);
   }

@@ -637,7 +637,9 @@ absl::Status Model::Forward(std::span<const StepSequence> parts, KvCache& cache,
   StepPass pass(config_, parts, cache, pool);
   FlattenStep(pass);
   EmbedStep(pass, w);
-  auto interrupted = [&] { return interrupt != nullptr && interrupt->load(std::memory_order_relaxed); };
+  auto interrupted = [&] {
+    return interrupt != nullptr && interrupt->load(std::memory_order_relaxed);
+  };
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     if (interrupted()) return absl::CancelledError("the step was interrupted");
     RunLayer(pass, w.layers[l], l);

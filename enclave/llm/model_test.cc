@@ -155,8 +155,6 @@ TEST_F(TinyModelTest, GreedyIdsMatchAloneAndTogether) {
   }
 }
 
-// An engine that picks argmax rows itself, as a device engine does (ids back, logits only for
-// the rows the host samples): the CPU engine's logits, reduced on the host.
 // Forwards to the CPU engine and counts the rows it picked itself, checking that only the other
 // rows' logits came back.
 class PickCountingEngine : public StepEngine {
