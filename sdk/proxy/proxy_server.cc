@@ -1,8 +1,13 @@
 #include "sdk/proxy/proxy_server.h"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <string>
@@ -46,6 +51,57 @@ ApiError RequestError(int http_status, std::string message, std::string code = "
 // "chatcmpl-" and 24 random hex digits.
 std::string NewResponseId(absl::string_view prefix) {
   return absl::StrCat(prefix, HexEncode(crypto::RandomBytes(12)));
+}
+
+// A socket address as cpp-httplib writes it into a request (numeric host, port).
+bool AddressIs(const sockaddr_storage& address, socklen_t size, const std::string& host, int port) {
+  char name[NI_MAXHOST];
+  char service[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&address), size, name, sizeof(name), service,
+                  sizeof(service), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return false;
+  }
+  return host == name && std::to_string(port) == service;
+}
+
+// The accepted socket `req` came in on, or -1. This cpp-httplib (0.11) gives a handler no
+// connection object, so the socket is found among the process's descriptors by its two
+// addresses, which no other live connection shares. The handler's thread holds it open until
+// the handler returns.
+int ConnectionOf(const httplib::Request& req) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    sockaddr_storage peer{};
+    socklen_t peer_size = sizeof(peer);
+    sockaddr_storage local{};
+    socklen_t local_size = sizeof(local);
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0 ||
+        getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_size) != 0) {
+      continue;
+    }
+    if (AddressIs(peer, peer_size, req.remote_addr, req.remote_port) &&
+        AddressIs(local, local_size, req.local_addr, req.local_port)) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// Whether the caller on `connection` has hung up: the socket reads end-of-stream or an error.
+// Bytes waiting (a pipelined next request) mean it is still there. A client that half-closes
+// after sending its request counts as gone; HTTP clients do not do that.
+bool CallerHasGone(int connection) {
+  char byte;
+  const ssize_t n = recv(connection, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 // One streamed generation, shared by the thread that runs it (producer of `events`) and the
@@ -185,10 +241,10 @@ class ProxyServer::Impl {
     });
     server_.Post("/v1/chat/completions",
                  [this](const httplib::Request& req, httplib::Response& res) {
-                   Generation(ParseChatCompletionRequest(req.body), "chatcmpl-", res);
+                   Generation(ParseChatCompletionRequest(req.body), "chatcmpl-", req, res);
                  });
     server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Generation(ParseCompletionRequest(req.body), "cmpl-", res);
+      Generation(ParseCompletionRequest(req.body), "cmpl-", req, res);
     });
     server_.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
       Embeddings(req, res);
@@ -217,19 +273,25 @@ class ProxyServer::Impl {
   }
 
   void Generation(absl::StatusOr<GenerationCall> call, absl::string_view id_prefix,
-                  httplib::Response& res) {
+                  const httplib::Request& req, httplib::Response& res) {
     if (!call.ok()) return SendError(res, ApiErrorFromStatus(call.status(), ""));
     ResponseContext context{NewResponseId(id_prefix), absl::ToUnixSeconds(absl::Now()),
                             call->model};
     if (call->stream) return Stream(*std::move(call), std::move(context), res);
     const bool logprobs = call->request.sampling().logprobs();
     std::vector<api::SampledTokenInfo> tokens;
+    // Nothing is written before the answer is whole, so a caller that hangs up is seen on its
+    // socket, looked at as each chunk arrives: the generation stops in the enclave then.
+    const int connection = ConnectionOf(req);
     absl::StatusOr<GenerateResult> result = client_->Generate(
         call->model, call->request,
         [&](const api::GenerateChunk& chunk) {
           if (logprobs) tokens.insert(tokens.end(), chunk.tokens().begin(), chunk.tokens().end());
         },
-        Timeout(), [this] { return stopping_.load(); });
+        Timeout(),
+        [this, connection] {
+          return stopping_.load() || (connection >= 0 && CallerHasGone(connection));
+        });
     if (!result.ok()) return SendError(res, ApiErrorFromStatus(result.status(), call->model));
     res.set_content(CompletionResponseJson(*call, context, *result, tokens), "application/json");
   }

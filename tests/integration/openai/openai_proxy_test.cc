@@ -34,6 +34,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/bytes.h"
@@ -590,6 +591,44 @@ TEST_F(OpenAiProxyTest, ADisconnectMidStreamCancelsTheGenerationAndFreesTheSeque
   }
   EXPECT_GE(chunks, 3) << metrics;
   EXPECT_LT(chunks, 400) << metrics;
+}
+
+TEST_F(OpenAiProxyTest, ACallerThatHangsUpOnAnAnswerNotStreamedCancelsTheGeneration) {
+  const std::string endless =
+      json({{"model", "tiny"},
+            {"messages", {{{"role", "user"}, {"content", "Tell me a fortune."}}}},
+            {"temperature", 0},
+            {"max_tokens", 400},
+            {"ignore_eos", true}})
+          .dump();
+  const std::string& solo = proxies_["solo"].host_port;
+  // A caller that hangs up while its answer is being generated stops it: the enclave's signed
+  // receipt shows it short of its 400 tokens. Without the proxy's check every such generation
+  // runs to 400. The caller hangs up a few milliseconds after sending, longer on each try: one
+  // that left before the proxy took its request started no generation (and no receipt), and one
+  // whose generation ended first (a fast machine) is no proof either way. Solo has one
+  // generation slot, so a new receipt is this try's; the host logs it once the slot is free.
+  std::vector<uint64_t> counts;
+  for (absl::Duration wait : {absl::Milliseconds(3), absl::Milliseconds(10),
+                              absl::Milliseconds(30), absl::Milliseconds(100)}) {
+    const size_t receipts = CompletionTokensOf("solo").size();
+    const int caller = OpenStream(solo, endless);
+    absl::SleepFor(wait);
+    close(caller);
+    std::vector<uint64_t> tokens;
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(3);
+         absl::Now() < deadline && tokens.size() <= receipts;
+         absl::SleepFor(absl::Milliseconds(20))) {
+      tokens = CompletionTokensOf("solo");
+    }
+    if (tokens.size() <= receipts) continue;
+    counts.push_back(tokens.back());
+    if (tokens.back() < 400) break;
+  }
+  ASSERT_FALSE(counts.empty()) << "no try started a generation";
+  EXPECT_LT(counts.back(), 400u) << "every generation ran to its end: "
+                                  << absl::StrJoin(counts, ", ");
+  EXPECT_GE(counts.back(), 1u);
 }
 
 TEST_F(OpenAiProxyTest, NoPromptReachesAnyLogOrFile) {
