@@ -2,7 +2,6 @@
 #include "bench/broker_efficiency.h"
 
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/file.h"
 #include "base/status.h"
+#include "bench/bench_support.h"
 #include "bench/runtime_vs_ort.h"
 #include "enclave/batch_runner.h"
 #include "enclave/runtime/model.h"
@@ -36,27 +36,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using NamedTensors = std::vector<std::pair<std::string, runtime::Tensor>>;
-
-// A fresh folder for cloisterd's data, removed with everything in it at the end.
-class DataDir {
- public:
-  static absl::StatusOr<std::unique_ptr<DataDir>> Create() {
-    std::string pattern = (fs::temp_directory_path() / "cloister-broker-bench-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("cannot create a folder like ", pattern));
-    }
-    return std::unique_ptr<DataDir>(new DataDir(pattern));
-  }
-  ~DataDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit DataDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 absl::StatusOr<std::string> DataTypeName(runtime::DataType dtype) {
   switch (dtype) {
@@ -287,7 +266,7 @@ absl::StatusOr<BrokerEfficiencyResult> RunBrokerEfficiency(const BrokerEfficienc
   ASSIGN_OR_RETURN(NamedTensors direct_outputs, model->Run(inputs));
 
   // Broker side: cloisterd with a fresh data dir, one SDK client per caller.
-  ASSIGN_OR_RETURN(std::unique_ptr<DataDir> data_dir, DataDir::Create());
+  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> data_dir, ScratchDir::Create("cloister-broker-bench"));
   const std::string data = data_dir->path() + "/data";
   std::vector<std::string> argv = {options.cloisterd, "--listen", "127.0.0.1:0", "--data-dir",
                                    data};

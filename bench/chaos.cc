@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +17,6 @@
 #include <random>
 #include <thread>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -29,6 +27,7 @@
 #include "base/bytes.h"
 #include "base/file.h"
 #include "base/status.h"
+#include "bench/bench_support.h"
 #include "crypto/hash.h"
 #include "crypto/random.h"
 #include "nlohmann/json.hpp"
@@ -81,27 +80,6 @@ std::string TenantModel(int tenant) {
   add.add_output("y");
   return model.SerializeAsString();
 }
-
-// A fresh folder for cloisterd's data, removed with everything in it at the end.
-class ScratchDir {
- public:
-  static absl::StatusOr<std::unique_ptr<ScratchDir>> Create() {
-    std::string pattern = (fs::temp_directory_path() / "cloister-chaos-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("cannot create a folder like ", pattern));
-    }
-    return std::unique_ptr<ScratchDir>(new ScratchDir(pattern));
-  }
-  ~ScratchDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 // The whole of a /proc file (their sizes read as 0, so no ReadFile); "" when unreadable.
 std::string ReadProcFile(const std::string& path) {
@@ -236,7 +214,9 @@ void TenantLoop(const ChaosOptions& options, Tenant& tenant, SteadyClock::time_p
     }
     ++local.sent;
     const auto started = SteadyClock::now();
-    const bool list = options.list_every > 0 && n % options.list_every == options.list_every - 1;
+    const uint64_t list_every = static_cast<uint64_t>(std::max(options.list_every, 0));
+    const uint64_t generate_every = static_cast<uint64_t>(std::max(options.generate_every, 0));
+    const bool list = list_every > 0 && n % list_every == list_every - 1;
     if (list) {
       absl::StatusOr<std::vector<api::v1::ModelInfo>> models = tenant.client->ListModels();
       if (!models.ok()) {
@@ -251,8 +231,8 @@ void TenantLoop(const ChaosOptions& options, Tenant& tenant, SteadyClock::time_p
       finish(n);
       continue;
     }
-    const bool generate = !references.empty() && options.generate_every > 0 &&
-                          n % options.generate_every == options.generate_every - 1;
+    const bool generate =
+        !references.empty() && generate_every > 0 && n % generate_every == generate_every - 1;
     if (generate) {
       ++local.streams;
       const ReferencePrompt& reference = references[n % references.size()];
@@ -439,7 +419,7 @@ absl::StatusOr<ChaosResult> RunChaos(const ChaosOptions& options, std::FILE* out
     return absl::NotFoundError(absl::StrCat("cloisterd binary ", options.cloisterd,
                                             " is missing or not executable (see --cloisterd)"));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> scratch, ScratchDir::Create());
+  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> scratch, ScratchDir::Create("cloister-chaos"));
   const std::string data = scratch->path() + "/data";
   std::vector<std::unique_ptr<Tenant>> tenants;
   // Free operator and metrics ports, so that it never collides with another daemon.

@@ -1,7 +1,6 @@
 #include "bench/llm_broker_efficiency.h"
 
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,20 +9,17 @@
 #include <memory>
 #include <thread>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "base/file.h"
 #include "base/flags.h"
 #include "base/status.h"
+#include "bench/bench_support.h"
 #include "bench/llm_enclave_driver.h"
-#include "crypto/hash.h"
 #include "enclave/batch_runner.h"
 #include "enclave/llm/generator.h"
 #include "enclave/llm/model.h"
 #include "nlohmann/json.hpp"
-#include "proto/checkpoint_dir.h"
 #include "sdk/client.h"
 #include "sdk/identity.h"
 #include "tests/support/process.h"
@@ -35,38 +31,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kModelName[] = "bench-llm";
-
-// Prompts of different lengths, encoded by the model's own tokenizer (so any checkpoint works).
-constexpr const char* kPrompts[] = {
-    "The meaning of life",
-    "Once upon a time, in a land far away, there lived",
-    "Here is a short list of things to remember:",
-    "Q: What is the capital of France?\nA:",
-    "It was a dark and stormy night; the rain fell in torrents, except at occasional intervals,",
-    "Computers are",
-    "The quick brown fox jumps over the lazy dog. The quick brown fox",
-    "In the beginning",
-};
-
-class TempDir {
- public:
-  static absl::StatusOr<std::unique_ptr<TempDir>> Create() {
-    std::string pattern = (fs::temp_directory_path() / "cloister-llm-broker-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("cannot create a folder like ", pattern));
-    }
-    return std::unique_ptr<TempDir>(new TempDir(pattern));
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 // One direct round: every prompt of `prompts` added to `generator` at once, stepped until all
 // are done. The ids per request and the completion tokens.
@@ -145,8 +109,7 @@ absl::StatusOr<LlmBrokerEfficiencyResult> RunLlmBrokerEfficiency(
                                             " is missing or not executable (see --cloisterd)"));
   }
   LlmBrokerEfficiencyResult result;
-  result.model = fs::path(model_dir).lexically_normal().filename().string();
-  if (result.model.empty()) result.model = fs::path(model_dir).parent_path().filename().string();
+  result.model = ModelNameOfDir(model_dir);
   result.concurrency = options.concurrency;
   result.max_tokens = options.max_tokens;
   result.rounds = options.rounds;
@@ -165,7 +128,7 @@ absl::StatusOr<LlmBrokerEfficiencyResult> RunLlmBrokerEfficiency(
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < options.concurrency; ++i) {
     ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                     model->tokenizer().Encode(kPrompts[i % std::size(kPrompts)], true));
+                     model->tokenizer().Encode(GenerationPrompt(i), true));
     prompts.push_back(std::move(ids));
   }
   llm::GeneratorOptions generator_options;
@@ -178,32 +141,14 @@ absl::StatusOr<LlmBrokerEfficiencyResult> RunLlmBrokerEfficiency(
                    DirectRound(*generator, prompts, options.max_tokens));  // warm-up and reference
 
   // Broker side: cloisterd publishing the checkpoint folder to its tenants.
-  ASSIGN_OR_RETURN(Bytes package, package::PackCheckpointDir(model_dir, uint64_t{4} << 30));
-  const std::string digest = HexEncode(crypto::Sha256(package));
-  package = Bytes();
-  ASSIGN_OR_RETURN(std::unique_ptr<TempDir> work, TempDir::Create());
-  const std::string data = work->path() + "/data";
-  const std::string config = work->path() + "/cloisterd.yaml";
-  RETURN_IF_ERROR(WriteFileAtomic(
-      config,
-      absl::StrCat("operator:\n  listen: 127.0.0.1:0\npublished_models:\n  - name: ", kModelName,
-                   "\n    file: ", fs::absolute(model_dir).string(), "\n    digest: ", digest,
-                   "\n"),
-      0600));
-  std::vector<std::string> argv = {options.cloisterd, "--listen", "127.0.0.1:0", "--data-dir", data,
-                                   "--config",        config};
-  testing::Process cloisterd(argv, work->path());
-  const std::string listening =
-      cloisterd.WaitForStdout("cloisterd listening on ", absl::Seconds(120));
-  if (listening.empty()) {
-    return absl::UnavailableError(absl::StrCat("cloisterd did not start: ", cloisterd.Stderr()));
-  }
-  ASSIGN_OR_RETURN(std::string token, ReadFile(data + "/demo.token"));
+  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> work, ScratchDir::Create("cloister-llm-broker"));
+  ASSIGN_OR_RETURN(PublishingAppliance appliance,
+                   StartPublishingAppliance(options.cloisterd, work->path(), model_dir, kModelName));
   sdk::ClientOptions client_options;
-  client_options.server = listening.substr(listening.rfind(' ') + 1);
-  client_options.tenant_id = "demo";
-  client_options.token = std::string(absl::StripAsciiWhitespace(token));
-  client_options.policy_path = data + "/dev-policy.yaml";
+  client_options.server = appliance.server;
+  client_options.tenant_id = PublishingAppliance::kTenant;
+  client_options.token = appliance.token;
+  client_options.policy_path = appliance.policy_file;
   client_options.identity = std::make_shared<sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
   client_options.call_timeout = absl::Minutes(10);
   std::vector<std::unique_ptr<sdk::Client>> clients;
@@ -264,7 +209,7 @@ absl::StatusOr<LlmBrokerEfficiencyResult> RunLlmBrokerEfficiency(
     }
   }
   clients.clear();
-  cloisterd.Stop(SIGTERM);
+  appliance.cloisterd->Stop(SIGTERM);
   if (options.json) {
     absl::FPrintF(out, "%s\n", LlmBrokerEfficiencyJsonLine(result));
   } else {

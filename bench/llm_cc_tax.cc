@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "base/flags.h"
 #include "base/status.h"
+#include "bench/bench_support.h"
 #include "bench/llm_enclave_driver.h"
 #include "cloister/boundary/v1/boundary.pb.h"
 #include "nlohmann/json.hpp"
@@ -140,11 +141,7 @@ absl::StatusOr<std::vector<LlmCcTaxLine>> RunLlmCcTax(const LlmCcTaxOptions& opt
     }
     return absl::OkStatus();
   };
-  std::string model = "tiny-llama";
-  if (!options.model_dir.empty()) {
-    const std::filesystem::path path = std::filesystem::path(options.model_dir).lexically_normal();
-    model = path.has_filename() ? path.filename().string() : path.parent_path().filename().string();
-  }
+  const std::string model = options.model_dir.empty() ? "tiny-llama" : ModelNameOfDir(options.model_dir);
   std::vector<LlmCcTaxLine> lines;
   for (int concurrency : options.concurrency) {
     Samples samples[2];

@@ -1,7 +1,6 @@
 #include "bench/proxy_overhead.h"
 
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,14 +17,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
-#include "base/file.h"
 #include "base/flags.h"
 #include "base/status.h"
+#include "bench/bench_support.h"
 #include "bench/llm_enclave_driver.h"
-#include "crypto/hash.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
-#include "proto/checkpoint_dir.h"
 #include "sdk/client.h"
 #include "sdk/identity.h"
 #include "tests/support/process.h"
@@ -37,44 +34,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kModelName[] = "bench-llm";
-constexpr char kTenant[] = "demo";  // the tenant cloisterd creates in a fresh data dir
+constexpr const char* kTenant = PublishingAppliance::kTenant;
 // cloisterd's default max_generations per tenant; the proxy serves 64 requests at once too.
 constexpr int kMaxConcurrency = 64;
 constexpr int kReadTimeoutSeconds = 600;
-
-// Prompts of different lengths, sent as text on both sides (the enclave tokenizes them).
-constexpr const char* kPrompts[] = {
-    "The meaning of life",
-    "Once upon a time, in a land far away, there lived",
-    "Here is a short list of things to remember:",
-    "Q: What is the capital of France?\nA:",
-    "It was a dark and stormy night; the rain fell in torrents, except at occasional intervals,",
-    "Computers are",
-    "The quick brown fox jumps over the lazy dog. The quick brown fox",
-    "In the beginning",
-};
-
-const char* PromptOf(int stream) { return kPrompts[stream % std::size(kPrompts)]; }
-
-class TempDir {
- public:
-  static absl::StatusOr<std::unique_ptr<TempDir>> Create() {
-    std::string pattern = (fs::temp_directory_path() / "cloister-proxy-bench-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("cannot create a folder like ", pattern));
-    }
-    return std::unique_ptr<TempDir>(new TempDir(pattern));
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 // What one stream of one round gave.
 struct Stream {
@@ -91,7 +54,7 @@ double MillisecondsSince(Clock::time_point start) {
 absl::StatusOr<Stream> SdkStream(sdk::Client& client, int stream, int max_tokens,
                                  int tokens_per_chunk) {
   api::v1::GenerateRequest request;
-  request.set_text(PromptOf(stream));
+  request.set_text(GenerationPrompt(stream));
   request.mutable_sampling()->set_temperature(0);
   request.set_max_tokens(max_tokens);
   request.set_ignore_eos(true);
@@ -186,7 +149,7 @@ class SseReader {
 // One stream through the proxy: POST /v1/completions, streamed.
 absl::StatusOr<Stream> ProxyStream(httplib::Client& http, int stream, int max_tokens,
                                    int tokens_per_chunk) {
-  nlohmann::json body = {{"model", kModelName},      {"prompt", PromptOf(stream)},
+  nlohmann::json body = {{"model", kModelName},      {"prompt", GenerationPrompt(stream)},
                          {"max_tokens", max_tokens}, {"temperature", 0},
                          {"ignore_eos", true},  // vLLM's extension, which the proxy honours
                          {"stream", true},           {"stream_options", {{"include_usage", true}}}};
@@ -349,36 +312,16 @@ absl::StatusOr<std::vector<ProxyOverheadLine>> RunProxyOverhead(const ProxyOverh
     return absl::NotFoundError(absl::StrCat("cloister binary ", options.cloister,
                                             " is missing or not executable (see --cloister)"));
   }
-  std::string model = fs::path(model_dir).lexically_normal().filename().string();
-  if (model.empty()) model = fs::path(model_dir).parent_path().filename().string();
+  const std::string model = ModelNameOfDir(model_dir);
   int max_concurrency = 0;
   for (int concurrency : options.concurrency) {
     max_concurrency = std::max(max_concurrency, concurrency);
   }
 
   // cloisterd publishing the checkpoint folder to its tenants.
-  ASSIGN_OR_RETURN(Bytes package, package::PackCheckpointDir(model_dir, uint64_t{4} << 30));
-  const std::string digest = HexEncode(crypto::Sha256(package));
-  package = Bytes();
-  ASSIGN_OR_RETURN(std::unique_ptr<TempDir> work, TempDir::Create());
-  const std::string data = work->path() + "/data";
-  const std::string config = work->path() + "/cloisterd.yaml";
-  RETURN_IF_ERROR(WriteFileAtomic(
-      config,
-      absl::StrCat("operator:\n  listen: 127.0.0.1:0\npublished_models:\n  - name: ", kModelName,
-                   "\n    file: ", fs::absolute(model_dir).string(), "\n    digest: ", digest,
-                   "\n"),
-      0600));
-  testing::Process cloisterd(
-      {options.cloisterd, "--listen", "127.0.0.1:0", "--data-dir", data, "--config", config},
-      work->path());
-  const std::string listening =
-      cloisterd.WaitForStdout("cloisterd listening on ", absl::Seconds(120));
-  if (listening.empty()) {
-    return absl::UnavailableError(absl::StrCat("cloisterd did not start: ", cloisterd.Stderr()));
-  }
-  const std::string server = listening.substr(listening.rfind(' ') + 1);
-  ASSIGN_OR_RETURN(std::string token, ReadFile(data + "/" + kTenant + ".token"));
+  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> work, ScratchDir::Create("cloister-proxy-bench"));
+  ASSIGN_OR_RETURN(PublishingAppliance appliance,
+                   StartPublishingAppliance(options.cloisterd, work->path(), model_dir, kModelName));
 
   // The tenant's identity, in a key file for the proxy and in memory for the SDK clients.
   auto identity = std::make_shared<sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
@@ -389,10 +332,10 @@ absl::StatusOr<std::vector<ProxyOverheadLine>> RunProxyOverhead(const ProxyOverh
   const std::string proxy_logs = work->path() + "/proxy";
   fs::create_directories(proxy_logs);
   testing::Process proxy({options.cloister, "proxy", "--listen", "127.0.0.1:0"}, proxy_logs,
-                         {{"CLOISTER_SERVER", server},
-                          {"CLOISTER_POLICY", data + "/dev-policy.yaml"},
+                         {{"CLOISTER_SERVER", appliance.server},
+                          {"CLOISTER_POLICY", appliance.policy_file},
                           {"CLOISTER_TENANT", kTenant},
-                          {"CLOISTER_TOKEN_FILE", data + "/" + kTenant + ".token"},
+                          {"CLOISTER_TOKEN_FILE", appliance.token_file},
                           {"CLOISTER_KEY", key_file}});
   const std::string proxy_line =
       proxy.WaitForStdout("cloister proxy listening on ", absl::Seconds(60));
@@ -411,10 +354,10 @@ absl::StatusOr<std::vector<ProxyOverheadLine>> RunProxyOverhead(const ProxyOverh
 
   // One SDK client (its own session) and one HTTP client (its own connection) per stream.
   sdk::ClientOptions client_options;
-  client_options.server = server;
+  client_options.server = appliance.server;
   client_options.tenant_id = kTenant;
-  client_options.token = std::string(absl::StripAsciiWhitespace(token));
-  client_options.policy_path = data + "/dev-policy.yaml";
+  client_options.token = appliance.token;
+  client_options.policy_path = appliance.policy_file;
   client_options.identity = identity;
   client_options.call_timeout = absl::Minutes(10);
   std::vector<std::unique_ptr<sdk::Client>> clients;
@@ -495,7 +438,7 @@ absl::StatusOr<std::vector<ProxyOverheadLine>> RunProxyOverhead(const ProxyOverh
   https.clear();
   clients.clear();
   const int proxy_exit = proxy.Stop(SIGTERM);
-  cloisterd.Stop(SIGTERM);
+  appliance.cloisterd->Stop(SIGTERM);
   if (proxy_exit != 0 && !options.json) {
     absl::FPrintF(log, "cloister proxy exited with status %d on SIGTERM\n", proxy_exit);
   }

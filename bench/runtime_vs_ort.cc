@@ -1,6 +1,5 @@
 #include "bench/runtime_vs_ort.h"
 
-#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/status.h"
+#include "bench/bench_support.h"
 #include "enclave/runtime/model.h"
 
 namespace cloister::bench {
@@ -65,28 +65,6 @@ absl::StatusOr<Tensor> FilledInt64(std::vector<int64_t> shape, int64_t value) {
 // The BERT graph's vocabulary and sequence length used for the benchmark.
 constexpr int64_t kBertVocabulary = 8192;
 constexpr int64_t kBertSequence = 128;
-
-// A temporary folder removed with everything in it when this goes out of scope.
-class TempDir {
- public:
-  static absl::StatusOr<TempDir> Create() {
-    std::string pattern = (fs::temp_directory_path() / "cloister-bench-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("cannot create a folder like ", pattern));
-    }
-    return TempDir(pattern);
-  }
-  TempDir(TempDir&& other) noexcept : path_(std::exchange(other.path_, "")) {}
-  ~TempDir() {
-    std::error_code error;
-    if (!path_.empty()) fs::remove_all(path_, error);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 // Writes each input's raw elements to DIR/input_K.bin for the peer.
 absl::StatusOr<std::vector<PeerInput>> WriteInputs(const NamedTensors& inputs,
@@ -149,8 +127,8 @@ absl::StatusOr<ComparisonResult> RunCase(const RuntimeVsOrtOptions& options,
   const std::string model_path = (fs::path(options.models_dir) / bench_model.file).string();
   ASSIGN_OR_RETURN(std::string model_bytes, ReadFile(model_path));
   ASSIGN_OR_RETURN(NamedTensors inputs, MakeInputs(bench_model.name, batch, options.seed));
-  ASSIGN_OR_RETURN(TempDir dir, TempDir::Create());
-  ASSIGN_OR_RETURN(std::vector<PeerInput> input_files, WriteInputs(inputs, dir.path()));
+  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> dir, ScratchDir::Create("cloister-bench"));
+  ASSIGN_OR_RETURN(std::vector<PeerInput> input_files, WriteInputs(inputs, dir->path()));
 
   runtime::LoadOptions load_options;
   load_options.threads = options.threads;
@@ -165,7 +143,7 @@ absl::StatusOr<ComparisonResult> RunCase(const RuntimeVsOrtOptions& options,
 
   // Same inputs, same answers: compare one run of each before timing anything.
   ASSIGN_OR_RETURN(NamedTensors our_outputs, model->Run(inputs));
-  ASSIGN_OR_RETURN(NamedTensors ort_outputs, peer.Outputs(dir.path()));
+  ASSIGN_OR_RETURN(NamedTensors ort_outputs, peer.Outputs(dir->path()));
   ASSIGN_OR_RETURN(result.max_abs_diff, MaxAbsDiff(our_outputs, ort_outputs));
   our_outputs.clear();
   ort_outputs.clear();
