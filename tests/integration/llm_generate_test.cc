@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "attest/policy.h"
 #include "base/clock.h"
 #include "base/file.h"
@@ -34,61 +33,6 @@ using boundary::v1::HostToEnclave;
 using ::testing::HasSubstr;
 
 const std::string kTinyLlama = std::string(CLOISTER_SHARED_DIR) + "/models/llm/tiny-llama";
-
-// Frames the enclave streams, as the host's reader would get them.
-class CapturingSink : public enclave::FrameSink {
- public:
-  void Write(const EnclaveToHost& frame) override {
-    absl::MutexLock lock(&mu_);
-    frames_.push_back(frame);
-    times_.push_back(absl::Now());
-  }
-  // When each frame of `call_id` was written.
-  std::vector<absl::Time> Times(uint64_t call_id) {
-    absl::MutexLock lock(&mu_);
-    std::vector<absl::Time> out;
-    for (size_t i = 0; i < frames_.size(); ++i) {
-      if (frames_[i].call_id() == call_id) out.push_back(times_[i]);
-    }
-    return out;
-  }
-  // The frames of `call_id` once its last one came (final, or an unsealed error).
-  std::vector<EnclaveToHost> WaitForEnd(uint64_t call_id) {
-    absl::MutexLock lock(&mu_);
-    auto ended = [&] {
-      for (const auto& f : frames_) {
-        if (f.call_id() == call_id && (f.status().code() != 0 || f.generate().final())) return true;
-      }
-      return false;
-    };
-    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(120)));
-    std::vector<EnclaveToHost> out;
-    for (const auto& f : frames_) {
-      if (f.call_id() == call_id) out.push_back(f);
-    }
-    return out;
-  }
-  std::vector<EnclaveToHost> Frames() {
-    absl::MutexLock lock(&mu_);
-    return frames_;
-  }
-  // Waits for the first frame of `call_id`.
-  void WaitForAny(uint64_t call_id) {
-    absl::MutexLock lock(&mu_);
-    auto any = [&] {
-      for (const auto& f : frames_) {
-        if (f.call_id() == call_id) return true;
-      }
-      return false;
-    };
-    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&any), absl::Seconds(60)));
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<EnclaveToHost> frames_;
-  std::vector<absl::Time> times_;
-};
 
 struct Stream {
   std::vector<int32_t> ids;
@@ -158,7 +102,12 @@ class LlmGenerateTest : public ::testing::Test {
   // final chunk at the end, every chunk opening and padded to `pad_to`.
   Stream Read(uint64_t call_id, const boundary::v1::ForwardedRequest& item, uint32_t pad_to = 256) {
     Stream out;
-    std::vector<EnclaveToHost> frames = sink_->WaitForEnd(call_id);
+    absl::StatusOr<std::vector<EnclaveToHost>> ended = sink_->WaitForEnd(call_id);
+    if (!ended.ok()) {
+      ADD_FAILURE() << ended.status();
+      return out;
+    }
+    const std::vector<EnclaveToHost>& frames = *ended;
     for (size_t i = 0; i < frames.size(); ++i) {
       const EnclaveToHost& frame = frames[i];
       if (frame.status().code() != 0) {
@@ -171,7 +120,9 @@ class LlmGenerateTest : public ::testing::Test {
       EXPECT_EQ(result.chunk(), i);
       EXPECT_EQ(result.final(), i + 1 == frames.size());
       EXPECT_EQ(result.request_id(), item.request_id());
-      if (pad_to > 1) EXPECT_EQ((result.ciphertext().size() - 16) % pad_to, 0u);
+      if (pad_to > 1) {
+        EXPECT_EQ((result.ciphertext().size() - 16) % pad_to, 0u);
+      }
       absl::StatusOr<api::v1::GenerateChunk> chunk = tenant_->OpenChunk(item, result);
       EXPECT_TRUE(chunk.ok()) << chunk.status();
       if (!chunk.ok()) break;
@@ -205,7 +156,7 @@ class LlmGenerateTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<enclave::Enclave> enclave_;
   std::unique_ptr<EnclaveTenant> tenant_;
-  std::shared_ptr<CapturingSink> sink_ = std::make_shared<CapturingSink>();
+  std::shared_ptr<CapturedFrames> sink_ = std::make_shared<CapturedFrames>();
   std::string digest_;
   nlohmann::json references_;
 };
@@ -282,7 +233,7 @@ TEST_F(LlmGenerateTest, TenantsOnDifferentModelsShareTheStepsByWeight) {
   // 48 sequences each: three rounds of the 16 a generator runs at once.
   for (uint64_t i = 0; i < 48; ++i) send(*tenant_, 1000 + i, 1);
   for (uint64_t i = 0; i < 48; ++i) send(beta, 2000 + i, 3);
-  for (uint64_t i = 0; i < 48; ++i) sink_->WaitForEnd(2000 + i);
+  for (uint64_t i = 0; i < 48; ++i) ASSERT_TRUE(sink_->WaitForEnd(2000 + i).ok());
   // Tokens (one per chunk) each tenant got before the heavier one's last stream ended.
   int alpha_tokens = 0, beta_tokens = 0;
   for (const EnclaveToHost& frame : sink_->Frames()) {
@@ -291,7 +242,7 @@ TEST_F(LlmGenerateTest, TenantsOnDifferentModelsShareTheStepsByWeight) {
   ASSERT_EQ(beta_tokens, 48 * 24);
   EXPECT_NEAR(static_cast<double>(beta_tokens) / alpha_tokens, 3.0, 0.45)
       << beta_tokens << " / " << alpha_tokens;
-  for (uint64_t i = 0; i < 48; ++i) sink_->WaitForEnd(1000 + i);
+  for (uint64_t i = 0; i < 48; ++i) ASSERT_TRUE(sink_->WaitForEnd(1000 + i).ok());
 }
 
 TEST_F(LlmGenerateTest, ShapesGroupTokensAndPadToTheirBucket) {
@@ -361,7 +312,7 @@ TEST_F(LlmGenerateTest, CancelEndsTheStreamAsCancelled) {
   request.set_max_tokens(500);
   request.set_ignore_eos(true);
   boundary::v1::ForwardedRequest item = Send(400, request);
-  sink_->WaitForAny(400);
+  ASSERT_TRUE(sink_->WaitForAny(400).ok());
   HostToEnclave cancel;
   cancel.set_call_id(401);
   cancel.mutable_cancel()->set_target_call_id(400);

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "attest/binding.h"
 #include "attest/policy.h"
 #include "attest/verifier.h"
 #include "base/file.h"
+#include "base/status.h"
 #include "crypto/hash.h"
 #include "crypto/model_handle.h"
 #include "crypto/random.h"
@@ -32,34 +32,6 @@ using boundary::v1::HostToEnclave;
 using ::testing::HasSubstr;
 
 const std::string kTinyLlama = std::string(CLOISTER_SHARED_DIR) + "/models/llm/tiny-llama";
-
-class Frames : public enclave::FrameSink {
- public:
-  void Write(const EnclaveToHost& frame) override {
-    absl::MutexLock lock(&mu_);
-    frames_.push_back(frame);
-  }
-  // The frames of `call_id` once its final (or unsealed error) frame came.
-  std::vector<EnclaveToHost> WaitForEnd(uint64_t call_id) {
-    absl::MutexLock lock(&mu_);
-    auto ended = [&] {
-      for (const auto& f : frames_) {
-        if (f.call_id() == call_id && (f.status().code() != 0 || f.generate().final())) return true;
-      }
-      return false;
-    };
-    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(120)));
-    std::vector<EnclaveToHost> out;
-    for (const auto& f : frames_) {
-      if (f.call_id() == call_id) out.push_back(f);
-    }
-    return out;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<EnclaveToHost> frames_;
-};
 
 class PublishedModelsTest : public ::testing::Test {
  protected:
@@ -154,7 +126,8 @@ class PublishedModelsTest : public ::testing::Test {
   absl::StatusOr<std::vector<int32_t>> Read(EnclaveTenant& tenant, uint64_t call_id,
                                             const boundary::v1::ForwardedRequest& item) {
     std::vector<int32_t> ids;
-    for (const EnclaveToHost& frame : frames_->WaitForEnd(call_id)) {
+    ASSIGN_OR_RETURN(std::vector<EnclaveToHost> frames, frames_->WaitForEnd(call_id));
+    for (const EnclaveToHost& frame : frames) {
       if (frame.status().code() != 0) {
         return absl::Status(static_cast<absl::StatusCode>(frame.status().code()),
                             frame.status().message());
@@ -175,7 +148,7 @@ class PublishedModelsTest : public ::testing::Test {
   std::string package_;
   std::string digest_;
   nlohmann::json references_;
-  std::shared_ptr<Frames> frames_ = std::make_shared<Frames>();
+  std::shared_ptr<CapturedFrames> frames_ = std::make_shared<CapturedFrames>();
   uint64_t next_call_id_ = 1;
 };
 

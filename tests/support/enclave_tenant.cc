@@ -191,4 +191,62 @@ HostToEnclave EnclaveTenant::LoadCall(const std::string& name, const std::string
   return call;
 }
 
+void CapturedFrames::Write(const boundary::v1::EnclaveToHost& frame) {
+  absl::MutexLock lock(&mu_);
+  frames_.push_back(frame);
+  times_.push_back(absl::Now());
+}
+
+std::vector<boundary::v1::EnclaveToHost> CapturedFrames::Frames() {
+  absl::MutexLock lock(&mu_);
+  return frames_;
+}
+
+std::vector<absl::Time> CapturedFrames::Times(uint64_t call_id) {
+  absl::MutexLock lock(&mu_);
+  std::vector<absl::Time> out;
+  for (size_t i = 0; i < frames_.size(); ++i) {
+    if (frames_[i].call_id() == call_id) out.push_back(times_[i]);
+  }
+  return out;
+}
+
+std::vector<boundary::v1::EnclaveToHost> CapturedFrames::OfLocked(uint64_t call_id) {
+  std::vector<boundary::v1::EnclaveToHost> out;
+  for (const auto& frame : frames_) {
+    if (frame.call_id() == call_id) out.push_back(frame);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<boundary::v1::EnclaveToHost>> CapturedFrames::WaitForEnd(
+    uint64_t call_id, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& frame : frames_) {
+      if (frame.call_id() == call_id &&
+          (frame.status().code() != 0 || frame.generate().final())) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ended), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("call ", call_id, " did not end in ",
+                                                    absl::FormatDuration(timeout), "; ",
+                                                    OfLocked(call_id).size(), " frames came"));
+  }
+  return OfLocked(call_id);
+}
+
+absl::Status CapturedFrames::WaitForAny(uint64_t call_id, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto any = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !OfLocked(call_id).empty(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&any), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("no frame of call ", call_id, " came in ",
+                                                    absl::FormatDuration(timeout)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace cloister::testing

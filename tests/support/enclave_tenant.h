@@ -8,9 +8,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "attest/verifier.h"
 #include "base/bytes.h"
@@ -93,6 +95,32 @@ class EnclaveTenant {
   Bytes session_id_;
   std::unique_ptr<crypto::ChannelSender> sender_;
   std::unique_ptr<crypto::ChannelReceiver> receiver_;
+};
+
+// The frames an enclave streams (Generate's chunks and its replies), kept as the host's reader
+// would get them, with the time each was written. Thread-safe.
+class CapturedFrames : public enclave::FrameSink {
+ public:
+  void Write(const boundary::v1::EnclaveToHost& frame) override;
+
+  // Every frame so far, in order.
+  std::vector<boundary::v1::EnclaveToHost> Frames();
+  // When each frame of `call_id` was written.
+  std::vector<absl::Time> Times(uint64_t call_id);
+  // The frames of `call_id` once its last one came (final, or an unsealed error);
+  // DeadlineExceeded, saying how many came, when it has not come after `timeout`.
+  absl::StatusOr<std::vector<boundary::v1::EnclaveToHost>> WaitForEnd(
+      uint64_t call_id, absl::Duration timeout = absl::Seconds(120));
+  // Waits for the first frame of `call_id`; DeadlineExceeded when none came in `timeout`.
+  absl::Status WaitForAny(uint64_t call_id, absl::Duration timeout = absl::Seconds(60));
+
+ private:
+  std::vector<boundary::v1::EnclaveToHost> OfLocked(uint64_t call_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  std::vector<boundary::v1::EnclaveToHost> frames_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> times_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cloister::testing
