@@ -9,19 +9,10 @@
 namespace cloister::enclave {
 namespace {
 
-class StepTransferEngine : public llm::StepEngine {
+class StepTransferEngine : public llm::ForwardingEngine {
  public:
   StepTransferEngine(std::unique_ptr<llm::StepEngine> inner, pcie::TransferPath* path)
-      : inner_(std::move(inner)), path_(path) {}
-
-  std::string_view name() const override { return inner_->name(); }
-  int32_t num_blocks() const override { return inner_->num_blocks(); }
-  int32_t block_size() const override { return inner_->block_size(); }
-  size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
-  size_t kv_bytes() const override { return inner_->kv_bytes(); }
-  size_t weight_bytes() const override { return inner_->weight_bytes(); }
-  void ScrubBlock(int32_t block) override { inner_->ScrubBlock(block); }
-  void SetInterrupt(const std::atomic<bool>* flag) override { inner_->SetInterrupt(flag); }
+      : ForwardingEngine(std::move(inner)), path_(path) {}
 
   absl::Status Step(std::span<const llm::StepSequence> parts, llm::StepResult& result) override {
     // In: every part's tokens, one after another, in one transfer.
@@ -43,7 +34,7 @@ class StepTransferEngine : public llm::StepEngine {
       part.tokens = std::span<const int32_t>(ids + at, part.tokens.size());
       at += part.tokens.size();
     }
-    RETURN_IF_ERROR(inner_->Step(moved, result));
+    RETURN_IF_ERROR(inner().Step(moved, result));
     // Out: the chosen ids and the logits rows, in one transfer.
     const size_t id_bytes = result.ids.size() * sizeof(int32_t);
     const size_t logit_bytes = result.logits.size() * sizeof(float);
@@ -58,7 +49,6 @@ class StepTransferEngine : public llm::StepEngine {
   }
 
  private:
-  std::unique_ptr<llm::StepEngine> inner_;
   pcie::TransferPath* const path_;
 };
 

@@ -59,6 +59,30 @@ class StepEngine {
   virtual void SetInterrupt(const std::atomic<bool>* flag) {}
 };
 
+// A StepEngine that passes every call to `inner`: a wrapper (a step's transfers, a test's
+// records) derives from it and overrides only what it adds.
+class ForwardingEngine : public StepEngine {
+ public:
+  explicit ForwardingEngine(std::unique_ptr<StepEngine> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  int32_t num_blocks() const override { return inner_->num_blocks(); }
+  int32_t block_size() const override { return inner_->block_size(); }
+  size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
+  size_t kv_bytes() const override { return inner_->kv_bytes(); }
+  size_t weight_bytes() const override { return inner_->weight_bytes(); }
+  void ScrubBlock(int32_t block) override { inner_->ScrubBlock(block); }
+  absl::Status Step(std::span<const StepSequence> parts, StepResult& result) override {
+    return inner_->Step(parts, result);
+  }
+  void SetInterrupt(const std::atomic<bool>* flag) override { inner_->SetInterrupt(flag); }
+
+ protected:
+  StepEngine& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<StepEngine> inner_;
+};
+
 struct EngineOptions {
   std::string executor = "cpu";  // "cpu", "cuda", or "auto" (cuda where it runs, else cpu)
   int32_t threads = 1;           // the CPU engine's thread pool

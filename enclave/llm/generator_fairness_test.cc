@@ -23,27 +23,16 @@ namespace {
 const std::string kModelDir = std::string(CLOISTER_LLM_MODELS_DIR) + "/tiny-llama";
 
 // Forwards to the CPU engine and records the tokens of each step.
-class RecordingEngine : public StepEngine {
+class RecordingEngine : public ForwardingEngine {
  public:
-  explicit RecordingEngine(std::unique_ptr<StepEngine> inner) : inner_(std::move(inner)) {}
-  std::string_view name() const override { return inner_->name(); }
-  int32_t num_blocks() const override { return inner_->num_blocks(); }
-  int32_t block_size() const override { return inner_->block_size(); }
-  size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
-  size_t kv_bytes() const override { return inner_->kv_bytes(); }
-  size_t weight_bytes() const override { return inner_->weight_bytes(); }
-  void ScrubBlock(int32_t block) override { inner_->ScrubBlock(block); }
-  void SetInterrupt(const std::atomic<bool>* flag) override { inner_->SetInterrupt(flag); }
+  using ForwardingEngine::ForwardingEngine;
   absl::Status Step(std::span<const StepSequence> parts, StepResult& result) override {
     std::vector<size_t> sizes;
     for (const StepSequence& part : parts) sizes.push_back(part.tokens.size());
     steps.push_back(std::move(sizes));
-    return inner_->Step(parts, result);
+    return inner().Step(parts, result);
   }
   std::vector<std::vector<size_t>> steps;  // per step, each part's token count, in order
-
- private:
-  std::unique_ptr<StepEngine> inner_;
 };
 
 class GeneratorFairnessTest : public ::testing::Test {

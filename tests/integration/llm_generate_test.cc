@@ -510,24 +510,17 @@ TEST_F(LlmGenerateEmulatedPcieTest, StepsCrossThePathAndATamperedStepEndsTheStre
 constexpr char kFilesBackend[] = "cpu-from-files-for-test";
 std::atomic<int> files_engines_made{0};
 
-class FilesCpuEngine : public llm::StepEngine {
+// The weights, read from the files; a base of FilesCpuEngine before the engine, so that they
+// are made before it and outlive it.
+struct HeldWeights {
+  std::unique_ptr<llm::Model> model;
+};
+
+class FilesCpuEngine : private HeldWeights, public llm::ForwardingEngine {
  public:
   FilesCpuEngine(std::unique_ptr<llm::Model> model, std::unique_ptr<llm::StepEngine> inner)
-      : model_(std::move(model)), inner_(std::move(inner)) {}
+      : HeldWeights{std::move(model)}, ForwardingEngine(std::move(inner)) {}
   std::string_view name() const override { return kFilesBackend; }
-  int32_t num_blocks() const override { return inner_->num_blocks(); }
-  int32_t block_size() const override { return inner_->block_size(); }
-  size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
-  size_t kv_bytes() const override { return inner_->kv_bytes(); }
-  size_t weight_bytes() const override { return inner_->weight_bytes(); }
-  void ScrubBlock(int32_t block) override { inner_->ScrubBlock(block); }
-  absl::Status Step(std::span<const llm::StepSequence> parts, llm::StepResult& result) override {
-    return inner_->Step(parts, result);
-  }
-
- private:
-  std::unique_ptr<llm::Model> model_;  // the weights, read from the files
-  std::unique_ptr<llm::StepEngine> inner_;
 };
 
 [[maybe_unused]] const bool files_backend_registered = [] {
