@@ -1,13 +1,13 @@
 #include "enclave/llm/engine.h"
 
 #include <cstring>
-#include <limits>
 #include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status.h"
+#include "enclave/llm/sampler.h"
 #include "enclave/llm/thread_pool.h"
 
 namespace cloister::llm {
@@ -38,8 +38,8 @@ class CpuEngine : public StepEngine {
 
   absl::Status Step(std::span<const StepSequence> parts, StepResult& result) override {
     RETURN_IF_ERROR(model_.Forward(parts, cache_, pool_, result.logits, interrupt_));
-    // Plain greedy parts get their argmax here (ties to the lowest id, NaN never chosen over a
-    // number), as a device engine picks them, so that only their ids come back: a step's
+    // Plain greedy parts get their argmax here (GreedyId, the Sampler's own greedy choice), as a
+    // device engine picks them, so that only their ids come back: a step's
     // results crossing the PCIe path are then its ids, not a logits row per sequence (at 8
     // sequences of a 2 k vocabulary, 64 KiB to seal and open every step).
     const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
@@ -50,15 +50,7 @@ class CpuEngine : public StepEngine {
       float* logits = result.logits.data() + row * vocab;
       ++row;
       if (part.argmax) {
-        int32_t best = 0;
-        float best_value = -std::numeric_limits<float>::infinity();
-        for (size_t i = 0; i < vocab; ++i) {
-          if (logits[i] > best_value) {
-            best_value = logits[i];
-            best = static_cast<int32_t>(i);
-          }
-        }
-        result.ids.push_back(best);
+        result.ids.push_back(GreedyId(std::span<const float>(logits, vocab)));
         continue;
       }
       result.ids.push_back(-1);

@@ -329,9 +329,7 @@ SampledToken Sampler::Sample(std::span<float> logits) {
 
   SampledToken token;
   if (params_.temperature < kGreedyTemperature || vocab == 1) {
-    // The first maximum: ties go to the lowest id.
-    const float max = MaxOf(logits);
-    token.id = static_cast<int32_t>(std::find(logits.begin(), logits.end(), max) - logits.begin());
+    token.id = GreedyId(logits);
     if (raw_logprobs) {
       FillLogprobs(std::span<const float>(raw_), raw_log_normalizer, top_count, everything, token);
     } else if (params_.logprobs) {
@@ -495,6 +493,12 @@ int32_t Sampler::Draw(std::span<const float> logits, bool all_candidates, int32_
   const int32_t id = chosen >= 0 ? chosen : last_positive;  // rounding at the very end
   CLOISTER_CHECK(id >= 0);                                  // the most likely token has weight 1
   return id;
+}
+
+int32_t GreedyId(std::span<const float> logits) {
+  const float max = MaxOf(logits);
+  if (!(max > kNegativeInfinity)) return 0;
+  return static_cast<int32_t>(std::find(logits.begin(), logits.end(), max) - logits.begin());
 }
 
 }  // namespace cloister::llm

@@ -147,4 +147,9 @@ class Sampler {
   std::vector<float> raw_;             // the logits as they came, for raw logprobs
 };
 
+// The greedy token of `logits`: the first maximum (ties go to the lowest id), a NaN never chosen
+// over a number; 0 when no entry is above -infinity (all -inf or NaN). The Sampler's greedy
+// choice and the CPU engine's pick for StepSequence::argmax are both this.
+int32_t GreedyId(std::span<const float> logits);
+
 }  // namespace cloister::llm

@@ -88,6 +88,32 @@ TEST(SamplerTest, GreedyIsArgmaxWithTiesToTheLowestId) {
   }
 }
 
+TEST(GreedyIdTest, NaNsAreNeverChosenAndNothingPossibleIsTokenZero) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(GreedyId(std::vector<float>{nan, -2.0f, nan, -1.0f, -1.0f}), 3);
+  EXPECT_EQ(GreedyId(std::vector<float>{-inf, nan, -inf, -7.5f}), 3);
+  EXPECT_EQ(GreedyId(std::vector<float>{1.0f, inf, nan, inf}), 1);
+  EXPECT_EQ(GreedyId(std::vector<float>{nan, nan, nan}), 0);
+  EXPECT_EQ(GreedyId(std::vector<float>{nan, -inf, -inf}), 0);
+  EXPECT_EQ(GreedyId(std::vector<float>{-inf}), 0);
+  // Past the vector lanes of the maximum's search, and on its tail.
+  std::vector<float> long_row(37, -inf);
+  long_row[36] = -100.0f;
+  long_row[20] = nan;
+  EXPECT_EQ(GreedyId(long_row), 36);
+
+  // The Sampler's greedy choice is the same; it had answered `vocab`, an id outside the
+  // vocabulary, for a row of NaNs.
+  SamplingParams params;
+  params.temperature = 0;
+  Sampler sampler(params);
+  std::vector<float> nans(5, nan);
+  EXPECT_EQ(sampler.Sample(nans).id, 0);
+  std::vector<float> mixed = {nan, -2.0f, nan, -1.0f, -1.0f};
+  EXPECT_EQ(sampler.Sample(mixed).id, 3);
+}
+
 TEST(SamplerTest, TinyTemperatureIsGreedy) {
   SamplingParams params;
   params.temperature = 1e-6f;
