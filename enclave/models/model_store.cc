@@ -77,16 +77,21 @@ api::v1::ModelInfo DescribeModel(const StoredModel& model, ByteSpan digest) {
 // budget.
 absl::Status LoadPackagedLlm(ByteSpan package, uint64_t max_weight_bytes,
                              const std::string& executor, StoredModel& stored) {
-  absl::StatusOr<package::PackageMembers> members = package::ReadModelPackage(package);
-  if (!members.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("model refused: ", members.status().message()));
-  }
   const bool device = executor != "cpu";
   if (device && max_weight_bytes != 0 && package.size() > max_weight_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "model refused: the package of ", package.size(), " bytes, kept for the ", executor,
         " engine, is over the limit of ", max_weight_bytes,
         " bytes (the tenant's model-memory quota left)"));
+  }
+  // A device engine reads its weights from the package when a generator makes it: the copy it
+  // keeps is the one whose members are read (once) and loaded. A refused one is wiped here.
+  SecretBytes kept;
+  if (device) kept = SecretBytes(package);
+  absl::StatusOr<package::PackageMembers> members =
+      package::ReadModelPackage(device ? kept.span() : package);
+  if (!members.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model refused: ", members.status().message()));
   }
   llm::CheckpointFiles files(members->begin(), members->end());
   llm::LoadOptions options;
@@ -104,10 +109,9 @@ absl::Status LoadPackagedLlm(ByteSpan package, uint64_t max_weight_bytes,
   stored.llm = *std::move(model);
   stored.llm_executor = executor;
   if (device) {
-    stored.llm_package = SecretBytes(package);
-    ASSIGN_OR_RETURN(package::PackageMembers kept,
-                     package::ReadModelPackage(stored.llm_package.span()));
-    stored.llm_files = llm::CheckpointFiles(kept.begin(), kept.end());
+    // The files view `kept`'s bytes, which move with it.
+    stored.llm_package = std::move(kept);
+    stored.llm_files = std::move(files);
   }
   return absl::OkStatus();
 }
