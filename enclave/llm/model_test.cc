@@ -80,11 +80,7 @@ TEST_F(TinyModelTest, LastPositionLogitsMatchTheReference) {
     std::vector<float> logits;
     ASSERT_TRUE(model->Forward({&part, 1}, cache, pool, logits).ok());
     ASSERT_EQ(logits.size(), expected.size());
-    double worst = 0;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      double error = std::abs(logits[i] - expected[i]) / std::max(1.0, std::abs(double{expected[i]}));
-      worst = std::max(worst, error);
-    }
+    const double worst = testing::WorstRelativeError(logits, expected);
     EXPECT_LT(worst, 1e-3);
     RecordProperty("worst_relative_error", std::to_string(worst));
   }
@@ -121,12 +117,8 @@ TEST_F(TinyModelTest, AnInterruptedStepDoneAgainGivesTheReferenceLogits) {
     std::atomic<bool> clear(false);
     ASSERT_TRUE(model->Forward({&part, 1}, cache, pool, logits, &clear).ok());
     ASSERT_EQ(logits.size(), expected.size());
-    double worst = 0;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      worst = std::max(worst, std::abs(logits[i] - expected[i]) /
-                                  std::max(1.0, std::abs(double{expected[i]})));
-    }
-    EXPECT_LT(worst, 1e-3) << "after a flag at " << delay_us << " us";
+    EXPECT_LT(testing::WorstRelativeError(logits, expected), 1e-3)
+        << "after a flag at " << delay_us << " us";
   }
   EXPECT_GT(interrupted, 0);
 }
@@ -366,11 +358,8 @@ TEST_F(TinyModelTest, ArchitectureVariantsMatchTheirReferences) {
     StepSequence part{refs[0].prompt_ids, 0, table, true};
     std::vector<float> logits;
     ASSERT_TRUE(model->Forward({&part, 1}, cache, pool, logits).ok());
-    double worst = 0;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      worst = std::max(worst, std::abs(logits[i] - expected[i]) / std::max(1.0, std::abs(double{expected[i]})));
-    }
-    EXPECT_LT(worst, 1e-3);
+    ASSERT_EQ(logits.size(), expected.size());
+    EXPECT_LT(testing::WorstRelativeError(logits, expected), 1e-3);
     GeneratorOptions options;
     options.threads = 2;
     options.block_size = 8;
