@@ -171,6 +171,7 @@ class MetricsHttpServer {
  private:
   MetricsHttpServer() = default;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string host_;  // where a local client reaches the listening socket
   int port_ = 0;
 };
 
