@@ -18,6 +18,7 @@
 #include "enclave/runtime/executor.h"
 #include "proto/duration.h"
 #include "proto/error_reason.h"
+#include "proto/infer_request_view.h"
 #include "proto/wipe.h"
 
 namespace cloister::enclave {
@@ -38,8 +39,8 @@ void SetStatus(EnclaveToHost& reply, const absl::Status& status) {
 }
 
 // Checks one request tensor: its type, and that its shape needs exactly the bytes sent. The
-// result borrows the bytes from `proto`.
-absl::StatusOr<BatchInput> CheckInput(const api::v1::Tensor& proto) {
+// result borrows the bytes (`raw`, inside the opened request).
+absl::StatusOr<BatchInput> CheckInput(const api::v1::Tensor& proto, ByteSpan raw) {
   auto dtype = runtime::DataTypeFromKServe(proto.datatype());
   if (!dtype.ok() || *dtype == runtime::DataType::kString) {
     return absl::InvalidArgumentError(
@@ -63,11 +64,11 @@ absl::StatusOr<BatchInput> CheckInput(const api::v1::Tensor& proto) {
     input.shape.push_back(d);
   }
   uint64_t size = count * runtime::ElementSize(*dtype);
-  if (size != proto.raw().size()) {
+  if (size != raw.size()) {
     return absl::InvalidArgumentError(absl::StrCat("input '", proto.name(), "': shape needs ", size,
-                                                   " bytes but ", proto.raw().size(), " were sent"));
+                                                   " bytes but ", raw.size(), " were sent"));
   }
-  input.raw = AsBytes(proto.raw());
+  input.raw = raw;
   return input;
 }
 
@@ -75,14 +76,14 @@ absl::StatusOr<BatchInput> CheckInput(const api::v1::Tensor& proto) {
 // the item's `time_left` (from the host, like the rest of the item: it can only cut its
 // tenant's request short, which it could do by not sending it) after `start` on `clock`;
 // absent means none.
-absl::Status ReadRequest(const api::v1::InferRequestPayload& payload,
+absl::Status ReadRequest(const proto::InferRequestView& payload,
                          const boundary::v1::ForwardedRequest& item, absl::Time start,
                          const Clock* clock, BatchRequest& request) {
-  for (const auto& tensor : payload.inputs()) {
-    ASSIGN_OR_RETURN(BatchInput input, CheckInput(tensor));
+  for (const auto& tensor : payload.inputs) {
+    ASSIGN_OR_RETURN(BatchInput input, CheckInput(tensor.meta, tensor.raw));
     request.inputs.push_back(std::move(input));
   }
-  request.requested_outputs.assign(payload.outputs().begin(), payload.outputs().end());
+  request.requested_outputs.assign(payload.rest.outputs().begin(), payload.rest.outputs().end());
   if (item.has_time_left()) {
     request.deadline = Deadline::At(start + proto::FromProtoDuration(item.time_left()), clock);
   }
@@ -514,23 +515,30 @@ absl::StatusOr<boundary::v1::TenantCallResult> Enclave::DeleteModel(
 }
 
 struct Enclave::OpenedBatch {
-  explicit OpenedBatch(size_t count)
-      : replies(count),
-        sessions(count),
-        outcome(count),
-        payloads(count),
-        requests(count),
-        bodies(count) {}
-  // The requests' plaintext (inputs, output names) is wiped on every way out of InferBatch.
+  explicit OpenedBatch(boundary::v1::InferBatchCall& call)
+      : call(call),
+        replies(call.items_size()),
+        sessions(call.items_size()),
+        outcome(call.items_size()),
+        payloads(call.items_size()),
+        requests(call.items_size()),
+        bodies(call.items_size()) {}
+  // The requests' plaintext (opened in place in the items' ciphertext fields, where the
+  // tensors stay; the names read out of it) is wiped on every way out of InferBatch.
   ~OpenedBatch() {
-    for (auto& payload : payloads) proto::WipeMessage(payload);
+    for (auto& item : *call.mutable_items()) proto::WipeString(*item.mutable_ciphertext());
+    for (auto& payload : payloads) {
+      for (auto& input : payload.inputs) proto::WipeMessage(input.meta);
+      proto::WipeMessage(payload.rest);
+    }
   }
 
+  boundary::v1::InferBatchCall& call;
   std::vector<boundary::v1::EnclaveReply> replies;
   std::vector<std::shared_ptr<Session>> sessions;  // null where the item did not open
   std::vector<absl::Status> outcome;
-  std::vector<api::v1::InferRequestPayload> payloads;
-  std::vector<BatchRequest> requests;  // their tensors view `payloads`
+  std::vector<proto::InferRequestView> payloads;
+  std::vector<BatchRequest> requests;  // their tensors view the items' opened ciphertext
   std::vector<absl::StatusOr<api::v1::InferReplyPayload>> bodies;
   std::shared_ptr<const StoredModel> model;  // set once a request for it opened
   boundary::v1::UsageCounters usage;
@@ -540,7 +548,7 @@ absl::StatusOr<boundary::v1::InferBatchResult> Enclave::InferBatch(
     boundary::v1::InferBatchCall& call) {
   RETURN_IF_ERROR(CheckBatch(call));
   const absl::Time start = options_.clock->Now();
-  OpenedBatch batch(call.items_size());
+  OpenedBatch batch(call);
   for (int i = 0; i < call.items_size(); ++i) OpenBatchItem(call, i, start, batch);
   RETURN_IF_ERROR(RunOpenedBatch(call, batch));
   boundary::v1::InferBatchResult result;
@@ -572,7 +580,8 @@ absl::Status Enclave::CheckBatch(const boundary::v1::InferBatchCall& call) {
 void Enclave::OpenBatchItem(boundary::v1::InferBatchCall& call, int index, absl::Time start,
                             OpenedBatch& batch) {
   auto& item = *call.mutable_items(index);
-  // Opened in place in the item's ciphertext field, which is wiped below once parsed.
+  // Opened in place in the item's ciphertext field, where the tensors are read and stay until
+  // the batch has run (`batch` wipes it).
   auto opened = sessions_->OpenItem(item, crypto::MessageKind::kInfer, call.tenant_id());
   if (!opened.ok()) {
     // Not sealed: the session or message did not authenticate, so there is no key to
@@ -584,22 +593,20 @@ void Enclave::OpenBatchItem(boundary::v1::InferBatchCall& call, int index, absl:
   }
   batch.sessions[index] = opened->session;
   auto found = models_->Get(call.model_handle(), opened->session->identity_public_key());
-  api::v1::InferRequestPayload& payload = batch.payloads[index];
+  proto::InferRequestView& payload = batch.payloads[index];
   if (!found.ok()) {
     batch.outcome[index] = found.status();
   } else if ((*found)->llm != nullptr) {
     // An LLM: its requests are prompts, not tensors.
     batch.outcome[index] = absl::FailedPreconditionError(
         absl::StrCat("model '", (*found)->name, "' is a generative model: use Generate"));
-  } else if (!payload.ParseFromArray(opened->plaintext.data(),
-                                     static_cast<int>(opened->plaintext.size()))) {
-    // (A partly parsed payload is wiped with the others on the way out.)
+  } else if (!proto::ReadInferRequestView(opened->plaintext, payload)) {
+    // (A partly read payload is wiped with the others on the way out.)
     batch.outcome[index] = absl::InvalidArgumentError("malformed inference request");
   } else {
     batch.model = *found;
     batch.outcome[index] = ReadRequest(payload, item, start, options_.clock, batch.requests[index]);
   }
-  proto::WipeString(*item.mutable_ciphertext());
 }
 
 // Every valid request crosses to the executor in one transfer and runs (together when their
