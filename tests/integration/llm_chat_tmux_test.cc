@@ -178,6 +178,13 @@ size_t Count(const std::string& text, const std::string& what) {
   return count;
 }
 
+// Whether the pane shows `turns` answered turns, the last one whole: its usage line closed and
+// the next prompt after it (a capture can land while the line is still being drawn).
+bool TurnsDone(const std::string& pane, size_t turns) {
+  if (Count(pane, "[tokens: ") != turns) return false;
+  return pane.find("]\n> ", pane.rfind("[tokens: ")) != std::string::npos;
+}
+
 // Waits for `path` to hold a line and returns it ("" on timeout).
 std::string WaitForFile(const std::string& path, absl::Duration timeout = absl::Seconds(30)) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -221,7 +228,7 @@ TEST_F(LlmChatTest, AConversationInATmuxPane) {
 
   // Turn one: the reference reply, then its usage line.
   tmux.Type("chat", first_message_);
-  pane = tmux.WaitFor("chat", [](const std::string& p) { return Count(p, "[tokens: ") == 1; });
+  pane = tmux.WaitFor("chat", [](const std::string& p) { return TurnsDone(p, 1); });
   const std::string turn_one = absl::StrCat("> ", first_message_, "\n", AsOnScreen(first_reply_),
                                             "\n[tokens: prompt ", first_prompt_tokens_);
   // Then ", completion N]", or " (N cached), ..." when the prefix cache held the start.
@@ -231,7 +238,7 @@ TEST_F(LlmChatTest, AConversationInATmuxPane) {
 
   // Turn two: with the first turn in the conversation.
   tmux.Type("chat", kSecondMessage);
-  pane = tmux.WaitFor("chat", [](const std::string& p) { return Count(p, "[tokens: ") == 2; });
+  pane = tmux.WaitFor("chat", [](const std::string& p) { return TurnsDone(p, 2); });
   const std::string turn_two =
       absl::StrCat("> ", kSecondMessage, "\n", AsOnScreen(second_reply), "\n[tokens: prompt ");
   EXPECT_NE(pane.find(turn_two), std::string::npos) << pane;
@@ -243,7 +250,7 @@ TEST_F(LlmChatTest, AConversationInATmuxPane) {
   });
   ASSERT_NE(pane.find("[conversation forgotten]"), std::string::npos) << pane;
   tmux.Type("chat", first_message_);
-  pane = tmux.WaitFor("chat", [](const std::string& p) { return Count(p, "[tokens: ") == 3; });
+  pane = tmux.WaitFor("chat", [](const std::string& p) { return TurnsDone(p, 3); });
   EXPECT_EQ(Count(pane, turn_one), 2u) << pane;
   EXPECT_EQ(ReadWholeFile(work_ + "/chat.err"), "");
 
