@@ -277,12 +277,12 @@ class ProxyServer::Impl {
     if (!call.ok()) return SendError(res, ApiErrorFromStatus(call.status(), ""));
     ResponseContext context{NewResponseId(id_prefix), absl::ToUnixSeconds(absl::Now()),
                             call->model};
-    if (call->stream) return Stream(*std::move(call), std::move(context), res);
+    // A caller that hangs up is seen on its socket as each chunk arrives (a stream also when a
+    // write fails): the generation stops in the enclave then.
+    const int connection = ConnectionOf(req);
+    if (call->stream) return Stream(*std::move(call), std::move(context), connection, res);
     const bool logprobs = call->request.sampling().logprobs();
     std::vector<api::SampledTokenInfo> tokens;
-    // Nothing is written before the answer is whole, so a caller that hangs up is seen on its
-    // socket, looked at as each chunk arrives: the generation stops in the enclave then.
-    const int connection = ConnectionOf(req);
     absl::StatusOr<GenerateResult> result = client_->Generate(
         call->model, call->request,
         [&](const api::GenerateChunk& chunk) {
@@ -296,11 +296,13 @@ class ProxyServer::Impl {
     res.set_content(CompletionResponseJson(*call, context, *result, tokens), "application/json");
   }
 
-  void Stream(GenerationCall call, ResponseContext context, httplib::Response& res) {
+  void Stream(GenerationCall call, ResponseContext context, int connection,
+              httplib::Response& res) {
     auto state = std::make_shared<StreamState>();
     const std::string model = call.model;
     state->thread =
-        std::thread([this, state, call = std::move(call), context = std::move(context)]() {
+        std::thread([this, state, connection, call = std::move(call),
+                     context = std::move(context)]() {
           StreamEncoder encoder(call, context);
           absl::StatusOr<GenerateResult> result = client_->Generate(
               call.model, call.request,
@@ -310,7 +312,10 @@ class ProxyServer::Impl {
                 state->started = true;
                 if (!events.empty()) state->events.push_back(std::move(events));
               },
-              Timeout(), [this, &state] { return state->cancel.load() || stopping_.load(); });
+              Timeout(), [this, &state, connection] {
+                return state->cancel.load() || stopping_.load() ||
+                       (connection >= 0 && CallerHasGone(connection));
+              });
           absl::MutexLock lock(&state->mu);
           if (!result.ok() && state->started) {
             state->events.push_back(
