@@ -94,10 +94,12 @@ int ConnectionOf(const httplib::Request& req) {
   return found;
 }
 
-// Whether the caller on `connection` has hung up: the socket reads end-of-stream or an error.
-// Bytes waiting (a pipelined next request) mean it is still there. A client that half-closes
-// after sending its request counts as gone; HTTP clients do not do that.
+// Whether the caller on `connection` (-1: its socket was not found; never gone) has hung up:
+// the socket reads end-of-stream or an error. Bytes waiting (a pipelined next request) mean it
+// is still there. A client that half-closes after sending its request counts as gone; HTTP
+// clients do not do that.
 bool CallerHasGone(int connection) {
+  if (connection < 0) return false;
   char byte;
   const ssize_t n = recv(connection, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return true;
@@ -289,9 +291,7 @@ class ProxyServer::Impl {
           if (logprobs) tokens.insert(tokens.end(), chunk.tokens().begin(), chunk.tokens().end());
         },
         Timeout(),
-        [this, connection] {
-          return stopping_.load() || (connection >= 0 && CallerHasGone(connection));
-        });
+        [this, connection] { return stopping_.load() || CallerHasGone(connection); });
     if (!result.ok()) return SendError(res, ApiErrorFromStatus(result.status(), call->model));
     res.set_content(CompletionResponseJson(*call, context, *result, tokens), "application/json");
   }
@@ -313,8 +313,7 @@ class ProxyServer::Impl {
                 if (!events.empty()) state->events.push_back(std::move(events));
               },
               Timeout(), [this, &state, connection] {
-                return state->cancel.load() || stopping_.load() ||
-                       (connection >= 0 && CallerHasGone(connection));
+                return state->cancel.load() || stopping_.load() || CallerHasGone(connection);
               });
           absl::MutexLock lock(&state->mu);
           if (!result.ok() && state->started) {

@@ -543,15 +543,19 @@ int ReadContentEvents(int fd, int events) {
   return seen;
 }
 
+// A greedy chat request for 400 tokens that ignores the end of text, streamed or not.
+std::string EndlessChat(bool stream) {
+  json body = {{"model", "tiny"},
+               {"messages", {{{"role", "user"}, {"content", "Tell me a fortune."}}}},
+               {"temperature", 0},
+               {"max_tokens", 400},
+               {"ignore_eos", true}};
+  if (stream) body["stream"] = true;
+  return body.dump();
+}
+
 TEST_F(OpenAiProxyTest, ADisconnectMidStreamCancelsTheGenerationAndFreesTheSequence) {
-  const std::string endless =
-      json({{"model", "tiny"},
-            {"messages", {{{"role", "user"}, {"content", "Tell me a fortune."}}}},
-            {"temperature", 0},
-            {"max_tokens", 400},
-            {"ignore_eos", true},
-            {"stream", true}})
-          .dump();
+  const std::string endless = EndlessChat(/*stream=*/true);
   const std::string hello = json({{"model", "tiny"},
                                   {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
                                   {"max_tokens", 1}})
@@ -594,13 +598,7 @@ TEST_F(OpenAiProxyTest, ADisconnectMidStreamCancelsTheGenerationAndFreesTheSeque
 }
 
 TEST_F(OpenAiProxyTest, ACallerThatHangsUpOnAnAnswerNotStreamedCancelsTheGeneration) {
-  const std::string endless =
-      json({{"model", "tiny"},
-            {"messages", {{{"role", "user"}, {"content", "Tell me a fortune."}}}},
-            {"temperature", 0},
-            {"max_tokens", 400},
-            {"ignore_eos", true}})
-          .dump();
+  const std::string endless = EndlessChat(/*stream=*/false);
   const std::string& solo = proxies_["solo"].host_port;
   // A caller that hangs up while its answer is being generated stops it: the enclave's signed
   // receipt shows it short of its 400 tokens. Without the proxy's check every such generation
