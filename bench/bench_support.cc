@@ -1,10 +1,7 @@
 #include "bench/bench_support.h"
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <iterator>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -14,6 +11,7 @@
 #include "base/status.h"
 #include "crypto/hash.h"
 #include "proto/checkpoint_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace cloister::bench {
 namespace {
@@ -33,17 +31,13 @@ constexpr const char* kGenerationPrompts[] = {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ScratchDir>> ScratchDir::Create(const std::string& prefix) {
-  std::string pattern = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("cannot create a folder like ", pattern));
+absl::StatusOr<std::string> MakeScratchDir(const std::string& prefix) {
+  std::string dir = testing::MakeTempDir(prefix);
+  if (dir.empty()) {
+    return absl::InternalError(absl::StrCat("cannot create a folder ", prefix, "-XXXXXX in ",
+                                            fs::temp_directory_path().string()));
   }
-  return std::unique_ptr<ScratchDir>(new ScratchDir(pattern));
-}
-
-ScratchDir::~ScratchDir() {
-  std::error_code error;
-  fs::remove_all(path_, error);
+  return dir;
 }
 
 std::string ModelNameOfDir(const std::string& dir) {

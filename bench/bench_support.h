@@ -10,20 +10,9 @@
 
 namespace cloister::bench {
 
-// A fresh folder "$TMPDIR/PREFIX-XXXXXX", removed with everything in it when this is destroyed.
-class ScratchDir {
- public:
-  static absl::StatusOr<std::unique_ptr<ScratchDir>> Create(const std::string& prefix);
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
+// A fresh folder "$TMPDIR/PREFIX-XXXXXX", removed with everything in it when the process exits
+// (testing::MakeTempDir, with an error where that gives "").
+absl::StatusOr<std::string> MakeScratchDir(const std::string& prefix);
 
 // The name a benchmark reports for the checkpoint folder `dir`: its last component, trailing
 // slashes or not ("models/tiny-llama/" gives "tiny-llama").

@@ -266,8 +266,8 @@ absl::StatusOr<BrokerEfficiencyResult> RunBrokerEfficiency(const BrokerEfficienc
   ASSIGN_OR_RETURN(NamedTensors direct_outputs, model->Run(inputs));
 
   // Broker side: cloisterd with a fresh data dir, one SDK client per caller.
-  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> data_dir, ScratchDir::Create("cloister-broker-bench"));
-  const std::string data = data_dir->path() + "/data";
+  ASSIGN_OR_RETURN(const std::string work, MakeScratchDir("cloister-broker-bench"));
+  const std::string data = work + "/data";
   std::vector<std::string> argv = {options.cloisterd, "--listen", "127.0.0.1:0", "--data-dir",
                                    data};
   // Free operator and metrics ports, so that it never collides with another daemon.
@@ -276,11 +276,11 @@ absl::StatusOr<BrokerEfficiencyResult> RunBrokerEfficiency(const BrokerEfficienc
     absl::StrAppend(&config_text, "scheduler:\n  max_batch_size: ", options.max_batch, "\n");
   }
   if (options.workers > 0) absl::StrAppend(&config_text, "workers: ", options.workers, "\n");
-  const std::string config = data_dir->path() + "/cloisterd.yaml";
+  const std::string config = work + "/cloisterd.yaml";
   RETURN_IF_ERROR(WriteFileAtomic(config, config_text, 0600));
   argv.insert(argv.end(), {"--config", config});
   if (!options.json) absl::FPrintF(log, "starting %s\n", absl::StrJoin(argv, " "));
-  testing::Process cloisterd(argv, data_dir->path());
+  testing::Process cloisterd(argv, work);
   const std::string listening =
       cloisterd.WaitForStdout("cloisterd listening on ", absl::Seconds(60));
   if (listening.empty()) {

@@ -419,8 +419,8 @@ absl::StatusOr<ChaosResult> RunChaos(const ChaosOptions& options, std::FILE* out
     return absl::NotFoundError(absl::StrCat("cloisterd binary ", options.cloisterd,
                                             " is missing or not executable (see --cloisterd)"));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> scratch, ScratchDir::Create("cloister-chaos"));
-  const std::string data = scratch->path() + "/data";
+  ASSIGN_OR_RETURN(const std::string scratch, MakeScratchDir("cloister-chaos"));
+  const std::string data = scratch + "/data";
   std::vector<std::unique_ptr<Tenant>> tenants;
   // Free operator and metrics ports, so that it never collides with another daemon.
   std::string config =
@@ -456,12 +456,12 @@ absl::StatusOr<ChaosResult> RunChaos(const ChaosOptions& options, std::FILE* out
                     "\n");
     tenants.push_back(std::move(tenant));
   }
-  const std::string config_path = scratch->path() + "/cloisterd.yaml";
+  const std::string config_path = scratch + "/cloisterd.yaml";
   RETURN_IF_ERROR(WriteFileAtomic(config_path, config, 0600));
   std::vector<std::string> argv = {options.cloisterd, "--listen", "127.0.0.1:0", "--data-dir", data,
                                    "--config",        config_path};
   if (!options.json) absl::FPrintF(log, "starting %s\n", absl::StrJoin(argv, " "));
-  testing::Process cloisterd(argv, scratch->path());
+  testing::Process cloisterd(argv, scratch);
   const std::string listening =
       cloisterd.WaitForStdout("cloisterd listening on ", absl::Seconds(120));
   if (listening.empty()) {
@@ -485,7 +485,7 @@ absl::StatusOr<ChaosResult> RunChaos(const ChaosOptions& options, std::FILE* out
     }
     tenant->client = *std::move(client);
     const std::string model_path =
-        absl::StrCat(scratch->path(), "/", ModelName(tenant->index), ".onnx");
+        absl::StrCat(scratch, "/", ModelName(tenant->index), ".onnx");
     RETURN_IF_ERROR(WriteFileAtomic(model_path, TenantModel(tenant->index), 0600));
     if (auto uploaded = tenant->client->UploadModel(model_path, ModelName(tenant->index));
         !uploaded.ok()) {

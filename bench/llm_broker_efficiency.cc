@@ -141,9 +141,9 @@ absl::StatusOr<LlmBrokerEfficiencyResult> RunLlmBrokerEfficiency(
                    DirectRound(*generator, prompts, options.max_tokens));  // warm-up and reference
 
   // Broker side: cloisterd publishing the checkpoint folder to its tenants.
-  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> work, ScratchDir::Create("cloister-llm-broker"));
+  ASSIGN_OR_RETURN(const std::string work, MakeScratchDir("cloister-llm-broker"));
   ASSIGN_OR_RETURN(PublishingAppliance appliance,
-                   StartPublishingAppliance(options.cloisterd, work->path(), model_dir, kModelName));
+                   StartPublishingAppliance(options.cloisterd, work, model_dir, kModelName));
   sdk::ClientOptions client_options;
   client_options.server = appliance.server;
   client_options.tenant_id = PublishingAppliance::kTenant;

@@ -319,17 +319,17 @@ absl::StatusOr<std::vector<ProxyOverheadLine>> RunProxyOverhead(const ProxyOverh
   }
 
   // cloisterd publishing the checkpoint folder to its tenants.
-  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> work, ScratchDir::Create("cloister-proxy-bench"));
+  ASSIGN_OR_RETURN(const std::string work, MakeScratchDir("cloister-proxy-bench"));
   ASSIGN_OR_RETURN(PublishingAppliance appliance,
-                   StartPublishingAppliance(options.cloisterd, work->path(), model_dir, kModelName));
+                   StartPublishingAppliance(options.cloisterd, work, model_dir, kModelName));
 
   // The tenant's identity, in a key file for the proxy and in memory for the SDK clients.
   auto identity = std::make_shared<sdk::TenantIdentity>(sdk::TenantIdentity::Generate());
-  const std::string key_file = work->path() + "/tenant.key";
+  const std::string key_file = work + "/tenant.key";
   RETURN_IF_ERROR(identity->Save(key_file));
 
   // The proxy, as a tenant runs it: connection settings from CLOISTER_*, loopback, port 0.
-  const std::string proxy_logs = work->path() + "/proxy";
+  const std::string proxy_logs = work + "/proxy";
   fs::create_directories(proxy_logs);
   testing::Process proxy({options.cloister, "proxy", "--listen", "127.0.0.1:0"}, proxy_logs,
                          {{"CLOISTER_SERVER", appliance.server},

@@ -127,8 +127,8 @@ absl::StatusOr<ComparisonResult> RunCase(const RuntimeVsOrtOptions& options,
   const std::string model_path = (fs::path(options.models_dir) / bench_model.file).string();
   ASSIGN_OR_RETURN(std::string model_bytes, ReadFile(model_path));
   ASSIGN_OR_RETURN(NamedTensors inputs, MakeInputs(bench_model.name, batch, options.seed));
-  ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> dir, ScratchDir::Create("cloister-bench"));
-  ASSIGN_OR_RETURN(std::vector<PeerInput> input_files, WriteInputs(inputs, dir->path()));
+  ASSIGN_OR_RETURN(const std::string dir, MakeScratchDir("cloister-bench"));
+  ASSIGN_OR_RETURN(std::vector<PeerInput> input_files, WriteInputs(inputs, dir));
 
   runtime::LoadOptions load_options;
   load_options.threads = options.threads;
@@ -143,7 +143,7 @@ absl::StatusOr<ComparisonResult> RunCase(const RuntimeVsOrtOptions& options,
 
   // Same inputs, same answers: compare one run of each before timing anything.
   ASSIGN_OR_RETURN(NamedTensors our_outputs, model->Run(inputs));
-  ASSIGN_OR_RETURN(NamedTensors ort_outputs, peer.Outputs(dir->path()));
+  ASSIGN_OR_RETURN(NamedTensors ort_outputs, peer.Outputs(dir));
   ASSIGN_OR_RETURN(result.max_abs_diff, MaxAbsDiff(our_outputs, ort_outputs));
   our_outputs.clear();
   ort_outputs.clear();
