@@ -218,6 +218,9 @@ TEST_F(LlmChatTest, AConversationInATmuxPane) {
   ASSERT_EQ(tmux.Do({"new-session", "-d", "-x", "200", "-y", "50", "-s", "chat", "sh " + script})
                 .exit_code,
             0);
+  // The server stays up when the chat ends, for the next session: otherwise it exits with its
+  // last session and a new-session sent as it does so fails (seen under load).
+  ASSERT_EQ(tmux.Do({"set-option", "-s", "exit-empty", "off"}).exit_code, 0);
   // Attested, the model found, and asking.
   std::string pane = tmux.WaitFor("chat", [](const std::string& p) {
     return p.find("chatting with tiny-llama: /reset forgets the conversation") !=
