@@ -73,8 +73,13 @@ class HostileTenant {
 
   ForwardedRequest Seal(crypto::MessageKind kind, const std::string& handle,
                   const google::protobuf::Message& body) {
+    return SealBytes(kind, handle, AsBytes(body.SerializeAsString()));
+  }
+  // Seals `plaintext` as it is, a message or not.
+  ForwardedRequest SealBytes(crypto::MessageKind kind, const std::string& handle,
+                             ByteSpan plaintext) {
     std::string request_id = HexEncode(crypto::RandomBytes(8));
-    auto sealed = sender_->Seal({kind, request_id, handle}, AsBytes(body.SerializeAsString()));
+    auto sealed = sender_->Seal({kind, request_id, handle}, plaintext);
     ForwardedRequest item;
     item.set_session_id(ToString(session_id_));
     item.set_request_id(request_id);
@@ -256,6 +261,55 @@ TEST_F(EnclaveLimitsTest, TensorsDeclaringHugeShapesAreRefusedBeforeAllocation) 
             << Mebibytes(after.rss_size) << ", VmHWM " << Mebibytes(before.peak_rss_size) << " -> "
             << Mebibytes(after.peak_rss_size) << "\n";
   EXPECT_LT(after.peak_rss_size, before.peak_rss_size + GrowthBound(16));
+}
+
+// Sealed requests whose plaintext is not an InferRequestPayload (a length past the end, a
+// tensor cut short, a name that is not UTF-8) are refused with one sealed line, and a valid
+// request beside them in the same batch still runs.
+TEST_F(EnclaveLimitsTest, MalformedInferenceRequestsAreRefusedAndTheirNeighboursRun) {
+  HostToEnclave load = tenant_->LoadCall("cls", model_, model_.size());
+  EnclaveToHost loaded = enclave_->Handle(load);
+  ASSERT_EQ(loaded.status().code(), 0) << loaded.status().message();
+  ASSERT_TRUE(tenant_
+                  ->ReplyStatus(crypto::MessageKind::kLoadModel, load.load_model().request(),
+                                loaded.load_model().reply())
+                  .ok());
+  auto input = ReadTensorProtoFile(kClsInput);
+  ASSERT_TRUE(input.ok()) << input.status();
+  api::v1::InferRequestPayload valid;
+  api::v1::Tensor* tensor = valid.add_inputs();
+  tensor->set_name("x");
+  tensor->set_datatype(input->datatype);
+  for (int64_t dimension : input->shape) tensor->add_shape(dimension);
+  tensor->set_raw(std::string(input->data.begin(), input->data.end()));
+  const std::string whole = valid.SerializeAsString();
+  const std::vector<std::string> malformed = {
+      std::string("\x0a\x7f", 2) + "x",          // inputs: a length past the end
+      whole.substr(0, whole.size() / 2),          // the tensor cut short
+      std::string("\x0a\x04\x0a\x02\xff\xfe", 6),  // a name that is not UTF-8
+  };
+  HostToEnclave call;
+  call.mutable_infer_batch()->set_tenant_id(HostileTenant::kTenant);
+  call.mutable_infer_batch()->set_model_handle(tenant_->Handle("cls"));
+  std::vector<ForwardedRequest> items;
+  for (const std::string& bytes : malformed) {
+    items.push_back(
+        tenant_->SealBytes(crypto::MessageKind::kInfer, tenant_->Handle("cls"), AsBytes(bytes)));
+  }
+  items.push_back(tenant_->Seal(crypto::MessageKind::kInfer, tenant_->Handle("cls"), valid));
+  for (const ForwardedRequest& item : items) *call.mutable_infer_batch()->add_items() = item;
+  EnclaveToHost reply = enclave_->Handle(call);
+  ASSERT_EQ(reply.status().code(), 0) << reply.status().message();
+  ASSERT_EQ(reply.infer_batch().replies_size(), static_cast<int>(items.size()));
+  for (size_t i = 0; i < malformed.size(); ++i) {
+    absl::Status status =
+        tenant_->ReplyStatus(crypto::MessageKind::kInfer, items[i], reply.infer_batch().replies(i));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << i << ": " << status;
+    EXPECT_EQ(status.message(), "malformed inference request") << i;
+  }
+  absl::Status ran = tenant_->ReplyStatus(crypto::MessageKind::kInfer, items.back(),
+                                          reply.infer_batch().replies(malformed.size()));
+  EXPECT_TRUE(ran.ok()) << ran;
 }
 
 // A sealed load request declaring a 1 TiB model, and one declaring 256 MiB for a 0.5 MiB
