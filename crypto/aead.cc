@@ -53,6 +53,25 @@ absl::Status CheckSealSizes(AeadAlg alg, ByteSpan nonce, ByteSpan plaintext,
   return absl::OkStatus();
 }
 
+// The message size of a plaintext given in parts.
+size_t PartsSize(std::span<const ByteSpan> parts) {
+  size_t size = 0;
+  for (const ByteSpan part : parts) size += part.size();
+  return size;
+}
+
+absl::Status CheckSealSizes(AeadAlg alg, ByteSpan nonce, std::span<const ByteSpan> parts,
+                            std::span<uint8_t> out) {
+  RETURN_IF_ERROR(CheckNonce(alg, nonce));
+  const size_t size = PartsSize(parts);
+  if (out.size() != size + kAeadTagSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(AlgName(alg), " seal output buffer must be plaintext size + ", kAeadTagSize,
+                     " = ", size + kAeadTagSize, " bytes, got ", out.size()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOpenSizes(AeadAlg alg, ByteSpan nonce, ByteSpan ciphertext,
                             std::span<uint8_t> out) {
   RETURN_IF_ERROR(CheckNonce(alg, nonce));
@@ -108,18 +127,24 @@ class AesGcmAead final : public AeadBase {
 
   absl::Status SealInto(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext,
                         std::span<uint8_t> out) const override {
-    RETURN_IF_ERROR(CheckSealSizes(alg_, nonce, plaintext, out));
+    const ByteSpan parts[] = {plaintext};
+    return SealPartsInto(nonce, aad, parts, out);
+  }
+
+  absl::Status SealPartsInto(ByteSpan nonce, ByteSpan aad, std::span<const ByteSpan> parts,
+                             std::span<uint8_t> out) const override {
+    RETURN_IF_ERROR(CheckSealSizes(alg_, nonce, parts, out));
     return WithContext([&](EVP_CIPHER_CTX* ctx) {
-      return Crypt(ctx, /*encrypt=*/true, nonce, aad, plaintext, out, kMaxPiece, nullptr);
+      return Crypt(ctx, /*encrypt=*/true, nonce, aad, parts, out, kMaxPiece, nullptr);
     });
   }
 
-  absl::Status SealIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext,
-                                std::span<uint8_t> out, size_t piece,
-                                const PieceHook& ready) const override {
-    RETURN_IF_ERROR(CheckSealSizes(alg_, nonce, plaintext, out));
+  absl::Status SealPartsIntoInPieces(ByteSpan nonce, ByteSpan aad, std::span<const ByteSpan> parts,
+                                     std::span<uint8_t> out, size_t piece,
+                                     const PieceHook& ready) const override {
+    RETURN_IF_ERROR(CheckSealSizes(alg_, nonce, parts, out));
     ASSIGN_OR_RETURN(EvpCipherCtxPtr ctx, NewKeyedContext());
-    return Crypt(ctx.get(), /*encrypt=*/true, nonce, aad, plaintext, out,
+    return Crypt(ctx.get(), /*encrypt=*/true, nonce, aad, parts, out,
                  std::clamp<size_t>(piece, 1, kMaxPiece), &ready);
   }
 
@@ -128,8 +153,9 @@ class AesGcmAead final : public AeadBase {
                                 const PieceHook& wait) const override {
     RETURN_IF_ERROR(CheckOpenSizes(alg_, nonce, ciphertext, out));
     absl::StatusOr<EvpCipherCtxPtr> ctx = NewKeyedContext();
-    absl::Status status = ctx.ok() ? Crypt(ctx->get(), /*encrypt=*/false, nonce, aad, ciphertext,
-                                           out, std::clamp<size_t>(piece, 1, kMaxPiece), &wait)
+    const ByteSpan parts[] = {ciphertext};
+    absl::Status status = ctx.ok() ? Crypt(ctx->get(), /*encrypt=*/false, nonce, aad, parts, out,
+                                           std::clamp<size_t>(piece, 1, kMaxPiece), &wait)
                                    : ctx.status();
     if (!status.ok()) SecureWipe(out.data(), out.size());
     return status;
@@ -138,8 +164,9 @@ class AesGcmAead final : public AeadBase {
   absl::Status OpenInto(ByteSpan nonce, ByteSpan aad, ByteSpan ciphertext,
                         std::span<uint8_t> out) const override {
     RETURN_IF_ERROR(CheckOpenSizes(alg_, nonce, ciphertext, out));
+    const ByteSpan parts[] = {ciphertext};
     absl::Status status = WithContext([&](EVP_CIPHER_CTX* ctx) {
-      return Crypt(ctx, /*encrypt=*/false, nonce, aad, ciphertext, out, kMaxPiece, nullptr);
+      return Crypt(ctx, /*encrypt=*/false, nonce, aad, parts, out, kMaxPiece, nullptr);
     });
     if (!status.ok()) SecureWipe(out.data(), out.size());
     return status;
@@ -182,15 +209,18 @@ class AesGcmAead final : public AeadBase {
     return use(ctx.get());
   }
 
-  // Encrypts `in` into out[0, in.size()) and writes the tag after it, or decrypts in without
-  // its last 16 bytes into `out` and checks that tag. `out` may be `in` itself. Works in pieces
-  // of `piece` bytes; with a hook, calls it after each piece is written (encrypting) or before
-  // each piece and the tag are read (decrypting), as Aead::SealIntoInPieces/OpenIntoInPieces.
-  absl::Status Crypt(EVP_CIPHER_CTX* ctx, bool encrypt, ByteSpan nonce, ByteSpan aad, ByteSpan in,
-                     std::span<uint8_t> out, size_t piece_size, const PieceHook* hook) const {
+  // Encrypts the message `in` (the concatenation of its parts) into out[0, size) and writes the
+  // tag after it, or decrypts `in` (one part: ciphertext || tag) into `out` and checks the tag.
+  // `out` may be the one part itself. Works in pieces of `piece_size` bytes of the message (a
+  // piece may span parts); with a hook, calls it after each piece is written (encrypting) or
+  // before each piece and the tag are read (decrypting), as
+  // Aead::SealPartsIntoInPieces/OpenIntoInPieces.
+  absl::Status Crypt(EVP_CIPHER_CTX* ctx, bool encrypt, ByteSpan nonce, ByteSpan aad,
+                     std::span<const ByteSpan> in, std::span<uint8_t> out, size_t piece_size,
+                     const PieceHook* hook) const {
     // No ClearOpenSslErrors here: this is the hot path, and every failure below drains the
     // queue (OpenSslError) or clears it (a failed tag check).
-    const size_t body_size = encrypt ? in.size() : in.size() - kAeadTagSize;
+    const size_t body_size = encrypt ? out.size() - kAeadTagSize : out.size();
     if (EVP_CipherInit_ex2(ctx, nullptr, nullptr, nonce.data(), encrypt ? 1 : 0, nullptr) != 1) {
       return OpenSslError(absl::StatusCode::kInternal,
                           absl::StrCat("EVP_CipherInit_ex2(", AlgName(alg_), ", nonce)"));
@@ -203,23 +233,31 @@ class AesGcmAead final : public AeadBase {
         return OpenSslError(absl::StatusCode::kInternal, "EVP_CipherUpdate(associated data)");
       }
     }
-    for (size_t offset = 0; offset < body_size; offset += piece_size) {
-      const size_t piece = std::min(piece_size, body_size - offset);
-      if (hook != nullptr && !encrypt) RETURN_IF_ERROR((*hook)(offset + piece));
-      if (EVP_CipherUpdate(ctx, out.data() + offset, &written, in.data() + offset,
-                           static_cast<int>(piece)) != 1 ||
-          static_cast<size_t>(written) != piece) {
-        return OpenSslError(absl::StatusCode::kInternal, "EVP_CipherUpdate(data)");
+    size_t part = 0, in_part = 0;  // where the next byte of the message is read
+    for (size_t offset = 0; offset < body_size;) {
+      const size_t piece_end = std::min(offset + piece_size, body_size);
+      if (hook != nullptr && !encrypt) RETURN_IF_ERROR((*hook)(piece_end));
+      while (offset < piece_end) {
+        while (in_part == in[part].size()) {
+          ++part;
+          in_part = 0;
+        }
+        const size_t step = std::min(piece_end - offset, in[part].size() - in_part);
+        if (EVP_CipherUpdate(ctx, out.data() + offset, &written, in[part].data() + in_part,
+                             static_cast<int>(step)) != 1 ||
+            static_cast<size_t>(written) != step) {
+          return OpenSslError(absl::StatusCode::kInternal, "EVP_CipherUpdate(data)");
+        }
+        offset += step;
+        in_part += step;
       }
       // (The last piece is announced with the tag.)
-      if (hook != nullptr && encrypt && offset + piece < body_size) {
-        RETURN_IF_ERROR((*hook)(offset + piece));
-      }
+      if (hook != nullptr && encrypt && offset < body_size) RETURN_IF_ERROR((*hook)(offset));
     }
     uint8_t tag[kAeadTagSize];
-    if (hook != nullptr && !encrypt) RETURN_IF_ERROR((*hook)(in.size()));
+    if (hook != nullptr && !encrypt) RETURN_IF_ERROR((*hook)(body_size + kAeadTagSize));
     if (!encrypt) {
-      std::memcpy(tag, in.data() + body_size, kAeadTagSize);
+      std::memcpy(tag, in[0].data() + body_size, kAeadTagSize);
       OSSL_PARAM params[] = {
           OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, tag, kAeadTagSize),
           OSSL_PARAM_construct_end()};
@@ -300,10 +338,22 @@ const EVP_CIPHER* FetchCipher(AeadAlg alg) {
 
 }  // namespace
 
-absl::Status Aead::SealIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext,
-                                    std::span<uint8_t> out, size_t /*piece*/,
-                                    const PieceHook& ready) const {
-  RETURN_IF_ERROR(SealInto(nonce, aad, plaintext, out));
+absl::Status Aead::SealPartsInto(ByteSpan nonce, ByteSpan aad, std::span<const ByteSpan> parts,
+                                 std::span<uint8_t> out) const {
+  if (parts.size() == 1) return SealInto(nonce, aad, parts[0], out);
+  SecretBytes message(PartsSize(parts));
+  size_t offset = 0;
+  for (const ByteSpan part : parts) {
+    if (!part.empty()) std::memcpy(message.data() + offset, part.data(), part.size());
+    offset += part.size();
+  }
+  return SealInto(nonce, aad, message.span(), out);
+}
+
+absl::Status Aead::SealPartsIntoInPieces(ByteSpan nonce, ByteSpan aad,
+                                         std::span<const ByteSpan> parts, std::span<uint8_t> out,
+                                         size_t /*piece*/, const PieceHook& ready) const {
+  RETURN_IF_ERROR(SealPartsInto(nonce, aad, parts, out));
   return ready(out.size());
 }
 

@@ -44,18 +44,34 @@ class Aead {
                                 std::span<uint8_t> out) const = 0;
   virtual AeadAlg alg() const = 0;
 
+  // SealInto over a plaintext given in parts: their concatenation, in order, is the message
+  // (a batch's inputs sealed straight from where they lie, with no gather copy first). `out`
+  // must be exactly the parts' total size + 16 bytes (else InvalidArgument); no part may overlap
+  // it. AES-GCM takes the parts one by one; other algorithms concatenate them first.
+  virtual absl::Status SealPartsInto(ByteSpan nonce, ByteSpan aad, std::span<const ByteSpan> parts,
+                                     std::span<uint8_t> out) const;
+
   // For a pipeline in which one thread seals a large message while another opens it right
   // behind (the emulated PCIe path's single-chunk transfers): the same results and refusals
-  // as SealInto and OpenInto, worked in pieces of `piece` bytes. SealIntoInPieces calls
-  // `ready(n)` each time out[0, n) is final (n = the whole output, tag included, last).
-  // OpenIntoInPieces calls `wait(n)` before it reads ciphertext[0, n), and the tag last, so it
-  // can follow a sealer; the tag covers exactly the bytes it read. A hook returning an error
-  // stops the call with that error (OpenIntoInPieces then wipes `out`). AES-GCM works
-  // incrementally; other algorithms do the whole message in one step between hooks.
+  // as SealPartsInto and OpenInto, worked in pieces of `piece` bytes of the message.
+  // SealPartsIntoInPieces calls `ready(n)` each time out[0, n) is final (n = the whole output,
+  // tag included, last). OpenIntoInPieces calls `wait(n)` before it reads ciphertext[0, n), and
+  // the tag last, so it can follow a sealer; the tag covers exactly the bytes it read. A hook
+  // returning an error stops the call with that error (OpenIntoInPieces then wipes `out`).
+  // AES-GCM works incrementally; other algorithms do the whole message in one step between
+  // hooks.
   using PieceHook = std::function<absl::Status(size_t bytes)>;
-  virtual absl::Status SealIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext,
-                                        std::span<uint8_t> out, size_t piece,
-                                        const PieceHook& ready) const;
+  virtual absl::Status SealPartsIntoInPieces(ByteSpan nonce, ByteSpan aad,
+                                             std::span<const ByteSpan> parts,
+                                             std::span<uint8_t> out, size_t piece,
+                                             const PieceHook& ready) const;
+  // SealPartsIntoInPieces with the plaintext in one part.
+  absl::Status SealIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan plaintext,
+                                std::span<uint8_t> out, size_t piece,
+                                const PieceHook& ready) const {
+    const ByteSpan parts[] = {plaintext};
+    return SealPartsIntoInPieces(nonce, aad, parts, out, piece, ready);
+  }
   virtual absl::Status OpenIntoInPieces(ByteSpan nonce, ByteSpan aad, ByteSpan ciphertext,
                                         std::span<uint8_t> out, size_t piece,
                                         const PieceHook& wait) const;

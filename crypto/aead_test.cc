@@ -281,6 +281,52 @@ TEST_P(AeadTest, InPiecesMatchesTheOneStepFormsAndReportsProgress) {
   }
 }
 
+TEST_P(AeadTest, APlaintextInPartsSealsAsItsConcatenation) {
+  auto aead = MakeAead();
+  const Bytes nonce = RandomBytes(kAeadNonceSize);
+  const Bytes aad = ToBytes("header");
+  // Parts of odd sizes, empty ones among them, so pieces of 65536 bytes cut across parts and a
+  // part spans several pieces.
+  const std::vector<std::vector<size_t>> layouts = {
+      {}, {0}, {0, 0, 5}, {1, 15, 16, 17}, {70000, 0, 3, 65533, 200000}, {300000}};
+  for (const std::vector<size_t>& sizes : layouts) {
+    SCOPED_TRACE(::testing::PrintToString(sizes));
+    std::vector<Bytes> parts;
+    Bytes whole;
+    for (size_t size : sizes) {
+      parts.push_back(RandomBytes(size));
+      whole.insert(whole.end(), parts.back().begin(), parts.back().end());
+    }
+    std::vector<ByteSpan> spans(parts.begin(), parts.end());
+    absl::StatusOr<Bytes> reference = aead->Seal(nonce, aad, whole);
+    ASSERT_TRUE(reference.ok());
+
+    Bytes sealed(whole.size() + kAeadTagSize, 0xAA);
+    ASSERT_TRUE(aead->SealPartsInto(nonce, aad, spans, sealed).ok());
+    EXPECT_EQ(sealed, *reference);
+
+    Bytes in_pieces(whole.size() + kAeadTagSize, 0xAA);
+    std::vector<size_t> ready;
+    // What is announced is final: it is already the reference's bytes.
+    const Aead::PieceHook announce = [&](size_t n) {
+      EXPECT_TRUE(std::equal(in_pieces.begin(), in_pieces.begin() + n, reference->begin()));
+      ready.push_back(n);
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE(aead->SealPartsIntoInPieces(nonce, aad, spans, in_pieces, 65536, announce).ok());
+    EXPECT_EQ(in_pieces, *reference);
+    ASSERT_FALSE(ready.empty());
+    EXPECT_TRUE(std::is_sorted(ready.begin(), ready.end()));
+    EXPECT_EQ(ready.back(), in_pieces.size()) << "the tag was not announced last";
+
+    // An output one byte off is refused before anything is written.
+    Bytes short_out(whole.size() + kAeadTagSize - 1, 0xAA);
+    EXPECT_EQ(aead->SealPartsInto(nonce, aad, spans, short_out).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(short_out, Bytes(short_out.size(), 0xAA));
+  }
+}
+
 TEST_P(AeadTest, ConcurrentCallsOnOneObject) {
   auto aead = MakeAead();
   std::vector<std::thread> threads;
