@@ -60,13 +60,6 @@ PathBuffer HoldLease(Lease lease) {
   return buffer;
 }
 
-// `size` bytes from `source` (host memory, or the executor's memory) to `offset` of a buffer.
-struct GatherPiece {
-  size_t offset = 0;
-  const void* source = nullptr;
-  size_t size = 0;
-};
-
 // Internal when `piece` would write past the end of `staging` (the caller's layout is wrong).
 absl::Status CheckGatherPiece(const PathBuffer& staging, const GatherPiece& piece);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/secret_bytes.h"
@@ -50,7 +51,87 @@ std::span<Byte> SealedChunk(std::span<Byte> sealed, size_t i, size_t chunk_size,
                         std::min(chunk_size, plain_size - begin) + kChunkTagSize);
 }
 
+// The plaintext of a transfer given as pieces where they lie (ChunkCipher::Seal's pieces
+// form): the bytes of any range of it as a list of parts, the pieces' own bytes and zeros for
+// the gaps between them.
+class GatheredPlaintext {
+ public:
+  using Parts = absl::InlinedVector<ByteSpan, 8>;
+
+  // CheckGatherPieces' errors.
+  static absl::StatusOr<GatheredPlaintext> Create(size_t size,
+                                                  std::span<const GatherPiece> pieces) {
+    RETURN_IF_ERROR(CheckGatherPieces(size, pieces));
+    return GatheredPlaintext(size, pieces);
+  }
+
+  size_t size() const { return size_; }
+
+  // The parts of bytes [begin, end), in order.
+  Parts PartsOf(size_t begin, size_t end) const {
+    Parts parts;
+    // The first piece that ends after `begin`.
+    auto piece =
+        std::partition_point(pieces_.begin(), pieces_.end(),
+                             [begin](const GatherPiece& p) { return p.offset + p.size <= begin; });
+    size_t at = begin;
+    while (at < end) {
+      if (piece == pieces_.end() || piece->offset >= end) {
+        AddZeros(end - at, parts);
+        break;
+      }
+      if (piece->offset > at) {
+        AddZeros(piece->offset - at, parts);
+        at = piece->offset;
+      }
+      const size_t stop = std::min(end, piece->offset + piece->size);
+      if (stop > at) {
+        parts.push_back(
+            ByteSpan(static_cast<const uint8_t*>(piece->source) + (at - piece->offset), stop - at));
+        at = stop;
+      }
+      ++piece;
+    }
+    return parts;
+  }
+
+ private:
+  GatheredPlaintext(size_t size, std::span<const GatherPiece> pieces)
+      : size_(size), pieces_(pieces) {}
+
+  static void AddZeros(size_t count, Parts& parts) {
+    static constexpr std::array<uint8_t, 4096> kZeros{};
+    for (; count > 0;) {
+      const size_t step = std::min(count, kZeros.size());
+      parts.push_back(ByteSpan(kZeros.data(), step));
+      count -= step;
+    }
+  }
+
+  size_t size_;
+  std::span<const GatherPiece> pieces_;
+};
+
+// One piece covering all of `source` (none when it is empty).
+std::span<const GatherPiece> WholeOf(ByteSpan source, GatherPiece& piece) {
+  piece = GatherPiece{0, source.data(), source.size()};
+  return {&piece, source.empty() ? size_t{0} : size_t{1}};
+}
+
 }  // namespace
+
+absl::Status CheckGatherPieces(size_t size, std::span<const GatherPiece> pieces) {
+  size_t end = 0;
+  for (const GatherPiece& piece : pieces) {
+    if (piece.offset < end || piece.offset > size || piece.size > size - piece.offset) {
+      return absl::InternalError(absl::StrCat("PCIe transfer of ", size, " bytes: a piece of ",
+                                              piece.size, " bytes at ", piece.offset,
+                                              " is out of order, overlaps another or overruns it"));
+    }
+    end = piece.offset + piece.size;
+  }
+  return absl::OkStatus();
+}
 
 size_t ChunkCount(size_t size, size_t chunk_size) {
   return std::max<size_t>(1, (size + chunk_size - 1) / chunk_size);
@@ -136,15 +217,24 @@ int ChunkCipher::threads() const { return workers_->size(); }
 
 absl::Status ChunkCipher::Seal(uint8_t direction, uint64_t counter, ByteSpan source,
                                std::span<uint8_t> sealed) const {
-  const size_t chunks = ChunkCount(source.size(), chunk_size_);
-  if (sealed.size() != source.size() + chunks * kChunkTagSize) {
+  GatherPiece whole;
+  return Seal(direction, counter, source.size(), WholeOf(source, whole), sealed);
+}
+
+absl::Status ChunkCipher::Seal(uint8_t direction, uint64_t counter, size_t size,
+                               std::span<const GatherPiece> pieces,
+                               std::span<uint8_t> sealed) const {
+  ASSIGN_OR_RETURN(const GatheredPlaintext source, GatheredPlaintext::Create(size, pieces));
+  const size_t chunks = ChunkCount(size, chunk_size_);
+  if (sealed.size() != size + chunks * kChunkTagSize) {
     return absl::InvalidArgumentError("sealed buffer size does not match the transfer");
   }
-  const auto aad = TransferAad(source.size(), chunks);
+  const auto aad = TransferAad(size, chunks);
   return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) {
     const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
-    return aead.SealInto(nonce, aad, PlainChunk(source, i, chunk_size_),
-                         SealedChunk(sealed, i, chunk_size_, source.size()));
+    const size_t begin = i * chunk_size_;
+    const auto parts = source.PartsOf(begin, std::min(size, begin + chunk_size_));
+    return aead.SealPartsInto(nonce, aad, parts, SealedChunk(sealed, i, chunk_size_, size));
   });
 }
 
@@ -199,21 +289,33 @@ class SealProgress {
 absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, ByteSpan source,
                                        std::span<uint8_t> sealed, std::span<uint8_t> destination,
                                        std::string_view what) const {
-  const size_t chunks = ChunkCount(source.size(), chunk_size_);
-  if (sealed.size() != source.size() + chunks * kChunkTagSize ||
-      destination.size() != source.size()) {
+  GatherPiece whole;
+  return SealThenOpen(direction, counter, source.size(), WholeOf(source, whole), sealed,
+                      destination, what);
+}
+
+absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, size_t size,
+                                       std::span<const GatherPiece> pieces,
+                                       std::span<uint8_t> sealed, std::span<uint8_t> destination,
+                                       std::string_view what) const {
+  ASSIGN_OR_RETURN(const GatheredPlaintext source, GatheredPlaintext::Create(size, pieces));
+  const size_t chunks = ChunkCount(size, chunk_size_);
+  if (sealed.size() != size + chunks * kChunkTagSize || destination.size() != size) {
     return absl::InvalidArgumentError("sealed or destination size does not match the transfer");
   }
-  const auto aad = TransferAad(source.size(), chunks);
-  auto bounce_of = [&](size_t i) { return SealedChunk(sealed, i, chunk_size_, source.size()); };
-  auto source_of = [&](size_t i) { return PlainChunk(source, i, chunk_size_); };
+  const auto aad = TransferAad(size, chunks);
+  auto bounce_of = [&](size_t i) { return SealedChunk(sealed, i, chunk_size_, size); };
+  auto source_of = [&](size_t i) {
+    const size_t begin = i * chunk_size_;
+    return source.PartsOf(begin, std::min(size, begin + chunk_size_));
+  };
   auto destination_of = [&](size_t i) { return PlainChunk(destination, i, chunk_size_); };
-  if (2 * chunks > static_cast<size_t>(workers_->size()) || source.size() < 2 * kPipelinePiece) {
+  if (2 * chunks > static_cast<size_t>(workers_->size()) || size < 2 * kPipelinePiece) {
     // Enough chunks to keep every thread busy (or too little to split): each chunk is sealed
     // and then opened by one thread.
     return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) -> absl::Status {
       const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
-      RETURN_IF_ERROR(aead.SealInto(nonce, aad, source_of(i), bounce_of(i)));
+      RETURN_IF_ERROR(aead.SealPartsInto(nonce, aad, source_of(i), bounce_of(i)));
       const absl::Status opened = aead.OpenInto(nonce, aad, bounce_of(i), destination_of(i));
       return opened.ok() ? absl::OkStatus() : AuthenticationFailure(what, i, chunks);
     });
@@ -228,11 +330,11 @@ absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, Byte
     const size_t i = job / 2;
     const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
     if (job % 2 == 0) {
-      absl::Status status = aead.SealIntoInPieces(nonce, aad, source_of(i), bounce_of(i),
-                                                  kPipelinePiece, [&](size_t bytes) {
-                                                    progress[i].Advance(bytes);
-                                                    return absl::OkStatus();
-                                                  });
+      absl::Status status = aead.SealPartsIntoInPieces(nonce, aad, source_of(i), bounce_of(i),
+                                                       kPipelinePiece, [&](size_t bytes) {
+                                                         progress[i].Advance(bytes);
+                                                         return absl::OkStatus();
+                                                       });
       if (!status.ok()) progress[i].Fail();
       return status;
     }

@@ -40,6 +40,18 @@ inline constexpr size_t kTransferAadSize = kTransferAadLabel.size() + 8 + 4;
 // SealThenOpen's pipeline step: an opener follows its chunk's sealer this many bytes at a time.
 inline constexpr size_t kPipelinePiece = size_t{256} << 10;
 
+// `size` bytes from `source` (host memory, or the executor's memory where a path says so) to
+// `offset` of a buffer or a transfer.
+struct GatherPiece {
+  size_t offset = 0;
+  const void* source = nullptr;
+  size_t size = 0;
+};
+
+// Internal unless the pieces lie in order of offset, apart, inside a transfer of `size` bytes
+// (a caller's layout that is wrong).
+absl::Status CheckGatherPieces(size_t size, std::span<const GatherPiece> pieces);
+
 // Chunks of a transfer of `size` bytes: at least one.
 size_t ChunkCount(size_t size, size_t chunk_size);
 // Bytes of the sealed form of `size` plaintext bytes.
@@ -76,6 +88,11 @@ class ChunkCipher {
   // Seals `source` into `sealed` (exactly SealedSize(source.size()) bytes).
   absl::Status Seal(uint8_t direction, uint64_t counter, ByteSpan source,
                     std::span<uint8_t> sealed) const;
+  // The same for a transfer of `size` bytes given as pieces in host memory, sealed straight from
+  // where they lie (no gather copy): CheckGatherPieces' errors, and the bytes between the pieces
+  // are zeros. The bytes sealed are those of the gathered buffer.
+  absl::Status Seal(uint8_t direction, uint64_t counter, size_t size,
+                    std::span<const GatherPiece> pieces, std::span<uint8_t> sealed) const;
   // Opens `sealed` into `destination` (its plaintext size). DataLoss naming the first chunk that
   // fails authentication and `what` (e.g. "to the device"); `destination` is then undefined and
   // must be discarded by the caller.
@@ -91,6 +108,10 @@ class ChunkCipher {
   absl::Status SealThenOpen(uint8_t direction, uint64_t counter, ByteSpan source,
                             std::span<uint8_t> sealed, std::span<uint8_t> destination,
                             std::string_view what) const;
+  // The same with the plaintext given as pieces, as for Seal; `destination` is `size` bytes.
+  absl::Status SealThenOpen(uint8_t direction, uint64_t counter, size_t size,
+                            std::span<const GatherPiece> pieces, std::span<uint8_t> sealed,
+                            std::span<uint8_t> destination, std::string_view what) const;
 
  private:
   class Workers;

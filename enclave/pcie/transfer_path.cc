@@ -86,68 +86,72 @@ absl::StatusOr<StagingBuffer> TransferPath::AcquireDeviceStaging(size_t size) {
 }
 
 absl::StatusOr<StagingBuffer> TransferPath::ToDevice(ByteSpan host) {
-  return Move(Direction::kToDevice, host, device_pool_);
+  const GatherPiece whole{0, host.data(), host.size()};
+  return Move(Direction::kToDevice, host.size(), {&whole, host.empty() ? 0u : 1u}, device_pool_);
+}
+
+absl::StatusOr<StagingBuffer> TransferPath::GatherToDevice(size_t size,
+                                                           std::span<const GatherPiece> pieces) {
+  return Move(Direction::kToDevice, size, pieces, device_pool_);
 }
 
 absl::StatusOr<StagingBuffer> TransferPath::ToHost(ByteSpan device) {
-  return Move(Direction::kToHost, device, host_pool_);
+  const GatherPiece whole{0, device.data(), device.size()};
+  return Move(Direction::kToHost, device.size(), {&whole, device.empty() ? 0u : 1u}, host_pool_);
 }
 
-absl::StatusOr<StagingBuffer> TransferPath::Move(Direction direction, ByteSpan source,
+absl::StatusOr<StagingBuffer> TransferPath::Move(Direction direction, size_t size,
+                                                 std::span<const GatherPiece> pieces,
                                                  StagingPool& destination_pool) {
   const bool to_device = direction == Direction::kToDevice;
-  if (source.size() > options_.max_transfer_size) {
-    return absl::InvalidArgumentError(absl::StrCat("PCIe transfer of ", source.size(),
-                                                   " bytes exceeds the limit of ",
-                                                   options_.max_transfer_size));
+  if (size > options_.max_transfer_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PCIe transfer of ", size, " bytes exceeds the limit of ", options_.max_transfer_size));
   }
-  ASSIGN_OR_RETURN(StagingBuffer destination, destination_pool.Acquire(source.size()));
+  RETURN_IF_ERROR(CheckGatherPieces(size, pieces));
+  ASSIGN_OR_RETURN(StagingBuffer destination, destination_pool.Acquire(size));
   if (mode_ == PcieMode::kEmulated) {
     ASSIGN_OR_RETURN(const uint64_t counter,
                      counters_->transfers.Next(static_cast<uint8_t>(direction)));
-    const size_t chunks = ChunkCount(source.size(), options_.chunk_size);
+    const size_t chunks = ChunkCount(size, options_.chunk_size);
     ASSIGN_OR_RETURN(StagingBuffer bounce,
-                     bounce_pool_.Acquire(SealedSize(source.size(), options_.chunk_size)));
+                     bounce_pool_.Acquire(SealedSize(size, options_.chunk_size)));
+    const uint8_t way = static_cast<uint8_t>(direction);
+    const std::string_view what = to_device ? "to the device" : "to the host";
     absl::Status opened;
     if (options_.in_flight_hook_for_test) {
       // Two halves, so the test can play the host between them.
-      RETURN_IF_ERROR(Seal(direction, counter, source, bounce.span()));
+      RETURN_IF_ERROR(cipher_->Seal(way, counter, size, pieces, bounce.span()));
       options_.in_flight_hook_for_test(bounce.span());
-      opened = Open(direction, counter, bounce.view(), destination.span());
+      opened = cipher_->Open(way, counter, bounce.view(), destination.span(), what);
     } else {
-      opened =
-          cipher_->SealThenOpen(static_cast<uint8_t>(direction), counter, source, bounce.span(),
-                                destination.span(), to_device ? "to the device" : "to the host");
+      // Sealed straight from the pieces: a batch's inputs are not gathered into a buffer first.
+      opened = cipher_->SealThenOpen(way, counter, size, pieces, bounce.span(), destination.span(),
+                                     what);
     }
     counters_->chunks_sealed.fetch_add(chunks, std::memory_order_relaxed);
     if (!opened.ok()) {
       destination.Release();
-      counters_->authentication_failures.fetch_add(1, std::memory_order_relaxed);
+      if (absl::IsDataLoss(opened)) {
+        counters_->authentication_failures.fetch_add(1, std::memory_order_relaxed);
+      }
       return opened;
     }
-  } else if (!source.empty()) {
+  } else {
     // off: plaintext. driver: the CC driver encrypts its bounce buffers underneath this copy.
-    std::memcpy(destination.data(), source.data(), source.size());
+    // The destination comes zeroed, so the gaps between pieces are zeros already.
+    for (const GatherPiece& piece : pieces) {
+      if (piece.size > 0) std::memcpy(destination.data() + piece.offset, piece.source, piece.size);
+    }
   }
   if (to_device) {
     counters_->to_device_transfers.fetch_add(1, std::memory_order_relaxed);
-    counters_->to_device_size.fetch_add(source.size(), std::memory_order_relaxed);
+    counters_->to_device_size.fetch_add(size, std::memory_order_relaxed);
   } else {
     counters_->to_host_transfers.fetch_add(1, std::memory_order_relaxed);
-    counters_->to_host_size.fetch_add(source.size(), std::memory_order_relaxed);
+    counters_->to_host_size.fetch_add(size, std::memory_order_relaxed);
   }
   return destination;
-}
-
-absl::Status TransferPath::Seal(Direction direction, uint64_t counter, ByteSpan source,
-                                std::span<uint8_t> bounce) {
-  return cipher_->Seal(static_cast<uint8_t>(direction), counter, source, bounce);
-}
-
-absl::Status TransferPath::Open(Direction direction, uint64_t counter, ByteSpan bounce,
-                                std::span<uint8_t> destination) {
-  return cipher_->Open(static_cast<uint8_t>(direction), counter, bounce, destination,
-                       direction == Direction::kToDevice ? "to the device" : "to the host");
 }
 
 TransferPath::Stats TransferPath::stats() const {

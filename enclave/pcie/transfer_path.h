@@ -1,5 +1,6 @@
-// The CPU-GPU (PCIe) path of DESIGN.md section 7: a whole batch is staged in one buffer and moved
-// to the executor's side in one transfer, and its outputs come back the same way. Three modes:
+// The CPU-GPU (PCIe) path of DESIGN.md section 7: a whole batch is moved to the executor's side
+// in one transfer (sealed straight from the requests' bytes, or from one staging buffer), and
+// its outputs come back the same way. Three modes:
 //
 //   off       a plain copy. Plaintext on the bus: for baselines only (a production policy
 //             refuses it).
@@ -84,6 +85,12 @@ class TransferPath {
   // (exactly host.size() of them). Emulated: DataLoss when a chunk fails authentication, and
   // nothing is returned. InvalidArgument over max_transfer_size.
   absl::StatusOr<StagingBuffer> ToDevice(ByteSpan host);
+  // ToDevice of a buffer of `size` bytes that is never built: `pieces` (sorted by offset, not
+  // overlapping, inside `size`) say where each run of bytes lies, and the bytes between them are
+  // zeros. Emulated mode seals straight from the pieces, so a batch gathered from many requests
+  // costs no copy into a host staging buffer first. Internal for pieces out of order, overlapping
+  // or past `size`; otherwise the errors of ToDevice.
+  absl::StatusOr<StagingBuffer> GatherToDevice(size_t size, std::span<const GatherPiece> pieces);
   // The way back: executor-side bytes to a host staging buffer. Same errors.
   absl::StatusOr<StagingBuffer> ToHost(ByteSpan device);
 
@@ -102,13 +109,10 @@ class TransferPath {
   enum class Direction : uint8_t { kToDevice = kToDeviceDirection, kToHost = kToHostDirection };
 
   TransferPath(PcieMode mode, TransferOptions options);
-  absl::StatusOr<StagingBuffer> Move(Direction direction, ByteSpan source,
-                                     StagingPool& destination);
-  // Emulated mode: seal `source` into `bounce`, then open it into `destination`.
-  absl::Status Seal(Direction direction, uint64_t counter, ByteSpan source,
-                    std::span<uint8_t> bounce);
-  absl::Status Open(Direction direction, uint64_t counter, ByteSpan bounce,
-                    std::span<uint8_t> destination);
+  // The one transfer both ways: the gathered buffer of `size` bytes described by `pieces` lands
+  // in a buffer from `destination`.
+  absl::StatusOr<StagingBuffer> Move(Direction direction, size_t size,
+                                     std::span<const GatherPiece> pieces, StagingPool& destination);
 
   const PcieMode mode_;
   const TransferOptions options_;
