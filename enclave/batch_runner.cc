@@ -174,21 +174,25 @@ InputLayout PlanInputs(const std::vector<BatchRequest>& requests, bool coalesce)
   return layout;
 }
 
-// Gathers the requests' inputs into a host staging buffer laid out as `layout`, then moves it
-// to the executor's side in one transfer (timed into `transfer_ns`). The host buffer goes back
-// to its pool zeroed.
+// Moves the requests' inputs to the executor's side in one transfer laid out as `layout`
+// (timed into `transfer_ns`), sealed straight from the opened requests where the path can: no
+// host staging buffer, no gather copy.
 absl::StatusOr<pcie::PathBuffer> SendInputs(pcie::BatchPath& path,
                                             const std::vector<BatchRequest>& requests,
                                             const InputLayout& layout, uint64_t& transfer_ns) {
-  ASSIGN_OR_RETURN(pcie::PathBuffer host, path.AcquireHostStaging(layout.size));
+  std::vector<pcie::GatherPiece> pieces;
   for (size_t r = 0; r < requests.size(); ++r) {
     for (size_t k = 0; k < requests[r].inputs.size(); ++k) {
       const ByteSpan raw = requests[r].inputs[k].raw;
-      if (!raw.empty()) std::memcpy(host.data + layout.offsets[r][k], raw.data(), raw.size());
+      if (!raw.empty()) pieces.push_back({layout.offsets[r][k], raw.data(), raw.size()});
     }
   }
+  // Coalesced layouts put input k of every request before input k+1 of any.
+  std::sort(
+      pieces.begin(), pieces.end(),
+      [](const pcie::GatherPiece& a, const pcie::GatherPiece& b) { return a.offset < b.offset; });
   absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(pcie::PathBuffer device, path.ToDevice(host.view()));
+  ASSIGN_OR_RETURN(pcie::PathBuffer device, path.GatherToDevice(layout.size, pieces));
   transfer_ns += absl::ToInt64Nanoseconds(absl::Now() - start);
   return device;
 }

@@ -34,6 +34,12 @@ absl::StatusOr<pcie::PathBuffer> CudaBatchPath::ToDevice(ByteSpan host) {
   return pcie::HoldLease(std::move(buffer));
 }
 
+absl::StatusOr<pcie::PathBuffer> CudaBatchPath::GatherToDevice(
+    size_t size, std::span<const pcie::GatherPiece> pieces) {
+  ASSIGN_OR_RETURN(CudaBuffer buffer, transfer_->GatherToDevice(size, pieces));
+  return pcie::HoldLease(std::move(buffer));
+}
+
 absl::StatusOr<pcie::PathBuffer> CudaBatchPath::AcquireDeviceStaging(size_t size) {
   ASSIGN_OR_RETURN(CudaBuffer buffer, transfer_->AcquireDeviceStaging(size));
   return pcie::HoldLease(std::move(buffer));

@@ -28,6 +28,8 @@ class CudaBatchPath final : public enclave::pcie::BatchPath {
   bool executor_memory_on_device() const override { return true; }
   absl::StatusOr<enclave::pcie::PathBuffer> AcquireHostStaging(size_t size) override;
   absl::StatusOr<enclave::pcie::PathBuffer> ToDevice(ByteSpan host) override;
+  absl::StatusOr<enclave::pcie::PathBuffer> GatherToDevice(
+      size_t size, std::span<const enclave::pcie::GatherPiece> pieces) override;
   absl::StatusOr<enclave::pcie::PathBuffer> AcquireDeviceStaging(size_t size) override;
   absl::Status GatherOnDevice(const enclave::pcie::PathBuffer& staging,
                               std::span<const enclave::pcie::GatherPiece> pieces) override;

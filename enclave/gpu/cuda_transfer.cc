@@ -220,36 +220,55 @@ absl::StatusOr<CudaBuffer> CudaTransferPath::AcquireDeviceStaging(size_t size) {
 }
 
 absl::StatusOr<CudaBuffer> CudaTransferPath::ToDevice(ByteSpan host) {
+  const pcie::GatherPiece whole{0, host.data(), host.size()};
+  return Send(host.size(), {&whole, host.empty() ? 0u : 1u}, host);
+}
+
+absl::StatusOr<CudaBuffer> CudaTransferPath::GatherToDevice(
+    size_t size, std::span<const pcie::GatherPiece> pieces) {
+  RETURN_IF_ERROR(CheckTransferSize(size, state_->options.max_transfer_size));
+  RETURN_IF_ERROR(pcie::CheckGatherPieces(size, pieces));
+  if (mode_ == PcieMode::kEmulated) return Send(size, pieces, {});
+  ASSIGN_OR_RETURN(CudaBuffer staging, state_->host_pool->Acquire(size));
+  for (const pcie::GatherPiece& piece : pieces) {
+    if (piece.size > 0) std::memcpy(staging.data() + piece.offset, piece.source, piece.size);
+  }
+  return Send(size, {}, staging.view());
+}
+
+absl::StatusOr<CudaBuffer> CudaTransferPath::Send(size_t size,
+                                                  std::span<const pcie::GatherPiece> pieces,
+                                                  ByteSpan contiguous) {
   State& s = *state_;
-  RETURN_IF_ERROR(CheckTransferSize(host.size(), s.options.max_transfer_size));
+  RETURN_IF_ERROR(CheckTransferSize(size, s.options.max_transfer_size));
   const cudaStream_t stream = cudaStreamPerThread;
-  ASSIGN_OR_RETURN(CudaBuffer destination, s.device_pool->Acquire(host.size()));
+  ASSIGN_OR_RETURN(CudaBuffer destination, s.device_pool->Acquire(size));
   if (mode_ == PcieMode::kEmulated) {
     ASSIGN_OR_RETURN(const uint64_t counter, s.counters.Next(kToDeviceDirection));
-    const size_t sealed_size = pcie::SealedSize(host.size(), s.options.chunk_size);
+    const size_t sealed_size = pcie::SealedSize(size, s.options.chunk_size);
     ASSIGN_OR_RETURN(CudaBuffer sealed, s.host_pool->Acquire(sealed_size));
-    RETURN_IF_ERROR(s.cipher->Seal(kToDeviceDirection, counter, host, sealed.span()));
+    RETURN_IF_ERROR(s.cipher->Seal(kToDeviceDirection, counter, size, pieces, sealed.span()));
     if (s.options.in_flight_hook_for_test) s.options.in_flight_hook_for_test(sealed.span());
     ASSIGN_OR_RETURN(CudaBuffer bounce, s.device_pool->Acquire(sealed_size));
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(bounce.data(), sealed.data(), sealed_size, cudaMemcpyHostToDevice, stream),
         "copy to the device"));
     absl::Status opened = s.gcm->Open(kToDeviceDirection, counter, bounce.data(),
-                                      destination.data(), host.size(), stream, "to the device");
+                                      destination.data(), size, stream, "to the device");
     if (!opened.ok()) {
       if (opened.code() == absl::StatusCode::kDataLoss) {
         s.authentication_failures.fetch_add(1, std::memory_order_relaxed);
       }
       return opened;
     }
-  } else if (!host.empty()) {
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(destination.data(), host.data(), host.size(),
+  } else if (size > 0) {
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(destination.data(), contiguous.data(), size,
                                                cudaMemcpyHostToDevice, stream),
                                "copy to the device"));
     RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "copy to the device"));
   }
   s.to_device_transfers.fetch_add(1, std::memory_order_relaxed);
-  s.to_device_size.fetch_add(host.size(), std::memory_order_relaxed);
+  s.to_device_size.fetch_add(size, std::memory_order_relaxed);
   return destination;
 }
 

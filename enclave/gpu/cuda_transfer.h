@@ -88,6 +88,12 @@ class CudaTransferPath {
   absl::StatusOr<CudaBuffer> AcquireDeviceStaging(size_t size);
   // `host` (best in a buffer from AcquireHostStaging) into device memory, in one transfer.
   absl::StatusOr<CudaBuffer> ToDevice(ByteSpan host);
+  // A transfer of `size` bytes given as pieces in host memory (gaps are zeros). Emulated: sealed
+  // straight from the pieces into the pinned ciphertext; otherwise gathered into a pinned
+  // staging buffer first (a copy over PCIe wants one pinned source). Also Internal for pieces
+  // out of order, overlapping or past `size`.
+  absl::StatusOr<CudaBuffer> GatherToDevice(size_t size,
+                                            std::span<const enclave::pcie::GatherPiece> pieces);
   // `size` bytes of device memory at `device` back into a pinned host buffer, in one transfer.
   absl::StatusOr<CudaBuffer> ToHost(const uint8_t* device, size_t size);
 
@@ -101,6 +107,10 @@ class CudaTransferPath {
  private:
   struct State;
   explicit CudaTransferPath(std::unique_ptr<State> state);
+  // ToDevice's work: emulated mode seals `pieces`; the other modes copy `contiguous`, which
+  // holds the same `size` bytes.
+  absl::StatusOr<CudaBuffer> Send(size_t size, std::span<const enclave::pcie::GatherPiece> pieces,
+                                  ByteSpan contiguous);
   enclave::pcie::PcieMode mode_;
   std::unique_ptr<State> state_;
 };

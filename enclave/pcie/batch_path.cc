@@ -33,6 +33,12 @@ absl::StatusOr<PathBuffer> HostBatchPath::ToDevice(ByteSpan host) {
   return HoldLease(std::move(buffer));
 }
 
+absl::StatusOr<PathBuffer> HostBatchPath::GatherToDevice(size_t size,
+                                                         std::span<const GatherPiece> pieces) {
+  ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.GatherToDevice(size, pieces));
+  return HoldLease(std::move(buffer));
+}
+
 absl::StatusOr<PathBuffer> HostBatchPath::AcquireDeviceStaging(size_t size) {
   ASSIGN_OR_RETURN(StagingBuffer buffer, transfer_.AcquireDeviceStaging(size));
   return HoldLease(std::move(buffer));

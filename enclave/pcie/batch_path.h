@@ -80,6 +80,11 @@ class BatchPath {
   // Moves `host` to the executor's side in one transfer. Emulated: DataLoss when a chunk fails
   // authentication, and nothing is delivered.
   virtual absl::StatusOr<PathBuffer> ToDevice(ByteSpan host) = 0;
+  // The same for a batch of `size` bytes given as pieces in host memory (gaps are zeros), moved
+  // with no host staging buffer where the path can seal straight from them. Also Internal for
+  // pieces out of order, overlapping or past `size` (CheckGatherPieces).
+  virtual absl::StatusOr<PathBuffer> GatherToDevice(size_t size,
+                                                    std::span<const GatherPiece> pieces) = 0;
   // A zeroed executor-side buffer to gather a batch's outputs into.
   virtual absl::StatusOr<PathBuffer> AcquireDeviceStaging(size_t size) = 0;
   // Copies each piece into `staging` (from AcquireDeviceStaging) and returns once all are there.
@@ -104,6 +109,8 @@ class HostBatchPath final : public BatchPath {
   bool executor_memory_on_device() const override { return false; }
   absl::StatusOr<PathBuffer> AcquireHostStaging(size_t size) override;
   absl::StatusOr<PathBuffer> ToDevice(ByteSpan host) override;
+  absl::StatusOr<PathBuffer> GatherToDevice(size_t size,
+                                            std::span<const GatherPiece> pieces) override;
   absl::StatusOr<PathBuffer> AcquireDeviceStaging(size_t size) override;
   absl::Status GatherOnDevice(const PathBuffer& staging,
                               std::span<const GatherPiece> pieces) override;

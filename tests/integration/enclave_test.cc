@@ -486,6 +486,11 @@ class CountingPath final : public enclave::pcie::BatchPath {
     ++to_device;
     return host_->ToDevice(host);
   }
+  absl::StatusOr<enclave::pcie::PathBuffer> GatherToDevice(
+      size_t size, std::span<const enclave::pcie::GatherPiece> pieces) override {
+    ++to_device;
+    return host_->GatherToDevice(size, pieces);
+  }
   absl::StatusOr<enclave::pcie::PathBuffer> AcquireDeviceStaging(size_t size) override {
     return host_->AcquireDeviceStaging(size);
   }
