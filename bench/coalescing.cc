@@ -35,13 +35,12 @@ absl::StatusOr<Bytes> Delivered(gpu::CudaTransferPath& path, const gpu::CudaBuff
 }
 #endif
 
-// Each request separately: staged on its own and moved in its own transfer.
+// Each request separately: moved in its own transfer, sealed straight from its bytes.
 template <typename Path>
 absl::Status MoveSeparately(Path& path, const std::vector<Bytes>& requests) {
   for (const Bytes& request : requests) {
-    ASSIGN_OR_RETURN(auto staging, path.AcquireHostStaging(request.size()));
-    std::memcpy(staging.data(), request.data(), request.size());
-    ASSIGN_OR_RETURN(auto device, path.ToDevice(staging.view()));
+    const enclave::pcie::GatherPiece piece{0, request.data(), request.size()};
+    ASSIGN_OR_RETURN(auto device, path.GatherToDevice(request.size(), {&piece, 1}));
     if (device.size() != request.size()) {
       return absl::InternalError("a separate transfer delivered the wrong number of bytes");
     }
@@ -49,16 +48,18 @@ absl::Status MoveSeparately(Path& path, const std::vector<Bytes>& requests) {
   return absl::OkStatus();
 }
 
-// All requests gathered into one staging buffer and moved in one transfer.
+// All requests in one transfer, back to back, sealed straight from their bytes (the batch
+// runner's way: no staging buffer to gather them into first).
 template <typename Path>
 absl::Status MoveCoalesced(Path& path, const std::vector<Bytes>& requests, size_t total_size) {
-  ASSIGN_OR_RETURN(auto staging, path.AcquireHostStaging(total_size));
+  std::vector<enclave::pcie::GatherPiece> pieces;
+  pieces.reserve(requests.size());
   size_t offset = 0;
   for (const Bytes& request : requests) {
-    std::memcpy(staging.data() + offset, request.data(), request.size());
+    pieces.push_back({offset, request.data(), request.size()});
     offset += request.size();
   }
-  ASSIGN_OR_RETURN(auto device, path.ToDevice(staging.view()));
+  ASSIGN_OR_RETURN(auto device, path.GatherToDevice(total_size, pieces));
   if (device.size() != total_size) {
     return absl::InternalError("the coalesced transfer delivered the wrong number of bytes");
   }
@@ -68,14 +69,19 @@ absl::Status MoveCoalesced(Path& path, const std::vector<Bytes>& requests, size_
 // One transfer of each kind must deliver exactly the bytes sent.
 template <typename Path>
 absl::Status CheckDelivery(Path& path, const std::vector<Bytes>& requests) {
-  ASSIGN_OR_RETURN(auto one, path.ToDevice(requests[0]));
+  const enclave::pcie::GatherPiece first{0, requests[0].data(), requests[0].size()};
+  ASSIGN_OR_RETURN(auto one, path.GatherToDevice(requests[0].size(), {&first, 1}));
   ASSIGN_OR_RETURN(Bytes one_bytes, Delivered(path, one));
   if (one_bytes != requests[0]) {
     return absl::InternalError("a separate transfer delivered other bytes than were sent");
   }
   Bytes all;
-  for (const Bytes& request : requests) all.insert(all.end(), request.begin(), request.end());
-  ASSIGN_OR_RETURN(auto together, path.ToDevice(all));
+  std::vector<enclave::pcie::GatherPiece> pieces;
+  for (const Bytes& request : requests) {
+    pieces.push_back({all.size(), request.data(), request.size()});
+    all.insert(all.end(), request.begin(), request.end());
+  }
+  ASSIGN_OR_RETURN(auto together, path.GatherToDevice(all.size(), pieces));
   ASSIGN_OR_RETURN(Bytes together_bytes, Delivered(path, together));
   if (together_bytes != all) {
     return absl::InternalError("the coalesced transfer delivered other bytes than were sent");

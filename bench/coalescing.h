@@ -4,10 +4,12 @@
 // the same sitting, through one TransferPath (emulated mode by default: AES-256-GCM on the
 // sender, authenticate and decrypt on the receiver):
 //
-//   separate   per request: a host staging buffer, the request's bytes copied in, ToDevice
-//   coalesced  one host staging buffer for all N, every request's bytes copied in, one ToDevice
+//   separate   per request: one GatherToDevice of its bytes
+//   coalesced  one GatherToDevice of all N requests' bytes, back to back
 //
-// Both sides include staging and the release (zeroing) of every buffer. The two sides alternate
+// Both sides seal straight from the requests' bytes, as the batch runner does (in modes off and
+// driver the CUDA path gathers them into pinned memory first), and include the release
+// (zeroing) of every buffer. The two sides alternate
 // within each iteration (their order flips every iteration) so that load on a shared machine
 // hits both alike. Before timing, one transfer of each kind is checked to deliver the bytes sent.
 //
