@@ -27,7 +27,7 @@ struct PoolState {
     for (Block* block : idle) Unmap(block);
   }
 
-  // Unmaps a block that is already zero.
+  // Unmaps a block that is already zero (or, in a pool with `wipe` off, holds ciphertext only).
   static void Unmap(Block* block) {
     if (block->pinned) ::munlock(block->data, block->capacity);
     ::munmap(block->data, block->capacity);
@@ -36,7 +36,7 @@ struct PoolState {
 
   const StagingPoolOptions options;
   mutable absl::Mutex mu;
-  std::vector<Block*> idle ABSL_GUARDED_BY(mu);  // every idle block is all zeros
+  std::vector<Block*> idle ABSL_GUARDED_BY(mu);  // all zeros, where options.wipe is on
   StagingPool::Stats stats ABSL_GUARDED_BY(mu);
 };
 
@@ -81,7 +81,7 @@ bool StagingBuffer::pinned() const { return block_ && block_->pinned; }
 void StagingBuffer::Release() {
   if (block_ == nullptr) return;
   // Only the leased range can have been written: zero it before anyone else can see it.
-  SecureWipe(block_->data, size_);
+  if (pool_->options.wipe) SecureWipe(block_->data, size_);
   internal::Block* block = block_;
   block_ = nullptr;
   size_ = 0;

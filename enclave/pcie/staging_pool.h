@@ -3,7 +3,9 @@
 // (mlock, best effort: RLIMIT_MEMLOCK may refuse, which stats() reports), kept out of core
 // dumps, reused across batches, and zeroed when a lease ends: a block sitting in the pool is
 // always all zeros, so no batch ever receives another batch's (or tenant's) bytes, and a block
-// is freed only after it was zeroed.
+// is freed only after it was zeroed. The one exception is a pool made with `wipe` off, for
+// ciphertext only (the emulated path's bounce buffers, which the host may read anyway and whose
+// every byte the next transfer overwrites): its leases keep what the last one left.
 //
 // Threading: StagingPool is thread-safe. A StagingBuffer (one lease) belongs to one owner at a
 // time, like a std::vector.
@@ -46,7 +48,8 @@ class StagingBuffer {
   bool pinned() const;
   bool valid() const { return block_ != nullptr; }
 
-  // Zeroes the leased bytes and returns the block to its pool (the destructor does the same).
+  // Zeroes the leased bytes (unless the pool's `wipe` is off) and returns the block to its pool
+  // (the destructor does the same).
   void Release();
 
  private:
@@ -60,6 +63,9 @@ struct StagingPoolOptions {
   bool pin = true;                          // mlock each block (best effort)
   size_t max_idle_blocks = 8;               // blocks kept for reuse; more are freed
   size_t max_block_size = size_t{1} << 30;  // larger requests are refused
+  // Zero a lease's bytes when it ends. Off only for a pool that never holds plaintext: its
+  // Acquire then hands out a reused block with the bytes the last lease wrote.
+  bool wipe = true;
 };
 
 class StagingPool {
@@ -69,7 +75,8 @@ class StagingPool {
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
 
-  // A zeroed buffer of `size` bytes (a reused block when one is big enough). InvalidArgument
+  // A zeroed buffer of `size` bytes (a reused block when one is big enough; with `wipe` off, a
+  // reused block is not zeroed). InvalidArgument
   // over max_block_size, ResourceExhausted when the memory cannot be mapped.
   absl::StatusOr<StagingBuffer> Acquire(size_t size);
 

@@ -45,8 +45,12 @@ TransferPath::TransferPath(PcieMode mode, TransferOptions options)
       options_(std::move(options)),
       host_pool_({options_.pin, options_.max_idle_buffers, options_.max_transfer_size}),
       device_pool_({options_.pin, options_.max_idle_buffers, options_.max_transfer_size}),
-      // Ciphertext needs no locking, but the pool still zeroes it between transfers.
-      bounce_pool_({false, options_.max_idle_buffers, SIZE_MAX}),
+      // Ciphertext, which the host may read anyway: no locking, and no zeroing between transfers
+      // (the next seal overwrites every byte; zeroing cost a pass over each transfer).
+      bounce_pool_({.pin = false,
+                    .max_idle_blocks = options_.max_idle_buffers,
+                    .max_block_size = SIZE_MAX,
+                    .wipe = false}),
       counters_(std::make_unique<Counters>()) {}
 
 TransferPath::~TransferPath() = default;

@@ -350,6 +350,44 @@ TEST(StagingPoolTest, BuffersAreReusedAndZeroedBetweenLeases) {
   EXPECT_EQ(pool.Acquire(size_t{2} << 30).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(StagingPoolTest, APoolWithWipeOffHandsBackWhatTheLastLeaseWrote) {
+  // For ciphertext only: the bounce buffers, overwritten whole by the next transfer.
+  StagingPool pool({.pin = false, .max_idle_blocks = 2, .wipe = false});
+  const uint8_t* first_data = nullptr;
+  {
+    auto lease = pool.Acquire(50000);
+    ASSERT_TRUE(lease.ok());
+    EXPECT_TRUE(AllZero(lease->view()));  // fresh memory is zero all the same
+    std::memset(lease->data(), 0xAB, lease->size());
+    first_data = lease->data();
+  }
+  auto again = pool.Acquire(50000);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->data(), first_data);
+  EXPECT_EQ(Bytes(again->data(), again->data() + again->size()), Bytes(50000, 0xAB));
+}
+
+TEST(TransferPathTest, TheBounceBufferIsReusedAndStillOpensAfterAnotherTransfer) {
+  // The bounce pool keeps the last transfer's ciphertext: a transfer of another size over it
+  // must still deliver exactly its own bytes, and the plaintext pools still come back zeroed.
+  auto path = MakePath(PcieMode::kEmulated);
+  const Bytes big = Pattern(300000, 3);
+  const Bytes small = Pattern(1000, 4);
+  for (int round = 0; round < 3; ++round) {
+    auto first = path->ToDevice(big);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(Bytes(first->data(), first->data() + first->size()), big);
+    first->Release();
+    auto second = path->ToDevice(small);
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(Bytes(second->data(), second->data() + second->size()), small);
+  }
+  EXPECT_GE(path->stats().bounce_pool.reused, 4u);
+  auto next = path->AcquireDeviceStaging(300000);
+  ASSERT_TRUE(next.ok());
+  EXPECT_TRUE(AllZero(next->view()));
+}
+
 TEST(TransferPathTest, DeviceBuffersComeBackZeroedForTheNextBatch) {
   for (PcieMode mode : {PcieMode::kOff, PcieMode::kDriver, PcieMode::kEmulated}) {
     auto path = MakePath(mode);
