@@ -287,8 +287,14 @@ TEST_P(AeadTest, APlaintextInPartsSealsAsItsConcatenation) {
   const Bytes aad = ToBytes("header");
   // Parts of odd sizes, empty ones among them, so pieces of 65536 bytes cut across parts and a
   // part spans several pieces.
-  const std::vector<std::vector<size_t>> layouts = {
+  std::vector<std::vector<size_t>> layouts = {
       {}, {0}, {0, 0, 5}, {1, 15, 16, 17}, {70000, 0, 3, 65533, 200000}, {300000}};
+  // Many short parts, which are sealed together a few KiB at a time: runs longer than that, a
+  // run cut by a piece boundary, and long parts between short ones.
+  std::vector<size_t> short_runs;
+  for (int i = 0; i < 300; ++i) short_runs.push_back(i % 7 == 3 ? 1023 + i % 3 : 333 + i % 5);
+  short_runs.insert(short_runs.begin() + 150, 70000);
+  layouts.push_back(short_runs);
   for (const std::vector<size_t>& sizes : layouts) {
     SCOPED_TRACE(::testing::PrintToString(sizes));
     std::vector<Bytes> parts;

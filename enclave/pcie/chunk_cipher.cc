@@ -74,6 +74,11 @@ class GatheredPlaintext {
     auto piece =
         std::partition_point(pieces_.begin(), pieces_.end(),
                              [begin](const GatherPiece& p) { return p.offset + p.size <= begin; });
+    // Each piece in range, a gap before each and one after: one allocation for a batch of many
+    // small requests (zero runs past 4 KiB may add more).
+    const auto last = std::partition_point(piece, pieces_.end(),
+                                           [end](const GatherPiece& p) { return p.offset < end; });
+    parts.reserve(2 * static_cast<size_t>(last - piece) + 1);
     size_t at = begin;
     while (at < end) {
       if (piece == pieces_.end() || piece->offset >= end) {
