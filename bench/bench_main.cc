@@ -38,6 +38,7 @@
 #include "absl/strings/str_format.h"
 #include "base/flags.h"
 #include "base/malloc_tuning.h"
+#include "base/mutex_tuning.h"
 #include "bench/broker_efficiency.h"
 #include "bench/cc_tax.h"
 #include "bench/chaos.h"
@@ -468,6 +469,7 @@ int main(int argc, char** argv) {
   // sides of every comparison: the runtime called directly, and the SDK callers standing in for
   // a tenant's client, which on this machine share the CPUs with the appliance.
   cloister::KeepFreedBuffersForReuse();
+  cloister::SkipRunTimeDeadlockDetection();
   const std::string subcommand = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (subcommand == "runtime-vs-ort") return cloister::bench::RuntimeVsOrtMain(args);

@@ -17,6 +17,7 @@
 #include "base/flags.h"
 #include "base/log.h"
 #include "base/malloc_tuning.h"
+#include "base/mutex_tuning.h"
 #include "enclave/batch_runner.h"
 #include "enclave/boundary/boundary_server.h"
 #include "enclave/enclave.h"
@@ -288,6 +289,7 @@ int main(int argc, char** argv) {
   using namespace cloister::enclave;
   cloister::SetLogComponent("enclave");
   cloister::KeepFreedBuffersForReuse();
+  cloister::SkipRunTimeDeadlockDetection();
   CommandLine line;
   if (std::optional<int> done = ParseCommandLine(argc, argv, line)) return *done;
   if (std::optional<int> refused = CheckOptions(line)) return *refused;

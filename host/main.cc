@@ -14,6 +14,7 @@
 
 #include "base/log.h"
 #include "base/malloc_tuning.h"
+#include "base/mutex_tuning.h"
 #include "host/config/daemon_config.h"
 #include "host/daemon.h"
 #include "host/supervisor/worker_supervisor.h"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   using namespace cloister::host;
   cloister::SetLogComponent("cloisterd");
   cloister::KeepFreedBuffersForReuse();
+  cloister::SkipRunTimeDeadlockDetection();
   absl::StatusOr<CommandLine> command_line = ParseCommandLine(argc, argv);
   if (!command_line.ok()) {
     std::fprintf(stderr, "cloisterd: %s (%s)\n",

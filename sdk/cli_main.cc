@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "base/mutex_tuning.h"
 #include "sdk/cli.h"
 
 extern char** environ;
 
 int main(int argc, char** argv) {
+  // The CLI (and `cloister proxy`, which serves many clients) is our program, not a library.
+  cloister::SkipRunTimeDeadlockDetection();
   std::vector<std::string> args(argv + 1, argv + argc);
   cloister::sdk::CliIo io{std::cout, std::cerr, {}, ::isatty(STDERR_FILENO) == 1};
   for (char** entry = environ; *entry != nullptr; ++entry) {

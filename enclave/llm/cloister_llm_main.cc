@@ -35,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/flags.h"
+#include "base/mutex_tuning.h"
 #include "base/status.h"
 #include "enclave/llm/chat_template.h"
 #include "enclave/llm/engine.h"
@@ -437,4 +438,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace cloister::llm
 
-int main(int argc, char** argv) { return cloister::llm::Main(argc, argv); }
+int main(int argc, char** argv) {
+  cloister::SkipRunTimeDeadlockDetection();
+  return cloister::llm::Main(argc, argv);
+}
