@@ -86,6 +86,32 @@ TEST_P(GpuTransferTest, RoundTripsEverySize) {
   EXPECT_EQ(stats.authentication_failures, 0u);
 }
 
+TEST_P(GpuTransferTest, GatherToDeviceDeliversThePiecesAsOneBuffer) {
+  auto path = MakePath(GetParam());
+  REQUIRE_DEVICE(path);
+  // Pieces of a batch where they lie, with gaps (zeros on the device) and one piece across a
+  // 2 MiB chunk boundary.
+  const size_t mib2 = size_t{2} << 20;
+  const std::vector<std::pair<size_t, size_t>> layout = {
+      {0, 64}, {128, 5000}, {mib2 - 100, 300}, {mib2 + 4096, 1}, {mib2 + 8192, 70000}};
+  const size_t size = mib2 + 8192 + 70000 + 31;
+  std::vector<std::vector<uint8_t>> sources;
+  std::vector<enclave::pcie::GatherPiece> pieces;
+  std::vector<uint8_t> gathered(size, 0);
+  for (const auto& [offset, bytes] : layout) {
+    sources.push_back(RandomBytes(bytes, static_cast<unsigned>(offset + 1)));
+    pieces.push_back({offset, sources.back().data(), bytes});
+    std::copy(sources.back().begin(), sources.back().end(), gathered.begin() + offset);
+  }
+  auto device = path->GatherToDevice(size, pieces);
+  ASSERT_TRUE(device.ok()) << device.status();
+  EXPECT_EQ(Download(*device), gathered);
+  // A layout that is wrong is refused before anything moves.
+  std::swap(pieces[0], pieces[1]);
+  EXPECT_EQ(path->GatherToDevice(size, pieces).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(path->stats().to_device_transfers, 1u);
+}
+
 TEST_P(GpuTransferTest, ConcurrentCallersEachGetTheirOwnBytes) {
   auto path = MakePath(GetParam());
   REQUIRE_DEVICE(path);
