@@ -315,9 +315,8 @@ absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, size
     return source.PartsOf(begin, std::min(size, begin + chunk_size_));
   };
   auto destination_of = [&](size_t i) { return PlainChunk(destination, i, chunk_size_); };
-  if (2 * chunks > static_cast<size_t>(workers_->size()) || size < 2 * kPipelinePiece) {
-    // Enough chunks to keep every thread busy (or too little to split): each chunk is sealed
-    // and then opened by one thread.
+  if (workers_->size() < 2 || size < 2 * kPipelinePiece) {
+    // One thread, or too little to split: each chunk is sealed and then opened by one thread.
     return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) -> absl::Status {
       const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
       RETURN_IF_ERROR(aead.SealPartsInto(nonce, aad, source_of(i), bounce_of(i)));
@@ -325,9 +324,9 @@ absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, size
       return opened.ok() ? absl::OkStatus() : AuthenticationFailure(what, i, chunks);
     });
   }
-  // Fewer chunks than half the threads (a batch of one or two chunks): each chunk gets two
-  // threads, a sealer and an opener that follows it piece by piece, so the transfer takes about
-  // one pass over its bytes instead of two. Job 2i seals chunk i, job 2i+1 opens it; jobs are
+  // Each chunk gets a sealer and an opener that follows it piece by piece on another thread,
+  // so the transfer takes about one pass over its bytes instead of two, and the threads share
+  // the chunks evenly. Job 2i seals chunk i, job 2i+1 opens it; jobs are
   // handed out in order, so a chunk's sealer always starts before (or on the same thread as)
   // its opener, which only ever waits for a sealer that is running.
   std::vector<SealProgress> progress(chunks);
