@@ -315,8 +315,10 @@ absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, size
     return source.PartsOf(begin, std::min(size, begin + chunk_size_));
   };
   auto destination_of = [&](size_t i) { return PlainChunk(destination, i, chunk_size_); };
-  if (workers_->size() < 2 || size < 2 * kPipelinePiece) {
-    // One thread, or too little to split: each chunk is sealed and then opened by one thread.
+  const size_t threads = static_cast<size_t>(workers_->size());
+  if (threads < 2 || size < kPipelineMinimum || chunks >= 4 * threads) {
+    // One thread, too little to split, or chunks enough to share the threads evenly: each chunk
+    // is sealed and then opened by one thread.
     return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) -> absl::Status {
       const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
       RETURN_IF_ERROR(aead.SealPartsInto(nonce, aad, source_of(i), bounce_of(i)));
@@ -324,9 +326,9 @@ absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, size
       return opened.ok() ? absl::OkStatus() : AuthenticationFailure(what, i, chunks);
     });
   }
-  // Each chunk gets a sealer and an opener that follows it piece by piece on another thread,
-  // so the transfer takes about one pass over its bytes instead of two, and the threads share
-  // the chunks evenly. Job 2i seals chunk i, job 2i+1 opens it; jobs are
+  // Few chunks: each gets a sealer and an opener that follows it piece by piece on another
+  // thread, so the transfer takes about one pass over its bytes instead of two, and the threads
+  // share a few chunks evenly. Job 2i seals chunk i, job 2i+1 opens it; jobs are
   // handed out in order, so a chunk's sealer always starts before (or on the same thread as)
   // its opener, which only ever waits for a sealer that is running.
   std::vector<SealProgress> progress(chunks);

@@ -40,6 +40,9 @@ inline constexpr size_t kTransferAadSize = kTransferAadLabel.size() + 8 + 4;
 // SealThenOpen's pipeline step: an opener follows its chunk's sealer this many bytes at a time
 // (the opener's last step is the transfer's tail: 1.77 MB took 520 us at 256 KiB, 450 at 64).
 inline constexpr size_t kPipelinePiece = size_t{64} << 10;
+// Transfers smaller than this are not pipelined: waking a second thread for each piece cost
+// more than it saved (256 KiB: 119 us on one thread, 130-150 pipelined).
+inline constexpr size_t kPipelineMinimum = size_t{512} << 10;
 
 // `size` bytes from `source` (host memory, or the executor's memory where a path says so) to
 // `offset` of a buffer or a transfer.
@@ -100,13 +103,14 @@ class ChunkCipher {
   absl::Status Open(uint8_t direction, uint64_t counter, ByteSpan sealed,
                     std::span<uint8_t> destination, std::string_view what) const;
   // Seal into `sealed`, then Open into `destination`, chunk by chunk, with no thread waiting for
-  // the whole transfer between the two halves (a pipelined bus): each chunk's opener runs on
-  // another thread kPipelinePiece bytes behind its sealer, so a one-chunk transfer costs about
-  // one pass over its bytes in time, not two, and a few chunks spread evenly over the threads
-  // (sealing and then opening whole chunks on one thread each left one thread with twice the
-  // work of another: 7 MB in 4 chunks on 2 threads took 2.0 ms, pipelined 1.8 ms). With one
-  // thread, or under two pieces, each chunk is sealed and then opened by one thread. The bytes
-  // sealed are the same either way. Errors as for Open.
+  // the whole transfer between the two halves (a pipelined bus). With fewer than 4 chunks per
+  // thread (and at least kPipelineMinimum bytes), each chunk's opener runs on another thread
+  // kPipelinePiece bytes behind its sealer, so a one-chunk transfer costs about one pass over
+  // its bytes in time, not two, and a few chunks spread evenly over the threads (whole chunks
+  // on one thread each left one thread with more work than another: 7 MB in 4 chunks on 2
+  // threads took 2.0 ms, pipelined 1.8 ms). With more chunks, or one thread, each chunk is
+  // sealed and then opened by one thread (64 MiB on 2 threads: 17-18 ms, pipelined 18-22 ms).
+  // The bytes sealed are the same either way. Errors as for Open.
   absl::Status SealThenOpen(uint8_t direction, uint64_t counter, ByteSpan source,
                             std::span<uint8_t> sealed, std::span<uint8_t> destination,
                             std::string_view what) const;
