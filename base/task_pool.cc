@@ -1,8 +1,11 @@
 #include "base/task_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 
+#include "absl/time/clock.h"
 #include "base/secret_bytes.h"
 
 namespace cloister {
@@ -11,13 +14,25 @@ namespace cloister {
 struct TaskPool::Job {
   const TaskFn* fn;
   size_t count;
+  int caller_cpu = -1;  // where the caller posted it from (off_callers_cpu only)
+  // `done == count && active == 0`, for a polling caller (set under the pool's lock).
+  std::atomic<bool> finished{false};
   std::atomic<size_t> next{0};
   size_t done = 0;
   int active = 0;  // pool threads inside Work() on this job
   absl::Status error;
 };
 
-TaskPool::TaskPool(int threads) {
+TaskPool::TaskPool(int threads, Options options) : options_(options) {
+  if (options_.off_callers_cpu && threads > 1) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (CPU_ISSET(cpu, &set)) cpus_.push_back(cpu);
+      }
+    }
+  }
   for (int slot = 1; slot < threads; ++slot) {
     threads_.emplace_back([this, slot] { Loop(slot); });
   }
@@ -46,11 +61,22 @@ absl::Status TaskPool::Run(size_t count, const TaskFn& fn) {
     return first;
   }
   Job job{&fn, count};
+  if (cpus_.size() > 1) job.caller_cpu = sched_getcpu();
   {
     absl::MutexLock lock(&mu_);
     queue_.push_back(&job);
   }
   Work(job, 0);
+  if (options_.caller_poll > absl::ZeroDuration()) {
+    const absl::Time until = absl::Now() + options_.caller_poll;
+    // The clock only every 64 polls: reading it costs more than a poll.
+    for (int polls = 0; !job.finished.load(std::memory_order_acquire); ++polls) {
+      if (polls % 64 == 63 && absl::Now() >= until) break;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
   absl::MutexLock lock(&mu_);
   // The job lives on this stack: wait until no thread can touch it any more.
   mu_.Await(absl::Condition(
@@ -68,10 +94,24 @@ void TaskPool::Work(Job& job, int slot) {
     absl::MutexLock lock(&mu_);
     if (!status.ok() && job.error.ok()) job.error = std::move(status);
     ++job.done;
+    if (job.done == job.count && job.active == 0) job.finished.store(true);
   }
 }
 
+void TaskPool::KeepOff(int cpu, int& excluded) const {
+  if (cpu < 0 || cpu == excluded) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int allowed : cpus_) {
+    if (allowed != cpu) CPU_SET(allowed, &set);
+  }
+  // Best effort: when it fails (the operator narrowed the process's CPUs since), the thread
+  // runs where the scheduler puts it, as without the option.
+  if (CPU_COUNT(&set) > 0 && sched_setaffinity(0, sizeof(set), &set) == 0) excluded = cpu;
+}
+
 void TaskPool::Loop(int slot) {
+  int excluded = -1;  // the CPU this thread keeps off now
   absl::MutexLock lock(&mu_);
   for (;;) {
     mu_.Await(absl::Condition(
@@ -86,10 +126,13 @@ void TaskPool::Loop(int slot) {
       continue;
     }
     ++job->active;
+    const int caller_cpu = job->caller_cpu;
     mu_.Unlock();
+    KeepOff(caller_cpu, excluded);
     Work(*job, slot);
     mu_.Lock();
     --job->active;
+    if (job->done == job->count && job->active == 0) job->finished.store(true);
     // (`job` may be gone once the lock is released: its caller returns when it is done.)
     mu_.Unlock();
     // The tasks' plaintext passed through this thread's registers and stack (ciphers and

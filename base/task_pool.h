@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace cloister {
 
@@ -30,8 +31,26 @@ class TaskPool {
  public:
   using TaskFn = std::function<absl::Status(size_t task, int slot)>;
 
+  struct Options {
+    // A pool thread taking a job keeps off the CPU its caller posted it from (its CPU
+    // affinity: the process's CPUs less that one, set again only when the caller's CPU
+    // changes; best effort). No effect where the process has one CPU.
+    bool off_callers_cpu = false;
+    // How long a caller that finished its own tasks polls for the pool's last ones before it
+    // sleeps on the pool's lock (zero: it sleeps at once).
+    absl::Duration caller_poll = absl::ZeroDuration();
+  };
+  // For a model run's intra-op threads, whose jobs (one per operator) are tens to hundreds of
+  // microseconds: Linux woke each of the two threads onto the CPU of the one that woke it, so
+  // a caller and its pool thread took turns on one vCPU with the other idle, and the pool
+  // thread missed half the jobs; keeping it off the caller's CPU, and the caller awake for
+  // the last tasks (so that the pool thread's wake does not pull it over), ended that
+  // (bench/results/2026-12-04-gathered-transfer.md).
+  static Options ForIntraOp() { return {true, absl::Microseconds(30)}; }
+
   // `threads` counts the calling thread: a pool of N starts N-1 threads. At least 1.
-  explicit TaskPool(int threads);
+  explicit TaskPool(int threads) : TaskPool(threads, Options{}) {}
+  TaskPool(int threads, Options options);
   ~TaskPool();
   TaskPool(const TaskPool&) = delete;
   TaskPool& operator=(const TaskPool&) = delete;
@@ -48,6 +67,12 @@ class TaskPool {
   void Work(Job& job, int slot);
   void Loop(int slot);
 
+  // Keeps the calling pool thread off `cpu` (the process's CPUs less that one); `excluded` is
+  // the CPU it keeps off now (-1: none).
+  void KeepOff(int cpu, int& excluded) const;
+
+  const Options options_;
+  std::vector<int> cpus_;  // the CPUs the process may run on, with off_callers_cpu
   std::vector<std::thread> threads_;
   absl::Mutex mu_;
   std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);

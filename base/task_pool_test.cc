@@ -3,6 +3,9 @@
 // (scripts/tsan-scheduler.sh).
 #include "base/task_pool.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <thread>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace cloister {
@@ -39,6 +43,37 @@ TEST(TaskPoolTest, RunsEveryTaskOnceAcrossTheCallerAndThePool) {
       EXPECT_EQ(thread, std::this_thread::get_id());
     }
   }
+}
+
+TEST(TaskPoolTest, TheIntraOpOptionsKeepThePoolOffOneCpuAndRunEveryTask) {
+  TaskPool pool(2, TaskPool::ForIntraOp());
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  std::atomic<int> pool_tasks{0}, wrong_affinity{0};
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::atomic<int>> runs(8);
+    absl::Status status = pool.Run(runs.size(), [&](size_t task, int slot) {
+      runs[task].fetch_add(1);
+      if (slot != 0) {
+        pool_tasks.fetch_add(1);
+        // A pool thread's affinity is the process's CPUs less one (the caller's, which may
+        // have moved since; with one CPU, all of them).
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        const int expected = std::max(1, CPU_COUNT(&allowed) - 1);
+        if (sched_getaffinity(0, sizeof(mine), &mine) != 0 || CPU_COUNT(&mine) != expected) {
+          wrong_affinity.fetch_add(1);
+        }
+      }
+      absl::SleepFor(absl::Microseconds(task % 3 == 0 ? 50 : 5));
+      return task == 5 ? absl::InternalError("task 5") : absl::OkStatus();
+    });
+    EXPECT_EQ(status, absl::InternalError("task 5"));
+    for (const auto& count : runs) EXPECT_EQ(count.load(), 1);
+  }
+  EXPECT_GT(pool_tasks.load(), 0) << "the pool thread ran no task in 50 jobs";
+  EXPECT_EQ(wrong_affinity.load(), 0);
 }
 
 TEST(TaskPoolTest, ReturnsTheFirstErrorAfterRunningTheOtherTasks) {

@@ -106,7 +106,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(ByteSpan onnx_bytes,
 
   std::unique_ptr<Model> model(new Model());
   model->executor_ = executor;
-  if (intra_op) model->workers_ = std::make_unique<TaskPool>(options.threads);
+  if (intra_op) {
+    model->workers_ = std::make_unique<TaskPool>(options.threads, TaskPool::ForIntraOp());
+  }
   for (size_t i = 0; i < plan->input_slots().size(); ++i) {
     model->inputs_.push_back(
         SpecFor(plan->input_names()[i], plan->slot_info(plan->input_slots()[i])));
