@@ -43,17 +43,6 @@ absl::Status CheckNonce(AeadAlg alg, ByteSpan nonce) {
   return absl::OkStatus();
 }
 
-absl::Status CheckSealSizes(AeadAlg alg, ByteSpan nonce, ByteSpan plaintext,
-                            std::span<uint8_t> out) {
-  RETURN_IF_ERROR(CheckNonce(alg, nonce));
-  if (out.size() != plaintext.size() + kAeadTagSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(AlgName(alg), " seal output buffer must be plaintext size + ", kAeadTagSize,
-                     " = ", plaintext.size() + kAeadTagSize, " bytes, got ", out.size()));
-  }
-  return absl::OkStatus();
-}
-
 // The message size of a plaintext given in parts.
 size_t PartsSize(std::span<const ByteSpan> parts) {
   size_t size = 0;
@@ -71,6 +60,12 @@ absl::Status CheckSealSizes(AeadAlg alg, ByteSpan nonce, std::span<const ByteSpa
                      " = ", size + kAeadTagSize, " bytes, got ", out.size()));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckSealSizes(AeadAlg alg, ByteSpan nonce, ByteSpan plaintext,
+                            std::span<uint8_t> out) {
+  const ByteSpan parts[] = {plaintext};
+  return CheckSealSizes(alg, nonce, parts, out);
 }
 
 absl::Status CheckOpenSizes(AeadAlg alg, ByteSpan nonce, ByteSpan ciphertext,

@@ -220,8 +220,8 @@ absl::StatusOr<CudaBuffer> CudaTransferPath::AcquireDeviceStaging(size_t size) {
 }
 
 absl::StatusOr<CudaBuffer> CudaTransferPath::ToDevice(ByteSpan host) {
-  const pcie::GatherPiece whole{0, host.data(), host.size()};
-  return Send(host.size(), {&whole, host.empty() ? 0u : 1u}, host);
+  pcie::GatherPiece whole;
+  return Send(host.size(), pcie::WholePiece(host, whole), host);
 }
 
 absl::StatusOr<CudaBuffer> CudaTransferPath::GatherToDevice(

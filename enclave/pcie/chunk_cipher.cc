@@ -65,7 +65,15 @@ class GatheredPlaintext {
     return GatheredPlaintext(size, pieces);
   }
 
-  size_t size() const { return size_; }
+  // The parts of chunk i of `chunk_size` bytes (the last may be shorter).
+  Parts ChunkParts(size_t i, size_t chunk_size) const {
+    const size_t begin = i * chunk_size;
+    return PartsOf(begin, std::min(size_, begin + chunk_size));
+  }
+
+ private:
+  GatheredPlaintext(size_t size, std::span<const GatherPiece> pieces)
+      : size_(size), pieces_(pieces) {}
 
   // The parts of bytes [begin, end), in order.
   Parts PartsOf(size_t begin, size_t end) const {
@@ -100,10 +108,6 @@ class GatheredPlaintext {
     return parts;
   }
 
- private:
-  GatheredPlaintext(size_t size, std::span<const GatherPiece> pieces)
-      : size_(size), pieces_(pieces) {}
-
   static void AddZeros(size_t count, Parts& parts) {
     static constexpr std::array<uint8_t, 4096> kZeros{};
     for (; count > 0;) {
@@ -116,12 +120,6 @@ class GatheredPlaintext {
   size_t size_;
   std::span<const GatherPiece> pieces_;
 };
-
-// One piece covering all of `source` (none when it is empty).
-std::span<const GatherPiece> WholeOf(ByteSpan source, GatherPiece& piece) {
-  piece = GatherPiece{0, source.data(), source.size()};
-  return {&piece, source.empty() ? size_t{0} : size_t{1}};
-}
 
 }  // namespace
 
@@ -223,7 +221,7 @@ int ChunkCipher::threads() const { return workers_->size(); }
 absl::Status ChunkCipher::Seal(uint8_t direction, uint64_t counter, ByteSpan source,
                                std::span<uint8_t> sealed) const {
   GatherPiece whole;
-  return Seal(direction, counter, source.size(), WholeOf(source, whole), sealed);
+  return Seal(direction, counter, source.size(), WholePiece(source, whole), sealed);
 }
 
 absl::Status ChunkCipher::Seal(uint8_t direction, uint64_t counter, size_t size,
@@ -237,9 +235,8 @@ absl::Status ChunkCipher::Seal(uint8_t direction, uint64_t counter, size_t size,
   const auto aad = TransferAad(size, chunks);
   return workers_->Run(chunks, [&](size_t i, const crypto::Aead& aead) {
     const auto nonce = ChunkNonce(direction, counter, static_cast<uint32_t>(i));
-    const size_t begin = i * chunk_size_;
-    const auto parts = source.PartsOf(begin, std::min(size, begin + chunk_size_));
-    return aead.SealPartsInto(nonce, aad, parts, SealedChunk(sealed, i, chunk_size_, size));
+    return aead.SealPartsInto(nonce, aad, source.ChunkParts(i, chunk_size_),
+                              SealedChunk(sealed, i, chunk_size_, size));
   });
 }
 
@@ -295,7 +292,7 @@ absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, Byte
                                        std::span<uint8_t> sealed, std::span<uint8_t> destination,
                                        std::string_view what) const {
   GatherPiece whole;
-  return SealThenOpen(direction, counter, source.size(), WholeOf(source, whole), sealed,
+  return SealThenOpen(direction, counter, source.size(), WholePiece(source, whole), sealed,
                       destination, what);
 }
 
@@ -310,10 +307,7 @@ absl::Status ChunkCipher::SealThenOpen(uint8_t direction, uint64_t counter, size
   }
   const auto aad = TransferAad(size, chunks);
   auto bounce_of = [&](size_t i) { return SealedChunk(sealed, i, chunk_size_, size); };
-  auto source_of = [&](size_t i) {
-    const size_t begin = i * chunk_size_;
-    return source.PartsOf(begin, std::min(size, begin + chunk_size_));
-  };
+  auto source_of = [&](size_t i) { return source.ChunkParts(i, chunk_size_); };
   auto destination_of = [&](size_t i) { return PlainChunk(destination, i, chunk_size_); };
   const size_t threads = static_cast<size_t>(workers_->size());
   if (threads < 2 || size < kPipelineMinimum || chunks >= 4 * threads) {

@@ -56,6 +56,13 @@ struct GatherPiece {
 // (a caller's layout that is wrong).
 absl::Status CheckGatherPieces(size_t size, std::span<const GatherPiece> pieces);
 
+// `source` as the pieces of a transfer of source.size() bytes: `piece` covering all of it, or
+// none when it is empty. The span refers to `piece`.
+inline std::span<const GatherPiece> WholePiece(ByteSpan source, GatherPiece& piece) {
+  piece = GatherPiece{0, source.data(), source.size()};
+  return {&piece, source.empty() ? size_t{0} : size_t{1}};
+}
+
 // Chunks of a transfer of `size` bytes: at least one.
 size_t ChunkCount(size_t size, size_t chunk_size);
 // Bytes of the sealed form of `size` plaintext bytes.

@@ -90,8 +90,8 @@ absl::StatusOr<StagingBuffer> TransferPath::AcquireDeviceStaging(size_t size) {
 }
 
 absl::StatusOr<StagingBuffer> TransferPath::ToDevice(ByteSpan host) {
-  const GatherPiece whole{0, host.data(), host.size()};
-  return Move(Direction::kToDevice, host.size(), {&whole, host.empty() ? 0u : 1u}, device_pool_);
+  GatherPiece whole;
+  return Move(Direction::kToDevice, host.size(), WholePiece(host, whole), device_pool_);
 }
 
 absl::StatusOr<StagingBuffer> TransferPath::GatherToDevice(size_t size,
@@ -100,8 +100,8 @@ absl::StatusOr<StagingBuffer> TransferPath::GatherToDevice(size_t size,
 }
 
 absl::StatusOr<StagingBuffer> TransferPath::ToHost(ByteSpan device) {
-  const GatherPiece whole{0, device.data(), device.size()};
-  return Move(Direction::kToHost, device.size(), {&whole, device.empty() ? 0u : 1u}, host_pool_);
+  GatherPiece whole;
+  return Move(Direction::kToHost, device.size(), WholePiece(device, whole), host_pool_);
 }
 
 absl::StatusOr<StagingBuffer> TransferPath::Move(Direction direction, size_t size,
