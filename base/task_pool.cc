@@ -15,12 +15,18 @@ struct TaskPool::Job {
   const TaskFn* fn;
   size_t count;
   int caller_cpu = -1;  // where the caller posted it from (off_callers_cpu only)
-  // `done == count && active == 0`, for a polling caller (set under the pool's lock).
+  // Every task done and no pool thread on it: the caller may return (set by MarkProgress, under the
+  // lock).
   std::atomic<bool> finished{false};
   std::atomic<size_t> next{0};
   size_t done = 0;
   int active = 0;  // pool threads inside Work() on this job
   absl::Status error;
+
+  // After `done` or `active` changed, under the pool's lock.
+  void MarkProgress() {
+    if (done == count && active == 0) finished.store(true, std::memory_order_release);
+  }
 };
 
 TaskPool::TaskPool(int threads, Options options) : options_(options) {
@@ -80,7 +86,7 @@ absl::Status TaskPool::Run(size_t count, const TaskFn& fn) {
   absl::MutexLock lock(&mu_);
   // The job lives on this stack: wait until no thread can touch it any more.
   mu_.Await(absl::Condition(
-      +[](Job* j) { return j->done == j->count && j->active == 0; }, &job));
+      +[](Job* j) { return j->finished.load(std::memory_order_relaxed); }, &job));
   auto it = std::find(queue_.begin(), queue_.end(), &job);
   if (it != queue_.end()) queue_.erase(it);
   return job.error;
@@ -94,7 +100,7 @@ void TaskPool::Work(Job& job, int slot) {
     absl::MutexLock lock(&mu_);
     if (!status.ok() && job.error.ok()) job.error = std::move(status);
     ++job.done;
-    if (job.done == job.count && job.active == 0) job.finished.store(true);
+    job.MarkProgress();
   }
 }
 
@@ -132,7 +138,7 @@ void TaskPool::Loop(int slot) {
     Work(*job, slot);
     mu_.Lock();
     --job->active;
-    if (job->done == job->count && job->active == 0) job->finished.store(true);
+    job->MarkProgress();
     // (`job` may be gone once the lock is released: its caller returns when it is done.)
     mu_.Unlock();
     // The tasks' plaintext passed through this thread's registers and stack (ciphers and
