@@ -47,9 +47,12 @@ void PackedGemm(int64_t m, const float* a, int64_t lda, const PackedWeights& b, 
                 float* c, int64_t ldc, PackedEpilogue epilogue = PackedEpilogue::kNone);
 
 namespace internal {
-// The AVX-512 loop (packed_gemm_avx512.cc).
+// The AVX-512 loop (packed_gemm_avx512.cc). With `scratch` (PackedGemmScratchFloats(m, k)
+// floats) each chunk of A's rows is first copied there, its rows a cache line further apart.
 void PackedGemmAvx512(int64_t m, const float* a, int64_t lda, const PackedWeights& b,
-                      const float* bias, float* c, int64_t ldc, PackedEpilogue epilogue);
+                      const float* bias, float* c, int64_t ldc, PackedEpilogue epilogue,
+                      float* scratch);
+int64_t PackedGemmScratchFloats(int64_t m, int64_t k);
 }  // namespace internal
 
 }  // namespace cloister::runtime

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "enclave/runtime/packed_gemm.h"
 #include "enclave/runtime/simd.h"
@@ -96,6 +97,10 @@ __mmask16 ColumnMask(int64_t columns) {
 // core's L2 while every panel of B goes past it.
 constexpr int64_t kChunkRows = 20 * kRows;
 
+// The leading dimension of a chunk's copy (when the caller asks for one): a cache line (16
+// floats) past k, so that the rows of a tile spread over L1's sets.
+int64_t PaddedLeadingDimension(int64_t k) { return k + 16; }
+
 // Rows [0, m) of C, for one chunk of rows.
 template <PackedEpilogue E>
 void MultiplyChunk(int64_t m, const float* a, int64_t lda, const PackedWeights& b,
@@ -121,22 +126,37 @@ void MultiplyChunk(int64_t m, const float* a, int64_t lda, const PackedWeights& 
 
 template <PackedEpilogue E>
 void Multiply(int64_t m, const float* a, int64_t lda, const PackedWeights& b, const float* bias,
-              float* c, int64_t ldc) {
+              float* c, int64_t ldc, float* scratch) {
+  const int64_t k = b.k();
   for (int64_t first = 0; first < m; first += kChunkRows) {
-    MultiplyChunk<E>(Smaller(kChunkRows, m - first), a + first * lda, lda, b, bias,
-                     c + first * ldc, ldc);
+    const int64_t rows = Smaller(kChunkRows, m - first);
+    const float* chunk = a + first * lda;
+    int64_t chunk_lda = lda;
+    if (scratch != nullptr) {
+      chunk_lda = PaddedLeadingDimension(k);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(scratch + r * chunk_lda, chunk + r * lda, sizeof(float) * k);
+      }
+      chunk = scratch;
+    }
+    MultiplyChunk<E>(rows, chunk, chunk_lda, b, bias, c + first * ldc, ldc);
   }
 }
 
 }  // namespace
 
 void PackedGemmAvx512(int64_t m, const float* a, int64_t lda, const PackedWeights& b,
-                      const float* bias, float* c, int64_t ldc, PackedEpilogue epilogue) {
+                      const float* bias, float* c, int64_t ldc, PackedEpilogue epilogue,
+                      float* scratch) {
   if (epilogue == PackedEpilogue::kGelu) {
-    Multiply<PackedEpilogue::kGelu>(m, a, lda, b, bias, c, ldc);
+    Multiply<PackedEpilogue::kGelu>(m, a, lda, b, bias, c, ldc, scratch);
   } else {
-    Multiply<PackedEpilogue::kNone>(m, a, lda, b, bias, c, ldc);
+    Multiply<PackedEpilogue::kNone>(m, a, lda, b, bias, c, ldc, scratch);
   }
+}
+
+int64_t PackedGemmScratchFloats(int64_t m, int64_t k) {
+  return Smaller(m, kChunkRows) * PaddedLeadingDimension(k);
 }
 
 }  // namespace internal

@@ -2,6 +2,7 @@
 // and without a bias and Gelu, and with leading dimensions wider than the matrices.
 #include "enclave/runtime/packed_gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -49,6 +50,46 @@ TEST(PackedGemmTest, MatchesReferenceOverTails) {
           if (gelu) want = 0.5 * want * (1.0 + std::erf(want / std::sqrt(2.0)));
           ASSERT_NEAR(c[i * ldc + j], want, 1e-5 * (1.0 + std::sqrt(s.k))) << i << "," << j;
         }
+      }
+    }
+  }
+}
+
+// Rows whose leading dimension is a multiple of 2 KiB (BERT's 1024-wide FFN output, read
+// as the next product's A) alias in L1, so PackedGemm multiplies a copy of them, a cache line
+// further apart: the same sums, bit for bit, as from rows that lie apart already, over more
+// than one chunk of rows (240) and with k short of the leading dimension.
+TEST(PackedGemmTest, RowsThatAliasInL1GiveTheSameSumsAsRowsApart) {
+  if (!PackedGemmSupported()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  struct Case {
+    int64_t m, k, n, lda;
+  };
+  const std::vector<Case> cases = {
+      {251, 512, 40, 512}, {30, 1024, 70, 1024}, {13, 100, 33, 512}, {485, 1024, 32, 2048}};
+  uint32_t seed = 51;
+  for (const Case& t : cases) {
+    SCOPED_TRACE(testing::Message() << t.m << "x" << t.k << "x" << t.n << " lda " << t.lda);
+    const int64_t apart = t.lda + 3;
+    std::vector<float> a = RandomFloats(t.m * t.lda, seed++), b = RandomFloats(t.k * t.n, seed++),
+                       bias = RandomFloats(t.n, seed++);
+    std::vector<float> a_apart(t.m * apart, 0.0f);
+    for (int64_t i = 0; i < t.m; ++i) {
+      std::copy(a.begin() + i * t.lda, a.begin() + i * t.lda + t.k, a_apart.begin() + i * apart);
+    }
+    PackedWeights packed(b.data(), t.k, t.n, t.n);
+    std::vector<float> c(t.m * t.n), c_apart(t.m * t.n);
+    PackedGemm(t.m, a.data(), t.lda, packed, bias.data(), c.data(), t.n, PackedEpilogue::kGelu);
+    PackedGemm(t.m, a_apart.data(), apart, packed, bias.data(), c_apart.data(), t.n,
+               PackedEpilogue::kGelu);
+    ASSERT_EQ(c, c_apart);
+    for (int64_t i = 0; i < t.m; i += 17) {
+      for (int64_t j = 0; j < t.n; ++j) {
+        double want = bias[j];
+        for (int64_t p = 0; p < t.k; ++p) {
+          want += static_cast<double>(a[i * t.lda + p]) * b[p * t.n + j];
+        }
+        want = 0.5 * want * (1.0 + std::erf(want / std::sqrt(2.0)));
+        ASSERT_NEAR(c[i * t.n + j], want, 1e-5 * (1.0 + std::sqrt(t.k))) << i << "," << j;
       }
     }
   }
