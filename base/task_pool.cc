@@ -71,6 +71,7 @@ absl::Status TaskPool::Run(size_t count, const TaskFn& fn) {
   {
     absl::MutexLock lock(&mu_);
     queue_.push_back(&job);
+    queued_.store(queue_.size(), std::memory_order_release);
   }
   Work(job, 0);
   if (options_.caller_poll > absl::ZeroDuration()) {
@@ -89,6 +90,7 @@ absl::Status TaskPool::Run(size_t count, const TaskFn& fn) {
       +[](Job* j) { return j->finished.load(std::memory_order_relaxed); }, &job));
   auto it = std::find(queue_.begin(), queue_.end(), &job);
   if (it != queue_.end()) queue_.erase(it);
+  queued_.store(queue_.size(), std::memory_order_release);
   return job.error;
 }
 
@@ -116,19 +118,53 @@ void TaskPool::KeepOff(int cpu, int& excluded) const {
   if (CPU_COUNT(&set) > 0 && sched_setaffinity(0, sizeof(set), &set) == 0) excluded = cpu;
 }
 
+bool TaskPool::Linger() {
+  if (options_.linger <= absl::ZeroDuration()) return false;
+  const absl::Time until = absl::Now() + options_.linger;
+  // The clock only every 64 polls, as the caller's poll in Run.
+  for (int polls = 0;; ++polls) {
+    if (queued_.load(std::memory_order_acquire) > 0) return true;
+    if (holds_.load(std::memory_order_relaxed) == 0) return false;
+    if (polls % 64 == 63 && absl::Now() >= until) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 void TaskPool::Loop(int slot) {
-  int excluded = -1;  // the CPU this thread keeps off now
-  absl::MutexLock lock(&mu_);
+  int excluded = -1;   // the CPU this thread keeps off now
+  bool dirty = false;  // it ran tasks since it last scrubbed
+  mu_.Lock();
   for (;;) {
-    mu_.Await(absl::Condition(
-        +[](TaskPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Await holds mu_
-          return pool->stopping_ || !pool->queue_.empty();
-        },
-        this));
-    if (stopping_) return;
+    if (queue_.empty() && !stopping_) {
+      mu_.Unlock();
+      // Nothing to take: poll a while for the next job (an operator's job follows the last
+      // one within microseconds in a model run), else scrub and sleep. The tasks' plaintext
+      // passed through this thread's registers and stack (ciphers and copies work in the
+      // vector registers): none of it is left behind while the thread sleeps. (64 KiB of
+      // stack a scrub, a few microseconds and the core's L1: not paid between two jobs.)
+      const bool job_posted = dirty && Linger();
+      if (!job_posted && dirty) {
+        ScrubStack(kStackScrubSize);
+        ScrubVectorRegisters();
+        dirty = false;
+      }
+      mu_.Lock();
+      if (!job_posted) {
+        mu_.Await(absl::Condition(
+            +[](TaskPool* pool) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Await holds mu_
+              return pool->stopping_ || !pool->queue_.empty();
+            },
+            this));
+      }
+      continue;
+    }
+    if (stopping_) break;
     Job* job = queue_.front();
     if (job->next.load() >= job->count) {
       queue_.pop_front();  // every task is handed out; its owner waits for the last ones
+      queued_.store(queue_.size(), std::memory_order_release);
       continue;
     }
     ++job->active;
@@ -136,18 +172,16 @@ void TaskPool::Loop(int slot) {
     mu_.Unlock();
     KeepOff(caller_cpu, excluded);
     Work(*job, slot);
+    dirty = true;
     mu_.Lock();
     --job->active;
+    // Once the lock is released, `job` may be gone: its caller returns when it is done.
     job->MarkProgress();
-    // (`job` may be gone once the lock is released: its caller returns when it is done.)
-    mu_.Unlock();
-    // The tasks' plaintext passed through this thread's registers and stack (ciphers and
-    // copies work in the vector registers): leave none of it behind while the thread waits.
-    // After the job is released, so that its caller does not wait for the scrub as well (64 KiB
-    // of stack, a few microseconds, on every operator of a model run split over the threads).
+  }
+  mu_.Unlock();
+  if (dirty) {
     ScrubStack(kStackScrubSize);
     ScrubVectorRegisters();
-    mu_.Lock();
   }
 }
 

@@ -3,7 +3,9 @@
 // (scripts/tsan-scheduler.sh).
 #include "base/task_pool.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -74,6 +76,72 @@ TEST(TaskPoolTest, TheIntraOpOptionsKeepThePoolOffOneCpuAndRunEveryTask) {
   }
   EXPECT_GT(pool_tasks.load(), 0) << "the pool thread ran no task in 50 jobs";
   EXPECT_EQ(wrong_affinity.load(), 0);
+}
+
+// The CPU time a thread has used, by its clock id.
+absl::Duration CpuTimeOf(clockid_t clock) {
+  timespec now{};
+  clock_gettime(clock, &now);
+  return absl::DurationFromTimespec(now);
+}
+
+// While a Hold lives, a pool thread that ran a job polls for the next (it uses CPU without a
+// job); once the Hold is gone it sleeps, and without a Hold it never lingers: no thread is left
+// spinning after a model run.
+TEST(TaskPoolTest, APoolThreadLingersOnlyWhileTheHoldLives) {
+  TaskPool::Options options;
+  options.linger = absl::Seconds(5);
+  TaskPool pool(2, options);
+  // The pool thread's CPU clock, taken from inside one of its tasks.
+  std::atomic<bool> have_clock{false};
+  clockid_t clock{};
+  auto find_clock = [&] {
+    while (!have_clock.load()) {
+      ASSERT_TRUE(pool.Run(2,
+                           [&](size_t, int slot) {
+                             if (slot != 0 && !have_clock.load()) {
+                               pthread_getcpuclockid(pthread_self(), &clock);
+                               have_clock.store(true);
+                             }
+                             absl::SleepFor(absl::Milliseconds(1));
+                             return absl::OkStatus();
+                           })
+                      .ok());
+    }
+  };
+  // No Hold: after its job the thread sleeps at once.
+  find_clock();
+  absl::SleepFor(absl::Milliseconds(20));
+  absl::Duration before = CpuTimeOf(clock);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_LT(CpuTimeOf(clock) - before, absl::Milliseconds(20)) << "it lingered without a Hold";
+
+  {
+    TaskPool::Hold hold(&pool);
+    have_clock.store(false);
+    find_clock();
+    // It polls now: its CPU time grows with no job to run (up to 2 s for a loaded machine).
+    before = CpuTimeOf(clock);
+    const absl::Time give_up = absl::Now() + absl::Seconds(2);
+    while (CpuTimeOf(clock) - before < absl::Milliseconds(20) && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_GE(CpuTimeOf(clock) - before, absl::Milliseconds(20)) << "it did not linger";
+    // A job posted while it lingers runs, on both threads or the caller alone.
+    std::atomic<int> ran{0};
+    ASSERT_TRUE(pool.Run(16,
+                         [&](size_t, int) {
+                           ran.fetch_add(1);
+                           return absl::OkStatus();
+                         })
+                    .ok());
+    EXPECT_EQ(ran.load(), 16);
+  }
+  // The Hold is gone: the thread stops polling within its next few polls and sleeps.
+  absl::SleepFor(absl::Milliseconds(50));
+  before = CpuTimeOf(clock);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_LT(CpuTimeOf(clock) - before, absl::Milliseconds(20)) << "it went on after the Hold";
 }
 
 TEST(TaskPoolTest, ReturnsTheFirstErrorAfterRunningTheOtherTasks) {

@@ -220,6 +220,9 @@ absl::StatusOr<std::vector<Tensor>> Model::ExecuteOnce(std::vector<Tensor> order
   ASSIGN_OR_RETURN(std::unique_ptr<BufferPool> pool, TakePool());
   DeviceRun* device = pool->device();
   if (device == nullptr) {
+    // The operators' jobs follow each other within microseconds: the intra-op threads wait
+    // for the next one awake until the run ends.
+    TaskPool::Hold hold(workers_.get());
     auto executed = plan_->Execute(std::move(ordered), wanted, *pool, step_seconds, deadline);
     RETURN_IF_ERROR(ReturnPool(std::move(pool)));
     return executed;
