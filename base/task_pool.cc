@@ -125,7 +125,11 @@ bool TaskPool::Linger() {
   for (int polls = 0;; ++polls) {
     if (queued_.load(std::memory_order_acquire) > 0) return true;
     if (holds_.load(std::memory_order_relaxed) == 0) return false;
-    if (polls % 64 == 63 && absl::Now() >= until) return false;
+    if (polls % 64 == 63) {
+      if (absl::Now() >= until) return false;
+      // Give the CPU to a thread that waits for it here (the caller, moved onto this CPU).
+      sched_yield();
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
