@@ -98,8 +98,12 @@ __mmask16 ColumnMask(int64_t columns) {
 constexpr int64_t kChunkRows = 20 * kRows;
 
 // The leading dimension of a chunk's copy (when the caller asks for one): a cache line (16
-// floats) past k, so that the rows of a tile spread over L1's sets.
-int64_t PaddedLeadingDimension(int64_t k) { return k + 16; }
+// floats) past k, so that the rows of a tile spread over L1's sets; two lines where one would
+// land on a multiple of 2 KiB again (k = 496 read at lda 512).
+int64_t PaddedLeadingDimension(int64_t k) {
+  const int64_t padded = k + 16;
+  return padded % 512 == 0 ? padded + 16 : padded;
+}
 
 // Rows [0, m) of C, for one chunk of rows.
 template <PackedEpilogue E>

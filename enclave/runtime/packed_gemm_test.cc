@@ -65,7 +65,8 @@ TEST(PackedGemmTest, RowsThatAliasInL1GiveTheSameSumsAsRowsApart) {
     int64_t m, k, n, lda;
   };
   const std::vector<Case> cases = {
-      {251, 512, 40, 512}, {30, 1024, 70, 1024}, {13, 100, 33, 512}, {485, 1024, 32, 2048}};
+      {251, 512, 40, 512}, {30, 1024, 70, 1024}, {13, 100, 33, 512}, {485, 1024, 32, 2048},
+      {40, 496, 48, 512}};
   uint32_t seed = 51;
   for (const Case& t : cases) {
     SCOPED_TRACE(testing::Message() << t.m << "x" << t.k << "x" << t.n << " lda " << t.lda);
